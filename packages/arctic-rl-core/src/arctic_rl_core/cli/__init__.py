@@ -1,0 +1,1 @@
+"""The `arctic-rl` command."""

@@ -1,0 +1,1 @@
+"""Subcommands of `arctic-rl`: one module each, each defining `register(subparsers)`."""
