@@ -1,0 +1,1 @@
+"""The CPU reference engine: the Arctic server's contract on one process, with a tiny model."""
