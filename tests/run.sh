@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The one test command: lock check, lint + format check, then every suite in its own environment.
+#   bash tests/run.sh                 # everything: lint core skyrl verl parity
+#   bash tests/run.sh core skyrl      # a subset, in that order
+# Environments are created under .venvs/ from uv.lock (--locked: a stale lock fails).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+if python3 -m uv --version >/dev/null 2>&1; then
+  uv=(python3 -m uv)
+else
+  echo "== installing uv (pip install uv)"
+  python3 -m pip install --quiet uv || { echo "cannot install uv"; exit 1; }
+  uv=(python3 -m uv)
+fi
+export UV_LINK_MODE=${UV_LINK_MODE:-hardlink}
+
+suites=("$@")
+[ ${#suites[@]} -eq 0 ] && suites=(lint core skyrl verl parity)
+
+results_dir="$root/.test-results"
+rm -rf "$results_dir" && mkdir -p "$results_dir"
+failed=()
+start_all=$(date +%s)
+
+sync_env() {  # name, uv sync arguments...
+  local name=$1; shift
+  echo "== environment .venvs/$name: uv sync --locked $*"
+  UV_PROJECT_ENVIRONMENT="$root/.venvs/$name" "${uv[@]}" sync --locked --quiet "$@"
+}
+
+run_suite() {  # suite, env, test dir
+  local suite=$1 env=$2 dir=$3
+  if [ -z "$(find "$dir" -name 'test_*.py' 2>/dev/null)" ]; then
+    echo "== suite $suite: EMPTY at this stage (no test files in $dir)"
+    return 0
+  fi
+  echo "== suite $suite ($dir, environment .venvs/$env)"
+  local t0=$(date +%s)
+  "$root/.venvs/$env/bin/python" -m pytest "$dir" -q -p no:cacheprovider \
+    --junitxml="$results_dir/$suite.xml" -o junit_suite_name="$suite"
+  local rc=$?
+  echo "== suite $suite: exit $rc in $(( $(date +%s) - t0 )) s"
+  if [ $rc -ne 0 ]; then failed+=("$suite"); fi
+}
+
+for suite in "${suites[@]}"; do
+  case "$suite" in
+    lint)
+      echo "== uv lock --check"
+      "${uv[@]}" lock --check || failed+=("lock")
+      sync_env core --extra core || { failed+=("sync-core"); continue; }
+      echo "== ruff check + ruff format --check"
+      .venvs/core/bin/ruff check packages tests recipes || failed+=("ruff-check")
+      .venvs/core/bin/ruff format --check packages tests recipes || failed+=("ruff-format")
+      ;;
+    core)
+      sync_env core --extra core || { failed+=("sync-core"); continue; }
+      run_suite core core tests/core ;;
+    skyrl)
+      sync_env skyrl --package adapter-skyrl --extra cpu || { failed+=("sync-skyrl"); continue; }
+      run_suite skyrl skyrl tests/skyrl ;;
+    verl)
+      sync_env verl --package adapter-verl --extra cpu || { failed+=("sync-verl"); continue; }
+      run_suite verl verl tests/verl ;;
+    parity)
+      sync_env core --extra core || { failed+=("sync-core"); continue; }
+      run_suite parity core tests/parity ;;
+    *) echo "unknown suite '$suite' (lint, core, skyrl, verl, parity)"; exit 2 ;;
+  esac
+done
+
+echo
+echo "== summary ($(( $(date +%s) - start_all )) s)"
+python3 - "$results_dir" <<'PY'
+import pathlib, sys, xml.etree.ElementTree as ET
+totals = {"passed": 0, "failed": 0, "skipped": 0}
+for xml in sorted(pathlib.Path(sys.argv[1]).glob("*.xml")):
+    for suite in ET.parse(xml).getroot().iter("testsuite"):
+        tests, fail = int(suite.get("tests", 0)), int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+        skip = int(suite.get("skipped", 0))
+        print(f"   {xml.stem:8s} {tests - fail - skip} passed, {fail} failed, {skip} skipped, {float(suite.get('time', 0)):.0f} s")
+        totals["passed"] += tests - fail - skip; totals["failed"] += fail; totals["skipped"] += skip
+print(f"total: {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped")
+PY
+if [ ${#failed[@]} -ne 0 ]; then
+  echo "FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "OK"
