@@ -18,7 +18,7 @@ def test_stock_verl_v1_trainer_base_imports_on_cpu():
 def test_environment_is_isolated_from_skyrl_and_gpu_stacks():
     for module in ("skyrl", "vllm", "arctic_inference", "deepspeed", "flash_attn"):
         assert importlib.util.find_spec(module) is None, f"{module} must not be in the verl CPU env"
-    for module in ("transferqueue", "uvicorn", "fastapi", "cachetools"):
+    for module in ("transfer_queue", "uvicorn", "fastapi", "cachetools"):
         assert importlib.util.find_spec(module) is not None, f"verl's V1 trainer imports {module}"
 
 
