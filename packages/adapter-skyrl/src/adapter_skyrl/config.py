@@ -1,0 +1,355 @@
+"""SkyRL's config extended with `trainer.arctic_rl.*`, checked and mapped into the core schema.
+
+`trainer.arctic_rl` holds the core `ArcticRLConfig` groups that SkyRL has no field for (backend,
+placement, deepspeed, zorro, vllm, ...). Settings SkyRL already owns (learning rate, clip ratios,
+KL, batch shape, ...) are read from SkyRL's own fields and may not be repeated there. Every SkyRL
+setting the Arctic path cannot honour is rejected by `check_supported` with the field, the value and
+the fix.
+"""
+
+# No `from __future__ import annotations`: SkyRL's config builder reads real field types.
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from skyrl.train.config import SkyRLTrainConfig, make_config
+from skyrl.train.config.config import TrainerConfig
+
+if TYPE_CHECKING:
+    from arctic_rl_core.config import ArcticRLConfig
+
+OVERRIDE_ENTRYPOINT_PREFIX = "trainer.override_entrypoint="
+
+
+@dataclass
+class ArcticTrainerConfig(TrainerConfig):
+    """SkyRL's trainer config plus `arctic_rl`: the core schema's groups, as a nested mapping."""
+
+    arctic_rl: dict[str, Any] = field(default_factory=dict)
+
+
+ArcticSkyRLConfig = make_config(trainer_cls=ArcticTrainerConfig)
+# make_config builds the class with type(): give it an importable name so Ray can pickle configs.
+ArcticSkyRLConfig.__name__ = ArcticSkyRLConfig.__qualname__ = "ArcticSkyRLConfig"
+ArcticSkyRLConfig.__module__ = __name__
+
+
+class UnsupportedSkyRLSettingError(ValueError):
+    """One or more SkyRL settings the Arctic path cannot honour (all listed at once)."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} SkyRL setting(s) cannot run on Arctic RL:\n{lines}")
+
+
+def strip_override_entrypoint(argv: Sequence[str]) -> list[str]:
+    """Drop `trainer.override_entrypoint=...`: SkyRL's launcher reads it before parsing, and the
+    strict parse rejects it (it is not a config field)."""
+    return [a for a in argv if not a.startswith(OVERRIDE_ENTRYPOINT_PREFIX)]
+
+
+def parse_cli(argv: Sequence[str]) -> SkyRLTrainConfig:
+    """SkyRL's strict CLI parse with the `trainer.arctic_rl.*` extension."""
+    return ArcticSkyRLConfig.from_cli_overrides(strip_override_entrypoint(argv))
+
+
+# ----------------------------------------------------------------------------------------------
+# What the Arctic path cannot honour
+# ----------------------------------------------------------------------------------------------
+
+# loss_reduction -> the server's loss aggregation mode (the server aggregates; advantages are
+# not pre-scaled on the Arctic path, see trainer.ArcticPPOTrainer._normalize_advantages).
+LOSS_REDUCTION_TO_AGG_MODE = {
+    "token_mean": "token-mean",
+    "sequence_mean": "seq-mean-token-mean",
+    "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
+}
+# SkyRL's kl_estimator_type names that the server's kl_penalty knows under the same name.
+KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+# SkyRL outcome estimators computed by the trainer from rewards alone (no critic values).
+CRITIC_FREE_ESTIMATORS = ("grpo", "rloo", "reinforce++", "maxrl")
+
+
+@dataclass(frozen=True)
+class _Rule:
+    path: str
+    is_bad: Callable[[Any], bool]
+    remedy: str
+
+
+def _get(cfg: Any, path: str) -> Any:
+    node = cfg
+    for part in path.split("."):
+        node = getattr(node, part)
+    return node
+
+
+_RULES: tuple[_Rule, ...] = (
+    _Rule(
+        "trainer.placement.colocate_all",
+        lambda v: v is True,
+        "set trainer.placement.colocate_all=false; colocation is the backend's "
+        "(trainer.arctic_rl.placement.colocate), SkyRL starts no engines or workers",
+    ),
+    _Rule(
+        "generator.inference_engine.enable_ray_prometheus_stats",
+        lambda v: v is True,
+        "set generator.inference_engine.enable_ray_prometheus_stats=false; there is no SkyRL vLLM engine to scrape",
+    ),
+    _Rule(
+        "trainer.critic.model.path",
+        lambda v: bool(v),
+        "unset trainer.critic.model.path; the Arctic backend trains the policy only (no critic)",
+    ),
+    _Rule(
+        "trainer.algorithm.advantage_estimator",
+        lambda v: v not in CRITIC_FREE_ESTIMATORS,
+        f"use one of {list(CRITIC_FREE_ESTIMATORS)} (critic-free estimators)",
+    ),
+    _Rule(
+        "trainer.algorithm.policy_loss_type",
+        lambda v: v != "dual_clip",
+        "set trainer.algorithm.policy_loss_type=dual_clip; the Arctic loss (verl_grpo) is PPO with "
+        "dual clip and no other SkyRL loss can be sent to it",
+    ),
+    _Rule(
+        "trainer.algorithm.loss_reduction",
+        lambda v: v not in LOSS_REDUCTION_TO_AGG_MODE,
+        f"use one of {list(LOSS_REDUCTION_TO_AGG_MODE)}; the Arctic server aggregates the loss itself",
+    ),
+    _Rule(
+        "trainer.algorithm.kl_estimator_type",
+        lambda v: v not in KL_ESTIMATORS,
+        f"use one of {list(KL_ESTIMATORS)}",
+    ),
+    _Rule(
+        "trainer.algorithm.use_tis",
+        lambda v: v is True,
+        "set trainer.algorithm.use_tis=false; the Arctic loss has no importance-sampling correction",
+    ),
+    _Rule(
+        "trainer.algorithm.off_policy_correction.tis_ratio_type",
+        lambda v: v is not None,
+        "unset it (null); the Arctic loss has no off-policy correction",
+    ),
+    _Rule(
+        "trainer.algorithm.off_policy_correction.sequence_mask_metric",
+        lambda v: v is not None,
+        "unset it (null); the Arctic loss has no off-policy correction",
+    ),
+    _Rule(
+        "trainer.algorithm.enable_sample_support_replay",
+        lambda v: v is True,
+        "set it to false; the Arctic backend does not capture sample support",
+    ),
+    _Rule(
+        "trainer.policy.model.lora.rank",
+        lambda v: v > 0,
+        "set trainer.policy.model.lora.rank=0; LoRA runs through trainer.arctic_rl.deepspeed settings, not SkyRL's",
+    ),
+    _Rule(
+        "trainer.update_ref_every_epoch",
+        lambda v: v is True,
+        "set it to false; the backend's reference model is fixed for the run",
+    ),
+    _Rule(
+        "trainer.hf_save_interval",
+        lambda v: v > 0,
+        "set trainer.hf_save_interval=-1; the Arctic backend exports checkpoints, not HF folders, "
+        "through SkyRL's trainer.ckpt_interval",
+    ),
+    _Rule(
+        "trainer.policy.torch_profiler_config.enable",
+        lambda v: v is True,
+        "set it to false; profile the Arctic server with its own tools",
+    ),
+    _Rule(
+        "trainer.fully_async.enabled",
+        lambda v: v is True,
+        "set it to false; the Arctic adapter drives SkyRL's synchronous trainer",
+    ),
+    _Rule(
+        "generator.step_wise_trajectories",
+        lambda v: v is True,
+        "set it to false; the Arctic generator is single-turn",
+    ),
+    _Rule(
+        "generator.max_turns",
+        lambda v: v != 1,
+        "set generator.max_turns=1; the Arctic generator is single-turn",
+    ),
+    _Rule(
+        "generator.vision_language_generator",
+        lambda v: v is True,
+        "set it to false; the Arctic backends take text only",
+    ),
+    _Rule(
+        "generator.inference_engine.enable_return_routed_experts",
+        lambda v: v is True,
+        "set it to false; the Arctic backend does not return routed experts",
+    ),
+    _Rule(
+        "generator.sampling_params.min_p",
+        lambda v: v != 0.0,
+        "set it to 0.0; the backend's sampling parameters have no min_p",
+    ),
+    _Rule(
+        "generator.sampling_params.repetition_penalty",
+        lambda v: v != 1.0,
+        "set it to 1.0; the backend's sampling parameters have no repetition penalty",
+    ),
+    _Rule(
+        "generator.sampling_params.additional_kwargs",
+        lambda v: bool(v),
+        "remove it; the backend's sampling parameters are max_tokens, temperature, top_p, top_k, stop, logprobs",
+    ),
+    _Rule(
+        "generator.sampling_params.logprobs",
+        lambda v: v not in (None, 0, 1),
+        "use null, 0 or 1; the backend returns the sampled token's log-prob only",
+    ),
+    _Rule(
+        "generator.zero_reward_on_non_stop",
+        lambda v: v is True,
+        "set it to false; the Arctic generator reports the raw reward",
+    ),
+    _Rule(
+        "generator.apply_overlong_filtering",
+        lambda v: v is True,
+        "set it to false; the Arctic generator does not filter overlong responses",
+    ),
+)
+
+# The core groups whose fields SkyRL owns: setting them under trainer.arctic_rl is an error.
+SKYRL_OWNED: Mapping[str, str] = {
+    "optimizer": "trainer.policy.optimizer_config.* (lr, adam_betas, weight_decay, max_grad_norm, "
+    "scheduler, num_warmup_steps)",
+    "loss": "trainer.algorithm.* (eps_clip_low/high, clip_ratio_c, loss_reduction, use_kl_loss, "
+    "kl_loss_coef, kl_estimator_type, use_entropy_loss, entropy_loss_coef, temperature)",
+    "batch": "trainer.train_batch_size, generator.n_samples_per_prompt, trainer.policy_mini_batch_size, "
+    "trainer.micro_train_batch_size_per_gpu, trainer.update_epochs_per_batch, trainer.max_prompt_length, "
+    "generator.sampling_params.max_generate_length",
+}
+
+
+def check_supported(cfg: SkyRLTrainConfig) -> None:
+    """Raise `UnsupportedSkyRLSettingError` listing every SkyRL setting the Arctic path cannot honour."""
+    problems: list[str] = []
+    for rule in _RULES:
+        value = _get(cfg, rule.path)
+        if rule.is_bad(value):
+            problems.append(f"{rule.path}={value!r}: {rule.remedy}")
+    algo = cfg.trainer.algorithm
+    if algo.use_kl_in_reward and algo.use_kl_loss:
+        problems.append(
+            "trainer.algorithm.use_kl_in_reward=True with use_kl_loss=True: pick one (SkyRL requires it too)"
+        )
+    if algo.use_kl_loss and algo.kl_ctrl.type != "fixed":
+        problems.append(
+            f"trainer.algorithm.kl_ctrl.type={algo.kl_ctrl.type!r} with use_kl_loss=True: the KL loss "
+            "coefficient is fixed on the Arctic server; use kl_ctrl.type=fixed"
+        )
+    arctic_rl = getattr(cfg.trainer, "arctic_rl", {}) or {}
+    if not isinstance(arctic_rl, Mapping):
+        problems.append(f"trainer.arctic_rl={arctic_rl!r}: must be a mapping of core config groups")
+    else:
+        for group, owner in SKYRL_OWNED.items():
+            if group in arctic_rl:
+                problems.append(
+                    f"trainer.arctic_rl.{group}={dict(arctic_rl[group])!r}: SkyRL owns these settings; "
+                    f"set {owner} instead"
+                )
+    n = cfg.generator.n_samples_per_prompt
+    if (
+        cfg.trainer.policy_mini_batch_size <= 0
+        or cfg.trainer.train_batch_size % cfg.trainer.policy_mini_batch_size
+    ):
+        problems.append(
+            f"trainer.policy_mini_batch_size={cfg.trainer.policy_mini_batch_size}: must divide "
+            f"trainer.train_batch_size={cfg.trainer.train_batch_size}"
+        )
+    if n <= 0:
+        problems.append(f"generator.n_samples_per_prompt={n}: must be >= 1")
+    if problems:
+        raise UnsupportedSkyRLSettingError(problems)
+
+
+def training_horizon(cfg: SkyRLTrainConfig, steps_per_epoch: int) -> int:
+    """Optimizer steps of the whole run (the LR schedule's horizon), as SkyRL computes it:
+    global steps (epochs x batches per epoch, capped by max_training_steps) times optimizer steps
+    per global step (mini-batches x update epochs)."""
+    global_steps = steps_per_epoch * cfg.trainer.epochs
+    if cfg.trainer.max_training_steps is not None:
+        global_steps = min(global_steps, cfg.trainer.max_training_steps)
+    per_batch = cfg.trainer.train_batch_size // cfg.trainer.policy_mini_batch_size
+    return global_steps * per_batch * cfg.trainer.update_epochs_per_batch
+
+
+def to_arctic_config(cfg: SkyRLTrainConfig, *, steps_per_epoch: int) -> "ArcticRLConfig":
+    """The core config for this SkyRL run: `trainer.arctic_rl.*` groups plus SkyRL's own fields
+    under their core names. Raises the core `ConfigError` for invalid combinations."""
+    from arctic_rl_core.config import load_config
+
+    check_supported(cfg)
+    overrides = list(_flatten("", dict(cfg.trainer.arctic_rl)))
+    overrides += [
+        f"{k}={_format(v)}" for k, v in skyrl_owned_values(cfg, steps_per_epoch=steps_per_epoch).items()
+    ]
+    return load_config(None, overrides)
+
+
+def skyrl_owned_values(cfg: SkyRLTrainConfig, *, steps_per_epoch: int) -> dict[str, Any]:
+    """SkyRL's settings under the core schema's dotted names."""
+    algo = cfg.trainer.algorithm
+    opt = cfg.trainer.policy.optimizer_config
+    sp = cfg.generator.sampling_params
+    temperature = algo.temperature if algo.temperature is not None else sp.temperature
+    values: dict[str, Any] = {
+        "batch.prompts_per_step": cfg.trainer.train_batch_size,
+        "batch.rollouts_per_prompt": cfg.generator.n_samples_per_prompt,
+        "batch.mini_batch_prompts": cfg.trainer.policy_mini_batch_size,
+        "batch.micro_batch_size": cfg.trainer.micro_train_batch_size_per_gpu,
+        "batch.update_epochs": cfg.trainer.update_epochs_per_batch,
+        "batch.max_prompt_len": cfg.trainer.max_prompt_length,
+        "batch.max_response_len": sp.max_generate_length,
+        "optimizer.lr": opt.lr,
+        "optimizer.betas": list(opt.adam_betas),
+        "optimizer.weight_decay": opt.weight_decay,
+        "optimizer.grad_clip": opt.max_grad_norm,
+        "optimizer.scheduler": opt.scheduler,
+        "optimizer.warmup_steps": opt.num_warmup_steps,
+        "optimizer.horizon_steps": training_horizon(cfg, steps_per_epoch),
+        "loss.clip_ratio_low": algo.eps_clip_low,
+        "loss.clip_ratio_high": algo.eps_clip_high,
+        "loss.clip_ratio_c": algo.clip_ratio_c,
+        "loss.loss_agg_mode": LOSS_REDUCTION_TO_AGG_MODE[algo.loss_reduction],
+        "loss.use_kl_loss": bool(algo.use_kl_loss),
+        "loss.kl_loss_coef": algo.kl_loss_coef,
+        "loss.kl_loss_type": algo.kl_estimator_type,
+        "loss.entropy_coeff": algo.entropy_loss_coef if algo.use_entropy_loss else 0.0,
+        "loss.temperature": temperature,
+        "determinism.seed": cfg.trainer.seed,
+    }
+    if algo.loss_reduction == "seq_mean_token_sum_norm":
+        values["loss.loss_scale_factor"] = algo.max_seq_len
+    return values
+
+
+def _flatten(prefix: str, node: Any):
+    if isinstance(node, Mapping) and node:
+        for k, v in node.items():
+            yield from _flatten(f"{prefix}.{k}" if prefix else str(k), v)
+    else:
+        yield f"{prefix}={_format(node)}"
+
+
+def _format(value: Any) -> str:
+    import json
+
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
+        return str(value)
+    return json.dumps(value)

@@ -1,0 +1,416 @@
+"""SkyRL's `WorkerDispatch`, served by a core `Backend` instead of Ray actor groups.
+
+Every public method SkyRL 0.4.0's `WorkerDispatch` has is overridden here (a test enforces it), so
+nothing falls through to the actor-group code. Payloads are built only by `arctic_rl_core.wire`,
+calls go through `arctic_rl_core.dispatch.run`, weight sync only through
+`arctic_rl_core.weight_sync`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from skyrl.backends.skyrl_train.distributed.dispatch import WorkerOutput
+from skyrl.backends.skyrl_train.workers.worker_dispatch import WorkerDispatch
+
+from adapter_skyrl.samples import response_lengths, to_rollout_samples, to_skyrl_rows
+
+if TYPE_CHECKING:
+    from arctic_rl_core.backends.protocol import Backend, WirePayload
+    from arctic_rl_core.weight_sync import WeightSyncPolicy
+    from arctic_rl_core.wire import PayloadSpec
+    from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
+    from skyrl.train.config import SkyRLTrainConfig
+
+    from adapter_skyrl.trace import PayloadTrace
+
+CHECKPOINT_MARKER = "arctic_checkpoint.json"
+_MODELS = ("policy", "ref")
+
+
+class ArcticWorkerDispatch(WorkerDispatch):
+    """Policy (and reference log-probs) on an Arctic backend; no critic, no SkyRL workers."""
+
+    def __init__(
+        self,
+        cfg: SkyRLTrainConfig,
+        backend: Backend,
+        spec: PayloadSpec,
+        sync_policy: WeightSyncPolicy,
+        *,
+        trace: PayloadTrace | None = None,
+        call_timeout_s: float | None = None,
+    ):
+        # The base keeps cfg/colocation flags; its actor-group table stays empty on purpose.
+        super().__init__(cfg, policy_actor_group=None, inference_engine_client=None)
+        self._actor_groups = {}
+        self._gpu_state = {}
+        self.backend = backend
+        self.spec = spec
+        self.sync_policy = sync_policy
+        self.trace = trace
+        self.call_timeout_s = call_timeout_s
+        self.weights_version: int | None = None
+        self.optimizer_steps = 0
+        self._pending_lr: float | None = None
+        self._metrics: dict[str, list[float]] = defaultdict(list)
+        self._timings: dict[str, float] = defaultdict(float)
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def _run(self, coro: Any) -> Any:
+        from arctic_rl_core.dispatch import run
+
+        return run(coro, timeout=self.call_timeout_s)
+
+    def _check_model(self, model: str, allowed: tuple[str, ...] = _MODELS) -> None:
+        if model not in allowed:
+            raise ValueError(
+                f"model={model!r}: the Arctic dispatch serves {list(allowed)} only "
+                "(no critic: unset trainer.critic.model.path)"
+            )
+
+    def _timed(self, name: str, start: float) -> None:
+        self._timings[f"arctic/{name}"] += time.perf_counter() - start
+
+    def _record(self, op: str, payload: WirePayload) -> None:
+        if self.trace is not None:
+            self.trace.record(op, payload, optimizer_steps=self.optimizer_steps)
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Per-step metrics gathered by this dispatch (means over calls), then cleared."""
+        out = {k: sum(v) / len(v) for k, v in self._metrics.items() if v}
+        self._metrics.clear()
+        return out
+
+    # -- sizes --------------------------------------------------------------------------------
+    def get_lcm_dp_size(self) -> int:
+        """Rows must split evenly across the backend's data-parallel ranks x accumulation steps."""
+        return self.spec.dp_size * self.spec.grad_accum_steps
+
+    def dp_size(self, model: str) -> int:
+        self._check_model(model)
+        return self.spec.dp_size
+
+    # -- forward (old and reference log-probs) --------------------------------------------------
+    def forward(
+        self,
+        model: str,
+        data: TrainingInputBatch,
+        loss_fn: str | None = None,
+        loss_fn_config: dict[str, Any] | None = None,
+        model_id: str | None = None,
+        **worker_kwargs: Any,
+    ) -> WorkerOutput:
+        """Log-probs of the batch's responses under the policy (`"policy"`) or the backend's frozen
+        reference model (`"ref"`), right-aligned per row as SkyRL's workers return them."""
+        from arctic_rl_core.wire import build_forward_payload, response_logprobs
+
+        self._check_model(model)
+        self._reject_extras("forward", loss_fn, loss_fn_config, model_id, worker_kwargs)
+        start = time.perf_counter()
+        samples = to_rollout_samples(data, with_advantages=False, with_old=False, with_ref=False)
+        payload = build_forward_payload(samples, self.spec)
+        self._record(f"forward_{model}", payload)
+        out = self._run(self.backend.forward(payload, reference_model=(model == "ref")))
+        values_B_R, _mask_B_R = response_logprobs(out.logprobs_B_S, payload, self.spec)
+        rows = to_skyrl_rows(values_B_R, response_lengths(data), data["response_mask"].shape[1])
+        self._timed(f"forward_{model}", start)
+        return WorkerOutput(loss_fn_outputs=rows, metrics={})
+
+    def stage_data(
+        self, model: str, data: TrainingInputBatch, mini_batch_boundaries: list[tuple[int, int]]
+    ) -> list[list[TrainingInputBatch]]:
+        """Mini-batches as `[[rows]]` (one chunk per mini-batch: the backend splits across its own
+        data-parallel ranks). Nothing is put in a Ray object store."""
+        self._check_model(model)
+        staged = []
+        for begin, end in mini_batch_boundaries:
+            rows = end - begin
+            if rows % self.get_lcm_dp_size():
+                raise ValueError(
+                    f"mini-batch rows [{begin}, {end}) = {rows} do not split across data-parallel x "
+                    f"gradient-accumulation = {self.get_lcm_dp_size()}: make trainer.policy_mini_batch_size x "
+                    "generator.n_samples_per_prompt a multiple of it"
+                )
+            staged.append([data[begin:end]])
+        return staged
+
+    def forward_from_staged(
+        self,
+        model: str,
+        chunk_refs: list[TrainingInputBatch],
+        loss_fn: str | None = None,
+        loss_fn_config: dict[str, Any] | None = None,
+        model_id: str | None = None,
+        **worker_kwargs: Any,
+    ) -> WorkerOutput:
+        return self.forward(model, _one_chunk(chunk_refs), loss_fn, loss_fn_config, model_id, **worker_kwargs)
+
+    # -- training -------------------------------------------------------------------------------
+    def forward_backward(
+        self,
+        model: str,
+        data: TrainingInputBatch,
+        loss_fn: str | None = None,
+        loss_fn_config: dict[str, Any] | None = None,
+        model_id: str | None = None,
+        **worker_kwargs: Any,
+    ) -> WorkerOutput:
+        """One mini-batch through the Arctic loss; gradients accumulate until `optim_step`."""
+        from arctic_rl_core.wire import build_train_payload
+
+        self._check_model(model, ("policy",))
+        self._reject_extras("forward_backward", loss_fn, loss_fn_config, model_id, worker_kwargs)
+        start = time.perf_counter()
+        with_ref = bool(self.spec.use_kl_loss)
+        samples = to_rollout_samples(data, with_advantages=True, with_old=True, with_ref=with_ref)
+        payload = build_train_payload(samples, self.spec)
+        self._record("forward_backward", payload)
+        out = self._run(self.backend.forward_backward(payload))
+        if not math.isfinite(out.loss):
+            raise FloatingPointError(
+                f"Arctic backend returned a non-finite loss {out.loss} at step {self.optimizer_steps}"
+            )
+        self._timed("forward_backward", start)
+        metrics = {
+            "policy_loss": float(out.loss),
+            **{f"arctic/{k}": float(v) for k, v in out.metrics.items()},
+        }
+        if data.get("rollout_logprobs") is not None and data.get("action_log_probs") is not None:
+            metrics.update(_logprob_mismatch(data))
+        return WorkerOutput(loss_fn_outputs=[{} for _ in range(len(samples))], metrics=metrics)
+
+    def forward_backward_from_staged(
+        self,
+        model: str,
+        chunk_refs: list[TrainingInputBatch],
+        loss_fn: str | None = None,
+        loss_fn_config: dict[str, Any] | None = None,
+        model_id: str | None = None,
+        **worker_kwargs: Any,
+    ) -> WorkerOutput:
+        return self.forward_backward(
+            model, _one_chunk(chunk_refs), loss_fn, loss_fn_config, model_id, **worker_kwargs
+        )
+
+    def optim_step(self, model: str, model_id: str | None = None) -> float | None:
+        """Optimizer step on the backend; returns the grad norm (SkyRL logs it)."""
+        self._check_model(model, ("policy",))
+        self._reject_extras("optim_step", None, None, model_id, {})
+        start = time.perf_counter()
+        lr, self._pending_lr = self._pending_lr, None
+        out = self._run(self.backend.step(learning_rate=lr))
+        self._timed("step", start)
+        self.optimizer_steps = out.step
+        self._metrics["lr"].append(float(out.learning_rate))
+        self._metrics["optimizer_steps"].append(float(out.step))
+        for k, v in out.metrics.items():
+            self._metrics[f"arctic/step/{k}"].append(float(v))
+        return float(out.grad_norm)
+
+    def set_lr(self, model: str, learning_rate: float, model_id: str | None = None) -> None:
+        """The learning rate of the next `optim_step` (the backend's schedule is bypassed for it)."""
+        self._check_model(model, ("policy",))
+        self._reject_extras("set_lr", None, None, model_id, {})
+        self._pending_lr = float(learning_rate)
+
+    def set_algorithm_config(self, model: str, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            f"set_algorithm_config({model!r}, {sorted(kwargs)}): the Arctic loss settings are fixed at "
+            "startup from trainer.algorithm.*; restart with the new values"
+        )
+
+    # -- weight sync ----------------------------------------------------------------------------
+    def init_weight_sync_state(self, inference_engine_client: Any) -> None:
+        """Read the backend's state: the sampler's weights version before the first sync."""
+        state = self._run(self.backend.state())
+        self.weights_version = state.weights_version
+        self.optimizer_steps = state.trainer_version
+
+    async def save_weights_for_sampler(self, model_id: str | None = None) -> None:
+        """Trainer weights -> sampler through the core weight-sync policy (wake, sync, reset...)."""
+        from arctic_rl_core.dispatch import run
+        from arctic_rl_core.weight_sync import sync_after_step
+
+        self._reject_extras("save_weights_for_sampler", None, None, model_id, {})
+        start = time.perf_counter()
+        # The trainer awaits this on its own loop; the backend lives on the core's background loop.
+        self.weights_version = run(
+            sync_after_step(self.backend, self.sync_policy), timeout=self.call_timeout_s
+        )
+        self.last_weight_sync_seconds = time.perf_counter() - start
+        self._metrics["weights_version"].append(float(self.weights_version))
+
+    def get_timing_metrics(self) -> dict[str, float]:
+        """Seconds spent per backend phase since the last call (SkyRL prefixes `timing/`)."""
+        out = dict(self._timings)
+        self._timings.clear()
+        if self.last_weight_sync_seconds is not None:
+            out["sync_weights_only_transfer"] = self.last_weight_sync_seconds
+        return out
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def save_checkpoint(
+        self, model: str, ckpt_dir: str, tokenizer: Any = None, model_id: str | None = None
+    ) -> None:
+        """Backend checkpoint (weights, optimizer, scheduler, RNG, step) under `ckpt_dir`, plus a
+        marker naming it, so `load_checkpoint(ckpt_dir)` finds it."""
+        self._check_model(model, ("policy",))
+        self._reject_extras("save_checkpoint", None, None, model_id, {})
+        start = time.perf_counter()
+        os.makedirs(ckpt_dir, exist_ok=True)
+        saved = self._run(
+            self.backend.save_checkpoint(os.path.join(ckpt_dir, "backend"), self.optimizer_steps)
+        )
+        marker = {
+            "backend_dir": str(saved),
+            "step": self.optimizer_steps,
+            "weights_version": self.weights_version,
+        }
+        with open(os.path.join(ckpt_dir, CHECKPOINT_MARKER), "w", encoding="utf-8") as f:
+            json.dump(marker, f)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(os.path.join(ckpt_dir, "tokenizer"))
+        self._timed("save_checkpoint", start)
+
+    def finalize_pending_saves(self, model: str) -> None:
+        """Backend saves complete before `save_checkpoint` returns: nothing is ever pending."""
+        self._check_model(model, ("policy",))
+
+    def load_checkpoint(
+        self,
+        model: str,
+        ckpt_dir: str,
+        load_optimizer_states: bool = True,
+        load_lr_scheduler_states: bool = True,
+        model_id: str | None = None,
+    ) -> None:
+        """Restore weights, optimizer, scheduler, RNG and step from a `save_checkpoint` directory."""
+        self._check_model(model, ("policy",))
+        self._reject_extras("load_checkpoint", None, None, model_id, {})
+        if not (load_optimizer_states and load_lr_scheduler_states):
+            raise ValueError(
+                f"load_checkpoint(load_optimizer_states={load_optimizer_states}, load_lr_scheduler_states="
+                f"{load_lr_scheduler_states}): the Arctic backend restores weights, optimizer and schedule "
+                "together; pass True for both"
+            )
+        marker_path = os.path.join(ckpt_dir, CHECKPOINT_MARKER)
+        if not os.path.exists(marker_path):
+            raise FileNotFoundError(
+                f"{marker_path} not found: {ckpt_dir} was not saved by the Arctic dispatch"
+            )
+        with open(marker_path, encoding="utf-8") as f:
+            marker = json.load(f)
+        self._run(self.backend.load_checkpoint(marker["backend_dir"], int(marker["step"])))
+        self.optimizer_steps = int(marker["step"])
+
+    def save_hf_model(self, model: str, export_dir: str, tokenizer: Any) -> None:
+        raise NotImplementedError(
+            f"save_hf_model({model!r}, {export_dir!r}): the Arctic backend has no HF export; set "
+            "trainer.hf_save_interval=-1 and use trainer.ckpt_interval checkpoints"
+        )
+
+    def init_model(self, model: str, model_path: str, num_training_steps: int | None = None) -> None:
+        raise NotImplementedError(
+            f"init_model({model!r}, {model_path!r}): the backend builds its models at startup; "
+            "trainer.update_ref_every_epoch must be false"
+        )
+
+    # -- placement, memory, nodes -----------------------------------------------------------------
+    def offload_for_sampling(self) -> None:
+        """Nothing to offload: placement and sleep/wake are the backend's (weight-sync policy)."""
+
+    def mark_all_offloaded(self) -> None:
+        """No SkyRL-side models to track."""
+
+    def mark_as_offloaded(self, model: str) -> None:
+        """No SkyRL-side models to track."""
+
+    def empty_cache(self, model: str | None = None) -> None:
+        """No device cache lives in this process (the backend manages its own memory)."""
+
+    def get_node_ids(self) -> list[str]:
+        """No SkyRL worker nodes: checkpoints are cleaned on the driver only."""
+        return []
+
+    def set_inference_engine_client(self, inference_engine_client: Any) -> None:
+        self._inference_engine_client = inference_engine_client
+
+    def register_actor_group(self, model: str, actor_group: Any) -> None:
+        raise NotImplementedError(f"register_actor_group({model!r}): the Arctic dispatch has no actor groups")
+
+    # -- LoRA adapters (multi-tenant Tinker path) ---------------------------------------------------
+    def ensure_active_adapter(
+        self, role: str, model_id: str | None, require_model_resident: bool = True
+    ) -> None:
+        if model_id is not None:
+            raise NotImplementedError(
+                f"ensure_active_adapter({role!r}, {model_id!r}): no LoRA adapters on Arctic"
+            )
+
+    def register_adapter(self, role: str, model_id: str) -> None:
+        raise NotImplementedError(f"register_adapter({role!r}, {model_id!r}): no LoRA adapters on Arctic")
+
+    def delete_adapter(self, role: str, model_id: str) -> None:
+        raise NotImplementedError(f"delete_adapter({role!r}, {model_id!r}): no LoRA adapters on Arctic")
+
+    # -- profiling ---------------------------------------------------------------------------------
+    def start_profile(self, model: str, config: dict | None = None, raise_on_error: bool = False) -> None:
+        raise NotImplementedError(
+            "torch profiling of SkyRL workers: there are none on the Arctic path; set "
+            "trainer.policy.torch_profiler_config.enable=false and profile the Arctic server"
+        )
+
+    def profile_step(self, model: str) -> list[str | None] | None:
+        raise NotImplementedError("profile_step: no SkyRL workers to profile on the Arctic path")
+
+    def stop_profile(self, model: str, raise_on_error: bool = False) -> None:
+        raise NotImplementedError("stop_profile: no SkyRL workers to profile on the Arctic path")
+
+    def dump_profiler_summary(self, model: str) -> list | None:
+        """No profiler ever runs here, so there is no summary."""
+        return None
+
+    # -- argument checks -----------------------------------------------------------------------
+    @staticmethod
+    def _reject_extras(
+        method: str,
+        loss_fn: str | None,
+        loss_fn_config: dict[str, Any] | None,
+        model_id: str | None,
+        worker_kwargs: dict[str, Any],
+    ) -> None:
+        bad = {
+            k: v
+            for k, v in {"loss_fn": loss_fn, "loss_fn_config": loss_fn_config, "model_id": model_id}.items()
+            if v is not None
+        }
+        bad.update(worker_kwargs)
+        if bad:
+            raise NotImplementedError(
+                f"{method}({bad}): the Arctic loss is configured once from trainer.algorithm.*; "
+                "per-call losses, LoRA model ids and worker options are not supported"
+            )
+
+
+def _one_chunk(chunk_refs: list[TrainingInputBatch]) -> TrainingInputBatch:
+    if len(chunk_refs) != 1:
+        raise ValueError(f"expected one staged chunk per mini-batch (from stage_data), got {len(chunk_refs)}")
+    return chunk_refs[0]
+
+
+def _logprob_mismatch(data: TrainingInputBatch) -> dict[str, float]:
+    """|train - rollout| log-prob over loss tokens (old log-probs are the trainer's view)."""
+    mask_B_R = data["loss_mask"] > 0
+    if not bool(mask_B_R.any()):
+        return {}
+    diff = (data["action_log_probs"][mask_B_R] - data["rollout_logprobs"][mask_B_R]).abs()
+    return {
+        "train_rollout_logprob_abs_diff_mean": float(diff.mean()),
+        "train_rollout_logprob_abs_diff_max": float(diff.max()),
+    }

@@ -1,0 +1,89 @@
+"""SkyRL's training batch <-> the core's per-sample rollouts.
+
+SkyRL lays each row out as one left-padded block `[pad.. prompt response]` (`sequences`,
+`attention_mask` `[B, S]`) with response-level tensors RIGHT-aligned in `[B, R]` (`response_mask`,
+`loss_mask`, `advantages`, `action_log_probs`, ...). The core wire builder takes per-sample token
+lists and response-aligned values instead; its log-probs come back response-aligned from column 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from arctic_rl_core.wire import RolloutSample
+    from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
+
+
+def _row_values(values_B_R: torch.Tensor | None, row: int, resp_len: int) -> list[float] | None:
+    if values_B_R is None:
+        return None
+    return values_B_R[row, values_B_R.shape[1] - resp_len :].tolist()
+
+
+def to_rollout_samples(
+    data: TrainingInputBatch, *, with_advantages: bool, with_old: bool, with_ref: bool
+) -> list[RolloutSample]:
+    """One `RolloutSample` per row of a SkyRL batch.
+
+    `loss_mask` becomes the sample's response mask (SkyRL's loss mask is what its loss reads).
+    """
+    from arctic_rl_core.wire import RolloutSample
+
+    sequences_B_S = data["sequences"].cpu()
+    attention_B_S = data["attention_mask"].cpu().bool()
+    response_mask_B_R = data["response_mask"].cpu()
+    loss_mask_B_R = data.get("loss_mask")
+    loss_mask_B_R = loss_mask_B_R.cpu() if loss_mask_B_R is not None else response_mask_B_R
+    advantages_B_R = data["advantages"].cpu() if with_advantages else None
+    old_B_R = _required(data, "action_log_probs").cpu() if with_old else None
+    ref_B_R = _required(data, "base_action_log_probs").cpu() if with_ref else None
+    rollout_B_R = data.get("rollout_logprobs")
+    rollout_B_R = rollout_B_R.cpu() if rollout_B_R is not None else None
+
+    resp_lens = response_mask_B_R.sum(dim=1).tolist()
+    samples: list[RolloutSample] = []
+    for row, resp_len in enumerate(resp_lens):
+        resp_len = int(resp_len)
+        tokens = sequences_B_S[row][attention_B_S[row]].tolist()
+        if resp_len <= 0 or resp_len >= len(tokens):
+            raise ValueError(
+                f"SkyRL batch row {row}: response length {resp_len} with {len(tokens)} real tokens; "
+                "every row needs a non-empty prompt and a non-empty response"
+            )
+        samples.append(
+            RolloutSample(
+                prompt_ids=tokens[:-resp_len],
+                response_ids=tokens[-resp_len:],
+                response_mask=[int(v) for v in _row_values(loss_mask_B_R, row, resp_len)],
+                advantages=_row_values(advantages_B_R, row, resp_len) if with_advantages else 0.0,
+                old_logprobs=_row_values(old_B_R, row, resp_len),
+                ref_logprobs=_row_values(ref_B_R, row, resp_len),
+                rollout_logprobs=_row_values(rollout_B_R, row, resp_len),
+            )
+        )
+    return samples
+
+
+def _required(data: TrainingInputBatch, key: str) -> torch.Tensor:
+    value = data.get(key)
+    if value is None:
+        raise ValueError(f"SkyRL batch has no '{key}': the trainer must compute it before this call")
+    return value
+
+
+def response_lengths(data: TrainingInputBatch) -> list[int]:
+    return [int(v) for v in data["response_mask"].sum(dim=1).tolist()]
+
+
+def to_skyrl_rows(values_B_R: torch.Tensor, resp_lens: Sequence[int], width: int) -> list[dict[str, Any]]:
+    """Response-aligned core values (response token j at column j) -> SkyRL's per-sample outputs,
+    right-aligned in `width` columns with zeros in front (what SkyRL's workers return)."""
+    import torch
+
+    out_B_W = torch.zeros((len(resp_lens), width), dtype=torch.float32)
+    for row, n in enumerate(resp_lens):
+        out_B_W[row, width - n :] = values_B_R[row, :n].to(torch.float32)
+    return [{"logprobs": out_B_W[row].tolist()} for row in range(len(resp_lens))]

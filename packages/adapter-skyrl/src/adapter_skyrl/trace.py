@@ -1,0 +1,34 @@
+"""A JSON-lines record of every payload the adapter sends (the parity suite compares these)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from arctic_rl_core.backends.protocol import WirePayload
+
+
+class PayloadTrace:
+    """Appends `payload_to_trace_record(op, payload)` plus the call index, one JSON object a line."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._index = 0
+
+    def record(self, op: str, payload: WirePayload, **extra: Any) -> None:
+        from arctic_rl_core.wire import payload_to_trace_record
+
+        entry = {"index": self._index, **payload_to_trace_record(op, payload), **extra}
+        with self._lock, self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(entry, sort_keys=True) + "\n")
+            self._index += 1
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line]
