@@ -1,0 +1,165 @@
+"""Run coroutines from synchronous code: one persistent background event loop per process.
+
+SkyRL's trainer calls synchronous dispatch methods from inside a running event loop; verl's
+workers are synchronous Ray methods. Both reach the async `Backend` through `run(coro)`:
+
+- the loop lives in one daemon thread, started on first use and reused by every call, so a call
+  costs a thread hand-off, not a new thread pool and a new event loop;
+- `run` works from plain sync code and from inside another running loop (that loop's thread
+  blocks until the result is ready; it must not be the background loop's own thread);
+- exceptions propagate unchanged (same object, type and message, `RuntimeError` included);
+- `timeout` cancels the coroutine on the background loop, waits for the cancellation to finish,
+  then raises `TimeoutError`;
+- safe under concurrent callers; shut down cleanly at interpreter exit (pending work is
+  cancelled); a forked child starts its own loop on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+_THREAD_NAME = "arctic-rl-dispatch"
+_SHUTDOWN_JOIN_S = 5.0
+
+
+class DispatchLoop:
+    """A persistent event loop in a daemon thread. Use the module-level `run` in code; this
+    class exists so tests and embedders can own a private one."""
+
+    def __init__(self, name: str = _THREAD_NAME) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The running background loop, started on first use."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            return loop
+        with self._lock:
+            if self._loop is None or not self._loop.is_running():
+                self._start_locked()
+            assert self._loop is not None
+            return self._loop
+
+    def _start_locked(self) -> None:
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(ready.set)
+            try:
+                loop.run_forever()
+            finally:
+                _cancel_pending(loop)
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+                asyncio.set_event_loop(None)
+                loop.close()
+
+        thread = threading.Thread(target=serve, name=self._name, daemon=True)
+        thread.start()
+        ready.wait()
+        self._loop, self._thread = loop, thread
+
+    def is_running(self) -> bool:
+        return self._loop is not None and self._loop.is_running()
+
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+    def shutdown(self, timeout: float = _SHUTDOWN_JOIN_S) -> None:
+        """Cancel pending work, stop the loop and join its thread. Idempotent; a later `run`
+        starts a fresh loop."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        if threading.current_thread() is thread:
+            raise RuntimeError("DispatchLoop.shutdown() called from the dispatch loop's own thread")
+        if loop.is_running():
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout)
+
+    def _forget_after_fork(self) -> None:
+        # The child has no copy of the loop's thread: drop the stale loop without touching it.
+        self._lock = threading.Lock()
+        self._loop = self._thread = None
+
+    # -- calls --------------------------------------------------------------------------------
+    def run[T](self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run `coro` on the background loop and return its result (or raise its exception)."""
+        if not asyncio.iscoroutine(coro):
+            raise TypeError(
+                f"dispatch.run() needs a coroutine object, got {type(coro).__name__}: "
+                "call the async function, e.g. run(backend.step()), not run(backend.step)"
+            )
+        if timeout is not None and timeout <= 0:
+            coro.close()
+            raise ValueError(f"dispatch.run(timeout={timeout}): must be > 0 seconds or None")
+        try:
+            loop = self.loop()
+            if threading.current_thread() is self._thread:
+                raise RuntimeError(
+                    "dispatch.run() called from the dispatch loop's own thread (it would wait on "
+                    "itself forever): inside a coroutine running there, `await` the call instead"
+                )
+            work = coro if timeout is None else _with_timeout(coro, timeout)
+            future = asyncio.run_coroutine_threadsafe(work, loop)
+        except BaseException:
+            coro.close()  # never scheduled: no "coroutine was never awaited" warning
+            raise
+        try:
+            return future.result()  # re-raises the coroutine's own exception object
+        except BaseException:
+            if not future.done():  # e.g. KeyboardInterrupt in the caller: cancel the work too
+                future.cancel()
+            raise
+
+
+async def _with_timeout[T](coro: Coroutine[Any, Any, T], timeout: float) -> T:
+    # wait_for cancels the inner task and waits for its cleanup before raising TimeoutError.
+    try:
+        return await asyncio.wait_for(coro, timeout)
+    except TimeoutError:
+        raise TimeoutError(f"dispatched coroutine timed out after {timeout:g}s and was cancelled") from None
+
+
+def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
+_DEFAULT = DispatchLoop()
+
+
+def run[T](coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    """Run `coro` to completion on this process's background loop; see the module docstring."""
+    return _DEFAULT.run(coro, timeout)
+
+
+def background_loop() -> asyncio.AbstractEventLoop:
+    """This process's background loop (started on first use)."""
+    return _DEFAULT.loop()
+
+
+def shutdown(timeout: float = _SHUTDOWN_JOIN_S) -> None:
+    """Stop this process's background loop (also done automatically at exit)."""
+    _DEFAULT.shutdown(timeout)
+
+
+atexit.register(shutdown)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_DEFAULT._forget_after_fork)
