@@ -12,6 +12,7 @@ from adapter_skyrl.config import (
     parse_cli,
     skyrl_owned_values,
     strip_override_entrypoint,
+    total_training_steps,
     training_horizon,
 )
 
@@ -88,6 +89,7 @@ def test_stock_defaults_are_rejected_all_at_once_with_remedies():
         ),
         ("trainer.arctic_rl.loss.kl_loss_coef=0.1", "trainer.arctic_rl.loss", "trainer.algorithm"),
         ("trainer.arctic_rl.batch.rollouts_per_prompt=2", "trainer.arctic_rl.batch", "n_samples_per_prompt"),
+        ("trainer.policy.optimizer_config.scheduler=linear", "optimizer_config.scheduler", "cosine"),
     ],
 )
 def test_each_unhonourable_setting_names_field_value_and_fix(override, path, remedy):
@@ -120,14 +122,28 @@ def test_skyrl_fields_map_to_core_names_with_real_skyrl_names():
         ]
     )
     # 10 batches per epoch x 3 epochs capped at 5 global steps; 2 mini-batches x 2 update epochs each.
+    assert total_training_steps(cfg, steps_per_epoch=10) == 5
     assert training_horizon(cfg, steps_per_epoch=10) == 5 * 2 * 2
     values = skyrl_owned_values(cfg, steps_per_epoch=10)
-    assert values["optimizer.betas"] == [0.8, 0.95]
+    assert values["optimizer.betas"] == (0.8, 0.95)
     assert values["optimizer.lr"] == 3e-5
-    assert values["optimizer.horizon_steps"] == 20
+    assert values["optimizer.total_training_steps"] == 5
+    assert values["optimizer.scheduler"] == "constant"  # SkyRL's constant_with_warmup
     assert (values["loss.clip_ratio_low"], values["loss.clip_ratio_high"]) == (0.2, 0.28)
     assert values["loss.loss_agg_mode"] == "seq-mean-token-mean"
     assert values["loss.entropy_coeff"] == 0.02
     assert values["loss.temperature"] == 0.7
     assert values["loss.kl_loss_type"] == "k3" and values["loss.use_kl_loss"] is True
-    assert values["batch.rollouts_per_prompt"] == 4 and values["batch.update_epochs"] == 2
+    assert values["batch.rollouts_per_prompt"] == 4 and values["batch.epochs"] == 2
+    assert values["batch.mini_batch_prompts"] == 4 and values["batch.prompts_per_step"] == 8
+
+
+def test_arctic_only_fields_of_skyrl_owned_groups_stay_settable():
+    cfg = parse_cli(
+        [*SUPPORTED, "trainer.arctic_rl.optimizer.eps=1e-6", "trainer.arctic_rl.loss.loss_fn=sft"]
+    )
+    with pytest.raises(UnsupportedSkyRLSettingError) as info:
+        check_supported(cfg)
+    assert info.value.problems == [
+        "trainer.arctic_rl.loss.loss_fn: SkyRL owns this setting; set trainer.algorithm.policy_loss_type instead"
+    ]

@@ -8,7 +8,6 @@ the fix.
 """
 
 # No `from __future__ import annotations`: SkyRL's config builder reads real field types.
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -66,6 +65,8 @@ LOSS_REDUCTION_TO_AGG_MODE = {
     "sequence_mean": "seq-mean-token-mean",
     "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
 }
+# SkyRL (HF) scheduler names the core schedule reproduces: linear warmup, then constant or cosine to 0.
+SCHEDULERS = {"constant_with_warmup": "constant", "cosine": "cosine"}
 # SkyRL's kl_estimator_type names that the server's kl_penalty knows under the same name.
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 # SkyRL outcome estimators computed by the trainer from rewards alone (no critic values).
@@ -216,21 +217,46 @@ _RULES: tuple[_Rule, ...] = (
         "set it to false; the Arctic generator reports the raw reward",
     ),
     _Rule(
+        "trainer.policy.optimizer_config.scheduler",
+        lambda v: v not in SCHEDULERS,
+        f"use one of {list(SCHEDULERS)} (linear warmup, then constant or cosine to 0)",
+    ),
+    _Rule(
         "generator.apply_overlong_filtering",
         lambda v: v is True,
         "set it to false; the Arctic generator does not filter overlong responses",
     ),
 )
 
-# The core groups whose fields SkyRL owns: setting them under trainer.arctic_rl is an error.
+# Core settings SkyRL owns (core dotted name -> the SkyRL field to set instead). Setting one
+# under trainer.arctic_rl is an error; other fields of the same groups (e.g. optimizer.eps) are free.
 SKYRL_OWNED: Mapping[str, str] = {
-    "optimizer": "trainer.policy.optimizer_config.* (lr, adam_betas, weight_decay, max_grad_norm, "
-    "scheduler, num_warmup_steps)",
-    "loss": "trainer.algorithm.* (eps_clip_low/high, clip_ratio_c, loss_reduction, use_kl_loss, "
-    "kl_loss_coef, kl_estimator_type, use_entropy_loss, entropy_loss_coef, temperature)",
-    "batch": "trainer.train_batch_size, generator.n_samples_per_prompt, trainer.policy_mini_batch_size, "
-    "trainer.micro_train_batch_size_per_gpu, trainer.update_epochs_per_batch, trainer.max_prompt_length, "
-    "generator.sampling_params.max_generate_length",
+    "batch.prompts_per_step": "trainer.train_batch_size",
+    "batch.rollouts_per_prompt": "generator.n_samples_per_prompt",
+    "batch.mini_batch_prompts": "trainer.policy_mini_batch_size",
+    "batch.micro_batch_size_per_gpu": "trainer.micro_train_batch_size_per_gpu",
+    "batch.epochs": "trainer.update_epochs_per_batch",
+    "batch.max_prompt_length": "trainer.max_prompt_length",
+    "batch.max_response_length": "generator.sampling_params.max_generate_length",
+    "optimizer.lr": "trainer.policy.optimizer_config.lr",
+    "optimizer.betas": "trainer.policy.optimizer_config.adam_betas",
+    "optimizer.weight_decay": "trainer.policy.optimizer_config.weight_decay",
+    "optimizer.grad_clip": "trainer.policy.optimizer_config.max_grad_norm",
+    "optimizer.scheduler": "trainer.policy.optimizer_config.scheduler",
+    "optimizer.warmup_ratio": "trainer.policy.optimizer_config.num_warmup_steps",
+    "optimizer.total_training_steps": "trainer.epochs / trainer.max_training_steps",
+    "loss.loss_fn": "trainer.algorithm.policy_loss_type",
+    "loss.clip_ratio_low": "trainer.algorithm.eps_clip_low",
+    "loss.clip_ratio_high": "trainer.algorithm.eps_clip_high",
+    "loss.clip_ratio_c": "trainer.algorithm.clip_ratio_c",
+    "loss.loss_agg_mode": "trainer.algorithm.loss_reduction",
+    "loss.loss_scale_factor": "trainer.algorithm.max_seq_len",
+    "loss.use_kl_loss": "trainer.algorithm.use_kl_loss",
+    "loss.kl_loss_coef": "trainer.algorithm.kl_loss_coef",
+    "loss.kl_loss_type": "trainer.algorithm.kl_estimator_type",
+    "loss.entropy_coeff": "trainer.algorithm.use_entropy_loss / entropy_loss_coef",
+    "loss.temperature": "generator.sampling_params.temperature (or trainer.algorithm.temperature)",
+    "determinism.seed": "trainer.seed",
 }
 
 
@@ -255,11 +281,10 @@ def check_supported(cfg: SkyRLTrainConfig) -> None:
     if not isinstance(arctic_rl, Mapping):
         problems.append(f"trainer.arctic_rl={arctic_rl!r}: must be a mapping of core config groups")
     else:
-        for group, owner in SKYRL_OWNED.items():
-            if group in arctic_rl:
+        for key in sorted(dict(_flatten_items("", arctic_rl))):
+            if key in SKYRL_OWNED:
                 problems.append(
-                    f"trainer.arctic_rl.{group}={dict(arctic_rl[group])!r}: SkyRL owns these settings; "
-                    f"set {owner} instead"
+                    f"trainer.arctic_rl.{key}: SkyRL owns this setting; set {SKYRL_OWNED[key]} instead"
                 )
     n = cfg.generator.n_samples_per_prompt
     if (
@@ -276,55 +301,67 @@ def check_supported(cfg: SkyRLTrainConfig) -> None:
         raise UnsupportedSkyRLSettingError(problems)
 
 
-def training_horizon(cfg: SkyRLTrainConfig, steps_per_epoch: int) -> int:
-    """Optimizer steps of the whole run (the LR schedule's horizon), as SkyRL computes it:
-    global steps (epochs x batches per epoch, capped by max_training_steps) times optimizer steps
-    per global step (mini-batches x update epochs)."""
-    global_steps = steps_per_epoch * cfg.trainer.epochs
-    if cfg.trainer.max_training_steps is not None:
-        global_steps = min(global_steps, cfg.trainer.max_training_steps)
-    per_batch = cfg.trainer.train_batch_size // cfg.trainer.policy_mini_batch_size
-    return global_steps * per_batch * cfg.trainer.update_epochs_per_batch
-
-
 def to_arctic_config(cfg: SkyRLTrainConfig, *, steps_per_epoch: int) -> "ArcticRLConfig":
     """The core config for this SkyRL run: `trainer.arctic_rl.*` groups plus SkyRL's own fields
     under their core names. Raises the core `ConfigError` for invalid combinations."""
-    from arctic_rl_core.config import load_config
+    from arctic_rl_core.config import ArcticRLConfig
 
     check_supported(cfg)
-    overrides = list(_flatten("", dict(cfg.trainer.arctic_rl)))
-    overrides += [
-        f"{k}={_format(v)}" for k, v in skyrl_owned_values(cfg, steps_per_epoch=steps_per_epoch).items()
-    ]
-    return load_config(None, overrides)
+    data: dict[str, Any] = {}
+    for key, value in _flatten_items("", dict(cfg.trainer.arctic_rl)):
+        _set_dotted(data, key, value)
+    for key, value in skyrl_owned_values(cfg, steps_per_epoch=steps_per_epoch).items():
+        _set_dotted(data, key, value)
+    return ArcticRLConfig.from_dict(
+        data, source="SkyRL config (trainer.* / generator.* / trainer.arctic_rl.*)"
+    )
+
+
+def total_training_steps(cfg: SkyRLTrainConfig, steps_per_epoch: int) -> int:
+    """Global training steps of the run, as SkyRL's trainer computes them."""
+    steps = steps_per_epoch * cfg.trainer.epochs
+    if cfg.trainer.max_training_steps is not None:
+        steps = min(steps, cfg.trainer.max_training_steps)
+    return steps
+
+
+def training_horizon(cfg: SkyRLTrainConfig, steps_per_epoch: int) -> int:
+    """Optimizer steps of the whole run (the LR schedule's horizon), as SkyRL computes it:
+    global steps times optimizer steps per global step (mini-batches x update epochs)."""
+    per_batch = cfg.trainer.train_batch_size // cfg.trainer.policy_mini_batch_size
+    return total_training_steps(cfg, steps_per_epoch) * per_batch * cfg.trainer.update_epochs_per_batch
 
 
 def skyrl_owned_values(cfg: SkyRLTrainConfig, *, steps_per_epoch: int) -> dict[str, Any]:
-    """SkyRL's settings under the core schema's dotted names."""
+    """SkyRL's settings under the core schema's dotted names (the keys of `SKYRL_OWNED`)."""
     algo = cfg.trainer.algorithm
     opt = cfg.trainer.policy.optimizer_config
     sp = cfg.generator.sampling_params
     temperature = algo.temperature if algo.temperature is not None else sp.temperature
+    horizon = training_horizon(cfg, steps_per_epoch)
     values: dict[str, Any] = {
         "batch.prompts_per_step": cfg.trainer.train_batch_size,
         "batch.rollouts_per_prompt": cfg.generator.n_samples_per_prompt,
         "batch.mini_batch_prompts": cfg.trainer.policy_mini_batch_size,
-        "batch.micro_batch_size": cfg.trainer.micro_train_batch_size_per_gpu,
-        "batch.update_epochs": cfg.trainer.update_epochs_per_batch,
-        "batch.max_prompt_len": cfg.trainer.max_prompt_length,
-        "batch.max_response_len": sp.max_generate_length,
+        "batch.micro_batch_size_per_gpu": cfg.trainer.micro_train_batch_size_per_gpu,
+        "batch.epochs": cfg.trainer.update_epochs_per_batch,
+        "batch.max_prompt_length": cfg.trainer.max_prompt_length,
+        "batch.max_response_length": sp.max_generate_length,
         "optimizer.lr": opt.lr,
-        "optimizer.betas": list(opt.adam_betas),
+        "optimizer.betas": tuple(opt.adam_betas),
         "optimizer.weight_decay": opt.weight_decay,
         "optimizer.grad_clip": opt.max_grad_norm,
-        "optimizer.scheduler": opt.scheduler,
-        "optimizer.warmup_steps": opt.num_warmup_steps,
-        "optimizer.horizon_steps": training_horizon(cfg, steps_per_epoch),
+        "optimizer.scheduler": SCHEDULERS.get(opt.scheduler, opt.scheduler),
+        "optimizer.warmup_ratio": opt.num_warmup_steps / horizon if horizon else 0.0,
+        "optimizer.total_training_steps": total_training_steps(cfg, steps_per_epoch),
+        "loss.loss_fn": "verl_grpo",
         "loss.clip_ratio_low": algo.eps_clip_low,
         "loss.clip_ratio_high": algo.eps_clip_high,
         "loss.clip_ratio_c": algo.clip_ratio_c,
-        "loss.loss_agg_mode": LOSS_REDUCTION_TO_AGG_MODE[algo.loss_reduction],
+        "loss.loss_agg_mode": LOSS_REDUCTION_TO_AGG_MODE.get(algo.loss_reduction, algo.loss_reduction),
+        "loss.loss_scale_factor": algo.max_seq_len
+        if algo.loss_reduction == "seq_mean_token_sum_norm"
+        else None,
         "loss.use_kl_loss": bool(algo.use_kl_loss),
         "loss.kl_loss_coef": algo.kl_loss_coef,
         "loss.kl_loss_type": algo.kl_estimator_type,
@@ -332,24 +369,21 @@ def skyrl_owned_values(cfg: SkyRLTrainConfig, *, steps_per_epoch: int) -> dict[s
         "loss.temperature": temperature,
         "determinism.seed": cfg.trainer.seed,
     }
-    if algo.loss_reduction == "seq_mean_token_sum_norm":
-        values["loss.loss_scale_factor"] = algo.max_seq_len
+    assert set(values) == set(SKYRL_OWNED), "SKYRL_OWNED and skyrl_owned_values must list the same keys"
     return values
 
 
-def _flatten(prefix: str, node: Any):
+def _flatten_items(prefix: str, node: Any):
     if isinstance(node, Mapping) and node:
         for k, v in node.items():
-            yield from _flatten(f"{prefix}.{k}" if prefix else str(k), v)
+            yield from _flatten_items(f"{prefix}.{k}" if prefix else str(k), v)
     else:
-        yield f"{prefix}={_format(node)}"
+        yield prefix, node
 
 
-def _format(value: Any) -> str:
-    import json
-
-    if isinstance(value, str):
-        return value
-    if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
-        return str(value)
-    return json.dumps(value)
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
