@@ -1,0 +1,126 @@
+"""DeepSpeed configs of the training and reference log-prob jobs, and the worker config the
+server's DeepSpeed worker reads (model kernels, ZoRRo).
+
+Every value the server would otherwise default is written out (arctic-platform 0.1.4 turns
+`torch_autocast` ON and uses fp32 gradient accumulation when the keys are absent), so the job
+runs exactly what the configuration says.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from arctic_rl_core.config.engine_args import deep_merge
+
+if TYPE_CHECKING:
+    from arctic_rl_core.config.schema import ArcticRLConfig
+
+
+def _zero_optimization(cfg: ArcticRLConfig, *, training: bool) -> dict[str, Any]:
+    ds = cfg.deepspeed
+    zero: dict[str, Any] = {"stage": ds.zero_stage}
+    if training and ds.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if ds.offload_param:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    return zero
+
+
+def _scheduler(cfg: ArcticRLConfig) -> dict[str, Any] | None:
+    opt = cfg.optimizer
+    shape = cfg.shape
+    if opt.scheduler == "cosine":
+        return {
+            "type": "WarmupCosineLR",
+            "params": {
+                "total_num_steps": shape.training_horizon,
+                "warmup_num_steps": shape.warmup_steps,
+                "warmup_min_ratio": 0.0,
+                "cos_min_ratio": opt.min_lr_ratio,
+                "warmup_type": "linear",
+            },
+        }
+    if shape.warmup_steps > 0:
+        return {
+            "type": "WarmupLR",
+            "params": {
+                "warmup_min_lr": 0.0,
+                "warmup_max_lr": opt.lr,
+                "warmup_num_steps": shape.warmup_steps,
+                "warmup_type": "linear",
+            },
+        }
+    return None
+
+
+def training_ds_config(cfg: ArcticRLConfig) -> dict[str, Any]:
+    """`training.ds_config`: batch identity, optimizer, schedule, precision and ZeRO."""
+    shape = cfg.shape
+    ds = cfg.deepspeed
+    opt = cfg.optimizer
+    config: dict[str, Any] = {
+        "train_batch_size": shape.train_batch_size,
+        "train_micro_batch_size_per_gpu": shape.micro_batch_size_per_gpu,
+        "gradient_accumulation_steps": shape.gradient_accumulation_steps,
+        "sequence_parallel_size": cfg.placement.ulysses_sequence_parallel_size,
+        "gradient_clipping": opt.grad_clip if opt.grad_clip is not None else 0.0,
+        "optimizer": {
+            "type": "AdamW",
+            "params": {
+                "lr": opt.lr,
+                "betas": list(opt.betas),
+                "eps": opt.eps,
+                "weight_decay": opt.weight_decay,
+            },
+        },
+        "bf16": {"enabled": ds.bf16},
+        "data_types": {"grad_accum_dtype": ds.grad_accum_dtype},
+        "communication_data_type": ds.communication_data_type,
+        "torch_autocast": (
+            {"enabled": True, "dtype": ds.autocast_dtype} if ds.autocast else {"enabled": False}
+        ),
+        "zero_optimization": _zero_optimization(cfg, training=True),
+    }
+    scheduler = _scheduler(cfg)
+    if scheduler is not None:
+        config["scheduler"] = scheduler
+    merged, _ = deep_merge(config, ds.config_overrides)
+    return merged
+
+
+def log_prob_ds_config(cfg: ArcticRLConfig) -> dict[str, Any] | None:
+    """`sampling.log_prob_ds_config`: the forward-only reference engine (None without that job)."""
+    if cfg.placement.log_prob_gpus == 0:
+        return None
+    return {
+        "train_micro_batch_size_per_gpu": cfg.batch.micro_batch_size_per_gpu,
+        "sequence_parallel_size": cfg.placement.ulysses_sequence_parallel_size,
+        "zero_optimization": _zero_optimization(cfg, training=False),
+    }
+
+
+def ds_worker_config(cfg: ArcticRLConfig) -> dict[str, Any]:
+    """`training.ds_worker_config`: kernels, autocast of the log-prob engine, ZoRRo."""
+    kernels = cfg.kernels
+    zorro = cfg.zorro
+    shape = cfg.shape
+    worker: dict[str, Any] = {
+        "attn_implementation": kernels.attn_implementation,
+        "use_liger": kernels.use_liger,
+        "enable_gradient_checkpointing": kernels.gradient_checkpointing,
+        "use_autocast": cfg.deepspeed.autocast,
+    }
+    if zorro.enable:
+        worker.update(
+            zorro_train_enable=True,
+            response_len=cfg.batch.max_response_length,
+            max_token_len=shape.max_token_len_per_gpu,
+            rollout_n=cfg.batch.rollouts_per_prompt,
+            temperature=cfg.loss.temperature,
+            use_unpad=True,
+            logits_optimization=zorro.logits_optimization,
+            logits_optimization_peak_mem_size_in_gib=zorro.logits_peak_mem_gib,
+            logits_compute_from_fp32_inputs=zorro.logits_compute_from_fp32_inputs,
+            logits_compute_in_fp32=zorro.logits_compute_in_fp32,
+        )
+    return worker

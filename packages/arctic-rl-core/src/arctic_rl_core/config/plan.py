@@ -1,0 +1,180 @@
+"""The translation plan as plain data: what the Arctic client is given, the `/initialize` body of
+each job, the vLLM engine arguments with their provenance, and the sampling workers' environment.
+
+Needs no arctic-platform install; `client_config.to_client_config` builds the real client config
+from `client_fields`, and the tests check that the real client produces exactly these bodies.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+from arctic_rl_core.config.deepspeed_config import ds_worker_config, log_prob_ds_config, training_ds_config
+from arctic_rl_core.config.engine_args import build_engine_args
+
+if TYPE_CHECKING:
+    from arctic_rl_core.config.schema import ArcticRLConfig
+
+JOB_CREATION_ORDER: tuple[str, ...] = ("sampling", "log_prob", "training")
+
+# Groups / fields the reference engine does not use (it runs no vLLM, DeepSpeed or server jobs).
+_NOT_USED_BY_REFERENCE: dict[str, tuple[str, ...] | None] = {
+    "model": None,
+    "placement": (
+        "sampling_gpus",
+        "log_prob_gpus",
+        "colocate",
+        "sampling_tensor_parallel_size",
+        "ulysses_sequence_parallel_size",
+    ),
+    "deepspeed": None,
+    "kernels": None,
+    "zorro": None,
+    "arctic_inference": None,
+    "vllm": None,
+    "weight_sync": None,
+    "determinism": ("full",),
+}
+
+
+def arctic_inference_config(cfg: ArcticRLConfig) -> dict[str, Any] | None:
+    """`sampling.arctic_inference_config` in the schema the server reads; None when it is off
+    (the server treats any non-empty mapping as "on")."""
+    ai = cfg.arctic_inference
+    if not ai.enable:
+        return None
+    return {
+        "zorro_inference": {"enable": ai.fca},
+        "speculative_decoding": {"model": ai.speculative_model or ""},
+    }
+
+
+def sampling_worker_env(cfg: ArcticRLConfig) -> dict[str, str]:
+    """Environment the vLLM sampling workers need; Arctic Inference is opt-in."""
+    return {"ARCTIC_INFERENCE_ENABLED": "1"} if cfg.arctic_inference.enable else {}
+
+
+def _backend_fields(cfg: ArcticRLConfig) -> dict[str, Any]:
+    backend = cfg.backend
+    if backend.kind == "cortex":
+        cortex = backend.cortex
+        fields: dict[str, Any] = {
+            "type": "remote",
+            "protocol": "cortex",
+            "base_url": cortex.base_url,
+            "host": cortex.host,
+            "database": cortex.database or "",
+            "schema": cortex.schema_name or "",
+            "endpoint": cortex.endpoint,
+            "max_retries": cortex.max_retries,
+        }
+        if cortex.host and not cortex.base_url:
+            # Only the variable's NAME: the token is read when the client config is built.
+            fields["pat_from_env"] = cortex.token_env
+        return fields
+    fields = {"type": "onprem", "protocol": backend.kind, "colocate": cfg.placement.colocate}
+    if backend.kind == "http":
+        fields.update(
+            host=backend.host,
+            port=backend.port,
+            launch_local_server=backend.launch_local_server,
+            startup_timeout=backend.startup_timeout_s,
+        )
+    return fields
+
+
+def client_fields(cfg: ArcticRLConfig) -> dict[str, Any]:
+    """Keyword arguments of `ArcticClientConfig` as plain data (no secret, only its env name)."""
+    shape = cfg.shape
+    place = cfg.placement
+    return {
+        "model_name": cfg.model.name,
+        "seed": cfg.determinism.seed,
+        "max_seq_len": shape.max_model_len,
+        "training_gpus": place.training_gpus,
+        "sampling_gpus": place.sampling_gpus,
+        "log_prob_gpus": place.log_prob_gpus,
+        "job_ready_timeout": cfg.backend.job_ready_timeout_s,
+        "request_timeout": cfg.backend.request_timeout_s,
+        "training": {
+            "full_determinism": cfg.determinism.full,
+            "checkpoint_path": cfg.checkpoint.path,
+            "ds_config": training_ds_config(cfg),
+            "ds_worker_config": ds_worker_config(cfg),
+            "cuda_ipc": cfg.weight_sync.cuda_ipc,
+            "low_memory": cfg.weight_sync.low_memory,
+        },
+        "sampling": {
+            "vllm": build_engine_args(cfg).args,
+            "arctic_inference_config": arctic_inference_config(cfg),
+            "log_prob_engine": "deepspeed",
+            "log_prob_ds_config": log_prob_ds_config(cfg),
+        },
+        "backend": _backend_fields(cfg),
+    }
+
+
+def initialize_bodies(fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The on-prem `/initialize` body of each job, in creation order (jobs with GPUs only)."""
+    training = fields["training"]
+    sampling = fields["sampling"]
+    bodies: dict[str, dict[str, Any]] = {}
+    for job in JOB_CREATION_ORDER:
+        if fields[f"{job}_gpus"] <= 0:
+            continue
+        body: dict[str, Any] = {"model_name": fields["model_name"], "job_type": job, "seed": fields["seed"]}
+        if job == "sampling":
+            if sampling["arctic_inference_config"]:
+                body["arctic_inference_config"] = sampling["arctic_inference_config"]
+            vllm = dict(sampling["vllm"])
+            vllm.setdefault("max_model_len", fields["max_seq_len"])
+            body["vllm_config"] = vllm
+        else:
+            body["full_determinism"] = training["full_determinism"]
+            body["ds_config"] = training["ds_config"]
+            body["ds_worker_config"] = training["ds_worker_config"]
+            if job == "training":
+                body["checkpoint_path"] = training["checkpoint_path"]
+                body["cuda_ipc"] = training["cuda_ipc"]
+                body["low_memory"] = training["low_memory"]
+            elif sampling["log_prob_ds_config"]:
+                body["log_prob_config"] = sampling["log_prob_ds_config"]
+        bodies[job] = copy.deepcopy(body)
+    return bodies
+
+
+def _explicit_fields(cfg: ArcticRLConfig, group: str, names: tuple[str, ...] | None) -> list[str]:
+    settings = getattr(cfg, group)
+    chosen = sorted(settings.model_fields_set)
+    if names is not None:
+        chosen = [name for name in chosen if name in names]
+    return [f"{group}.{name}" for name in chosen]
+
+
+def build_plan(cfg: ArcticRLConfig) -> dict[str, Any]:
+    shape = cfg.shape.as_dict()
+    if cfg.backend.kind == "reference":
+        not_applied: list[str] = []
+        for group, names in _NOT_USED_BY_REFERENCE.items():
+            not_applied.extend(_explicit_fields(cfg, group, names))
+        return {
+            "backend": "reference",
+            "shape": shape,
+            "reference_model": cfg.backend.reference.model_dump(mode="json"),
+            "not_applied_by_reference_backend": not_applied,
+        }
+    fields = client_fields(cfg)
+    engine = build_engine_args(cfg).as_dict()
+    plan: dict[str, Any] = {
+        "backend": cfg.backend.kind,
+        "shape": shape,
+        "client": copy.deepcopy(fields),
+        "vllm": {key: value for key, value in engine.items() if key != "engine_args"},
+        "env": {"sampling_workers": sampling_worker_env(cfg)},
+    }
+    if cfg.backend.kind == "cortex":
+        plan["cortex_sub_jobs"] = [job for job in JOB_CREATION_ORDER if fields[f"{job}_gpus"] > 0]
+    else:
+        plan["jobs"] = initialize_bodies(fields)
+    return plan

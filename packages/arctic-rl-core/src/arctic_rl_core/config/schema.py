@@ -1,0 +1,450 @@
+"""The typed, framework-neutral configuration of an Arctic RL run.
+
+Both adapters map their framework's config into `ArcticRLConfig`; `plan()` and
+`to_client_config()` translate it into what the Arctic stack receives. Every group forbids
+unknown keys and every field is documented (the README's configuration reference is generated
+from these descriptions). Cross-field rules live in `arctic_rl_core.config.validation`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+from arctic_rl_core.config.errors import ConfigError, issues_from_validation_error
+
+if TYPE_CHECKING:
+    from arctic_platform.client import ArcticClientConfig
+
+    from arctic_rl_core.config.shape import TrainingShape
+
+BackendKind = Literal["ray", "http", "cortex", "reference"]
+ARCTIC_BACKENDS: tuple[str, ...] = ("ray", "http", "cortex")
+
+LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+KlLossType = Literal[
+    "k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl",
+    "k1+", "kl+", "abs+", "k2+", "mse+", "k3+", "low_var_kl+",
+]  # fmt: skip
+AttnImplementation = Literal["flash_attention_2", "flash_attention_3", "sdpa", "eager", "flex_attention"]
+
+# The clip values the Arctic server's `verl_grpo` loss hard-codes in arctic-platform 0.1.4.
+ARCTIC_SERVER_CLIP_RATIOS: dict[str, float] = {
+    "clip_ratio_low": 0.2,
+    "clip_ratio_high": 0.2,
+    "clip_ratio_c": 3.0,
+}
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSettings(_Group):
+    """The policy model served and trained by the Arctic stack."""
+
+    name: str | None = Field(
+        default=None,
+        description=(
+            "Hugging Face model id or a path visible to the Arctic server (e.g. Qwen/Qwen3-0.6B). "
+            "Required by the ray/http/cortex backends; the reference backend uses backend.reference."
+        ),
+    )
+
+
+class CortexSettings(_Group):
+    """Connection to Snowflake Cortex (backend.kind = cortex). The access token is read from the
+    environment variable NAMED by `token_env` when the client is built; it is never stored here."""
+
+    base_url: str | None = Field(
+        default=None, description="Direct (or mock) Cortex URL; no token needed. Alternative to host."
+    )
+    host: str | None = Field(
+        default=None, description="Snowflake account host for programmatic-access-token (PAT) auth."
+    )
+    database: str | None = Field(default=None, description="Snowflake database (required with host).")
+    schema_name: str | None = Field(default=None, description="Snowflake schema (required with host).")
+    token_env: str = Field(
+        default="ARCTIC_CORTEX_PAT",
+        min_length=1,
+        description="NAME of the environment variable that holds the PAT (required with host).",
+    )
+    endpoint: str = Field(default="cortex-training", min_length=1, description="SnowAPI endpoint name.")
+    max_retries: int = Field(default=10, ge=0, description="Retries of a transiently failing HTTP request.")
+
+
+class BackendSettings(_Group):
+    """Which engine runs the heavy work, and how to reach it."""
+
+    kind: BackendKind = Field(
+        default="reference",
+        description=(
+            "ray: Arctic server in-process over Ray; http: Arctic on-prem HTTP server; cortex: Snowflake "
+            "Cortex; reference: the CPU reference engine (no Arctic install needed)."
+        ),
+    )
+    host: str = Field(default="localhost", description="HTTP server host (kind = http only).")
+    port: int = Field(default=8000, ge=1, le=65535, description="HTTP server port (kind = http only).")
+    launch_local_server: bool = Field(
+        default=False, description="Start a local Arctic HTTP server before connecting (kind = http only)."
+    )
+    startup_timeout_s: float = Field(
+        default=600.0, gt=0, description="Seconds to wait for a launched local server (kind = http only)."
+    )
+    job_ready_timeout_s: float = Field(
+        default=1800.0,
+        gt=0,
+        description="Seconds to wait for a created job to reach RUNNING (Arctic backends).",
+    )
+    request_timeout_s: float = Field(
+        default=1800.0, gt=0, description="Timeout of every request to the Arctic server (Arctic backends)."
+    )
+    cortex: CortexSettings = Field(
+        default_factory=CortexSettings, description="Cortex connection (kind = cortex only)."
+    )
+    reference: ReferenceModelConfig = Field(
+        default_factory=ReferenceModelConfig,
+        description="The reference engine's tiny model or local model directory (kind = reference only).",
+    )
+
+
+class PlacementSettings(_Group):
+    """GPUs of each job and how they are shared."""
+
+    training_gpus: int = Field(
+        default=1,
+        ge=1,
+        description="GPUs of the DeepSpeed training job (the reference backend simulates them).",
+    )
+    sampling_gpus: int = Field(
+        default=1, ge=0, description="GPUs of the vLLM sampling job (all engines together)."
+    )
+    log_prob_gpus: int = Field(
+        default=0,
+        ge=0,
+        description="GPUs of the DeepSpeed reference-model job that serves KL reference log-probs (0 = none).",
+    )
+    colocate: bool = Field(
+        default=False, description="Training, sampling and log-prob jobs share the same GPUs (sleep/wake)."
+    )
+    sampling_tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="Tensor-parallel size of one vLLM engine; engines = sampling_gpus / this.",
+    )
+    ulysses_sequence_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="Ulysses sequence-parallel degree of training (DeepSpeed sequence_parallel_size; 1 = off).",
+    )
+
+    @property
+    def data_parallel_size(self) -> int:
+        """Data-parallel size of training: training GPUs / Ulysses SP."""
+        return self.training_gpus // self.ulysses_sequence_parallel_size
+
+    @property
+    def num_sampling_engines(self) -> int:
+        return self.sampling_gpus // self.sampling_tensor_parallel_size
+
+
+class BatchSettings(_Group):
+    """Batch shape of one training step (one rollout batch)."""
+
+    prompts_per_step: int = Field(default=4, ge=1, description="Prompts sampled per training step.")
+    rollouts_per_prompt: int = Field(
+        default=4, ge=1, description="Responses generated per prompt (GRPO group)."
+    )
+    mini_batch_prompts: int | None = Field(
+        default=None,
+        ge=1,
+        description="Prompts per optimizer step (PPO mini-batch); null = prompts_per_step (one step per epoch).",
+    )
+    micro_batch_size_per_gpu: int = Field(
+        default=1, ge=1, description="Rows (responses) per GPU per forward/backward micro-step."
+    )
+    epochs: int = Field(default=1, ge=1, description="Passes over each rollout batch (PPO epochs).")
+    max_prompt_length: int = Field(default=256, ge=1, description="Longest prompt, in tokens.")
+    max_response_length: int = Field(default=256, ge=1, description="Longest response, in tokens.")
+    max_token_len_per_gpu: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Token budget per GPU for ZoRRo packing and the load balancer; "
+            "null = max_prompt_length + max_rollouts x max_response_length."
+        ),
+    )
+
+
+class OptimizerSettings(_Group):
+    """AdamW and its learning-rate schedule."""
+
+    lr: float = Field(default=1e-6, gt=0, description="Peak learning rate.")
+    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas.")
+    eps: float = Field(default=1e-8, gt=0, description="AdamW epsilon.")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW decoupled weight decay.")
+    grad_clip: float | None = Field(
+        default=1.0, gt=0, description="Clip the global gradient norm to this value; null = no clipping."
+    )
+    scheduler: Literal["constant", "cosine"] = Field(
+        default="constant", description="Learning-rate schedule after the linear warmup."
+    )
+    warmup_ratio: float = Field(
+        default=0.0, ge=0, lt=1, description="Fraction of the optimizer-step horizon spent in linear warmup."
+    )
+    min_lr_ratio: float = Field(
+        default=0.0, ge=0, le=1, description="Cosine schedule's final learning rate as a fraction of lr."
+    )
+    total_training_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Training steps of the run; the schedule's horizon is this x epochs x mini-batches per step. "
+            "Required by a cosine schedule or a warmup."
+        ),
+    )
+
+
+class LossSettings(_Group):
+    """The policy loss (verl GRPO semantics) and the sampling temperature it assumes."""
+
+    loss_fn: Literal["verl_grpo", "sft"] = Field(
+        default="verl_grpo", description="Server loss: verl_grpo (RL) or sft (supervised cross-entropy)."
+    )
+    clip_ratio_low: float = Field(default=0.2, ge=0, description="PPO clip: ratio >= 1 - clip_ratio_low.")
+    clip_ratio_high: float = Field(default=0.2, ge=0, description="PPO clip: ratio <= 1 + clip_ratio_high.")
+    clip_ratio_c: float = Field(
+        default=3.0, gt=1, description="Dual-clip bound for negative advantages (loss <= c x |A|)."
+    )
+    loss_agg_mode: LossAggMode = Field(
+        default="token-mean", description="How token losses become one scalar."
+    )
+    loss_scale_factor: float | None = Field(
+        default=None,
+        gt=0,
+        description="seq-mean-token-sum-norm divisor; null = max response length (reference backend only).",
+    )
+    use_kl_loss: bool = Field(default=False, description="Add a KL penalty against the reference model.")
+    kl_loss_coef: float = Field(default=0.001, ge=0, description="Weight of the KL penalty.")
+    kl_loss_type: KlLossType = Field(
+        default="low_var_kl", description="KL estimator; a '+' suffix uses the straight-through gradient."
+    )
+    entropy_coeff: float = Field(
+        default=0.0, description="Weight of the entropy bonus (subtracted from the loss)."
+    )
+    temperature: float = Field(
+        default=1.0, gt=0, description="Sampling temperature; the training forward divides logits by it."
+    )
+
+
+class DeepSpeedSettings(_Group):
+    """DeepSpeed engine of the training (and reference log-prob) job."""
+
+    zero_stage: Literal[0, 1, 2, 3] = Field(default=2, description="ZeRO stage.")
+    offload_optimizer: bool = Field(default=False, description="Offload optimizer state to CPU (ZeRO >= 2).")
+    offload_param: bool = Field(default=False, description="Offload parameters to CPU (ZeRO 3).")
+    bf16: bool = Field(default=True, description="Train in bf16 (DeepSpeed bf16.enabled); false = fp32.")
+    grad_accum_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32", description="Gradient-accumulation dtype (DeepSpeed data_types.grad_accum_dtype)."
+    )
+    communication_data_type: Literal["fp32", "bf16"] = Field(
+        default="fp32", description="Dtype of gradient all-reduce (DeepSpeed communication_data_type)."
+    )
+    autocast: bool = Field(default=False, description="DeepSpeed torch_autocast of the forward.")
+    autocast_dtype: Literal["bfloat16", "float16"] = Field(
+        default="bfloat16", description="Autocast dtype (with autocast = true)."
+    )
+    config_overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Extra DeepSpeed config keys deep-merged into the generated config (e.g. zero_optimization "
+            "bucket sizes); keys owned by typed knobs are rejected."
+        ),
+    )
+
+
+class KernelSettings(_Group):
+    """Model kernels of the training engine."""
+
+    attn_implementation: AttnImplementation = Field(
+        default="flash_attention_2",
+        description="Hugging Face attention implementation of the training model.",
+    )
+    use_liger: bool = Field(default=False, description="Liger fused kernels (RMSNorm, MLP, ...) in training.")
+    gradient_checkpointing: bool = Field(default=True, description="Activation checkpointing in training.")
+
+
+class ZorroSettings(_Group):
+    """ZoRRo: prompt de-duplication in training, its load balancer and logits strategy."""
+
+    enable: bool = Field(default=False, description="Compute each prompt once per group in training (ZoRRo).")
+    max_rollouts: int | None = Field(
+        default=None,
+        ge=1,
+        description="Largest group packed together; null = rollouts_per_prompt. Smaller splits groups.",
+    )
+    load_balancer: bool = Field(
+        default=True, description="Server reorganizes the global batch across workers by token count."
+    )
+    logits_optimization: Literal["none", "compute", "memory"] = Field(
+        default="none",
+        description=(
+            "none: one fused call (~2x peak logits memory); compute: materialize once, chunk softmax; "
+            "memory: never materialize full logits (needs ZoRRo)."
+        ),
+    )
+    logits_peak_mem_gib: float = Field(
+        default=4.0, gt=0, description="Per-chunk memory budget (GiB) of the compute/memory strategies."
+    )
+    logits_compute_in_fp32: bool = Field(
+        default=False, description="Upcast logits to fp32 before log-prob/entropy/loss math."
+    )
+    logits_compute_from_fp32_inputs: bool = Field(
+        default=False, description="Run the LM head in fp32 (ZoRRo path only)."
+    )
+
+
+class ArcticInferenceSettings(_Group):
+    """Arctic Inference (vLLM plugin) on the sampling engines; opt-in."""
+
+    enable: bool = Field(
+        default=False, description="Load the plugin on sampling workers (ARCTIC_INFERENCE_ENABLED=1)."
+    )
+    fca: bool = Field(default=False, description="Forest Cascade Attention (shared-prefix attention).")
+    speculative_model: str | None = Field(
+        default=None, description="Arctic speculative-decoding draft model (id or path); null = off."
+    )
+    num_speculative_tokens: int = Field(default=3, ge=1, description="Draft tokens proposed per step.")
+    suffix_decoding: bool = Field(default=False, description="Suffix decoding (model-free speculation).")
+
+
+class VllmSettings(_Group):
+    """vLLM engine arguments of the sampling engines."""
+
+    gpu_memory_utilization: float = Field(
+        default=0.8, gt=0, le=1, description="Fraction of GPU memory vLLM may use."
+    )
+    max_num_seqs: int = Field(default=256, ge=1, description="Most sequences scheduled at once.")
+    enforce_eager: bool = Field(default=False, description="Disable CUDA graphs.")
+    enable_chunked_prefill: bool = Field(default=True, description="Chunked prefill.")
+    enable_prefix_caching: bool = Field(default=True, description="Prefix caching (shared GRPO prompts).")
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="Context length; null = max_prompt_length + max_response_length."
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, description="Tokens per scheduler step; null = vLLM's default."
+    )
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Free-form vLLM engine arguments deep-merged last (user wins per leaf); "
+            "keys owned by the typed knobs above are rejected."
+        ),
+    )
+
+
+class WeightSyncSettings(_Group):
+    """How trained weights reach the sampling engines."""
+
+    cuda_ipc: bool = Field(default=False, description="Zero-copy CUDA IPC weight sync (needs colocate).")
+    low_memory: bool = Field(
+        default=False, description="With CUDA IPC, send one parameter at a time (bounded extra memory)."
+    )
+
+
+class DeterminismSettings(_Group):
+    """Seeds and deterministic kernels."""
+
+    seed: int = Field(default=42, description="Seed of every job (and of the reference engine).")
+    full: bool = Field(
+        default=False, description="Deterministic cuBLAS/cuDNN/NCCL/flash-attention in training (slower)."
+    )
+
+
+class CheckpointSettings(_Group):
+    """Where checkpoints go."""
+
+    path: str | None = Field(
+        default=None,
+        description="Checkpoint directory of the training job; required by the Arctic backends (server 400s).",
+    )
+
+
+class WireSettings(_Group):
+    """Per-request payload options."""
+
+    drop_position_ids: bool = Field(
+        default=False,
+        description="Omit position_ids; the server rebuilds them from attention_mask (not for mrope / 3D rope).",
+    )
+
+
+class ArcticRLConfig(BaseModel):
+    """One Arctic RL run. Build it with `load_config` (YAML/TOML + overrides) or `from_dict`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: ModelSettings = Field(default_factory=ModelSettings, description="The policy model.")
+    backend: BackendSettings = Field(default_factory=BackendSettings, description="Engine and connection.")
+    placement: PlacementSettings = Field(default_factory=PlacementSettings, description="GPU placement.")
+    batch: BatchSettings = Field(default_factory=BatchSettings, description="Batch shape.")
+    optimizer: OptimizerSettings = Field(
+        default_factory=OptimizerSettings, description="Optimizer and schedule."
+    )
+    loss: LossSettings = Field(default_factory=LossSettings, description="Policy loss.")
+    deepspeed: DeepSpeedSettings = Field(default_factory=DeepSpeedSettings, description="DeepSpeed engine.")
+    kernels: KernelSettings = Field(default_factory=KernelSettings, description="Training kernels.")
+    zorro: ZorroSettings = Field(default_factory=ZorroSettings, description="ZoRRo.")
+    arctic_inference: ArcticInferenceSettings = Field(
+        default_factory=ArcticInferenceSettings, description="Arctic Inference."
+    )
+    vllm: VllmSettings = Field(default_factory=VllmSettings, description="vLLM engines.")
+    weight_sync: WeightSyncSettings = Field(default_factory=WeightSyncSettings, description="Weight sync.")
+    determinism: DeterminismSettings = Field(default_factory=DeterminismSettings, description="Determinism.")
+    checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings, description="Checkpoints.")
+    wire: WireSettings = Field(default_factory=WireSettings, description="Payload options.")
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> ArcticRLConfig:
+        from arctic_rl_core.config.validation import check
+
+        issues = check(self)
+        if issues:
+            raise ConfigError(issues)
+        return self
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str | None = None) -> ArcticRLConfig:
+        """Validate plain data; every problem is raised at once as a `ConfigError`."""
+        from pydantic import ValidationError
+
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise ConfigError(issues_from_validation_error(cls, error), source=source) from None
+
+    @property
+    def is_arctic(self) -> bool:
+        """True for the Arctic backends (ray, http, cortex)."""
+        return self.backend.kind in ARCTIC_BACKENDS
+
+    @property
+    def shape(self) -> TrainingShape:
+        """Derived batch/parallelism numbers (batch identity, horizon, engines, lengths)."""
+        from arctic_rl_core.config.shape import TrainingShape
+
+        return TrainingShape.from_config(self)
+
+    def plan(self) -> dict[str, Any]:
+        """What the Arctic stack receives, as plain data (no arctic-platform needed)."""
+        from arctic_rl_core.config.plan import build_plan
+
+        return build_plan(self)
+
+    def to_client_config(self) -> ArcticClientConfig:
+        """The real `arctic_platform.client.ArcticClientConfig` (arctic-platform 0.1.4)."""
+        from arctic_rl_core.config.client_config import to_client_config
+
+        return to_client_config(self)

@@ -1,0 +1,564 @@
+"""Cross-field rules of `ArcticRLConfig`. Every rule reports, none stops the others: a config is
+checked completely and all problems come back together, each naming field, value and fix.
+
+A rule exists where the Arctic stack would fail late (DeepSpeed at engine build, vLLM at launch,
+the server mid-run) or would silently ignore what the user asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from arctic_rl_core.config.errors import ConfigIssue
+
+if TYPE_CHECKING:
+    from arctic_rl_core.config.schema import ArcticRLConfig
+
+Rule = Callable[["ArcticRLConfig"], Iterable[ConfigIssue]]
+
+# vLLM engine arguments owned by a typed knob (or set by the server itself).
+VLLM_OWNED_KEYS: dict[str, str] = {
+    "model": "model.name",
+    "tensor_parallel_size": "placement.sampling_tensor_parallel_size",
+    "gpu_memory_utilization": "vllm.gpu_memory_utilization",
+    "max_num_seqs": "vllm.max_num_seqs",
+    "enforce_eager": "vllm.enforce_eager",
+    "enable_chunked_prefill": "vllm.enable_chunked_prefill",
+    "enable_prefix_caching": "vllm.enable_prefix_caching",
+    "max_model_len": "vllm.max_model_len",
+    "max_num_batched_tokens": "vllm.max_num_batched_tokens",
+    "enable_sleep_mode": "placement.colocate (the server turns sleep mode on when colocated)",
+}
+
+# DeepSpeed config keys owned by a typed knob or by the batch identity.
+DEEPSPEED_OWNED_KEYS: dict[str, str] = {
+    "train_batch_size": "batch.* (computed: mini-batch rows)",
+    "train_micro_batch_size_per_gpu": "batch.micro_batch_size_per_gpu",
+    "gradient_accumulation_steps": "batch.* (computed from the batch identity)",
+    "sequence_parallel_size": "placement.ulysses_sequence_parallel_size",
+    "optimizer": "optimizer.*",
+    "scheduler": "optimizer.scheduler / warmup_ratio / total_training_steps",
+    "gradient_clipping": "optimizer.grad_clip",
+    "bf16": "deepspeed.bf16",
+    "fp16": "deepspeed.bf16 (fp16 training is not supported)",
+    "data_types": "deepspeed.grad_accum_dtype",
+    "communication_data_type": "deepspeed.communication_data_type",
+    "torch_autocast": "deepspeed.autocast / autocast_dtype",
+    "zero_optimization.stage": "deepspeed.zero_stage",
+    "zero_optimization.offload_optimizer": "deepspeed.offload_optimizer",
+    "zero_optimization.offload_param": "deepspeed.offload_param",
+}
+
+
+def _issue(path: str, value: Any, problem: str, remedy: str) -> ConfigIssue:
+    return ConfigIssue(path=path, value=value, problem=problem, remedy=remedy)
+
+
+def _explicit(group: Any, name: str) -> bool:
+    """Whether the user set `name` on `group` (as opposed to leaving the default)."""
+    return name in group.model_fields_set
+
+
+# ----------------------------------------------------------------------------------------------
+# Backend and connection
+# ----------------------------------------------------------------------------------------------
+
+
+def _backend_fields_match_kind(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    backend = cfg.backend
+    kind = backend.kind
+    if kind != "http":
+        for name in ("host", "port", "launch_local_server", "startup_timeout_s"):
+            if _explicit(backend, name):
+                yield _issue(
+                    f"backend.{name}",
+                    getattr(backend, name),
+                    f"only the http backend uses it, and backend.kind is '{kind}'",
+                    f"remove backend.{name}, or set backend.kind=http",
+                )
+    if kind != "cortex" and _explicit(backend, "cortex"):
+        yield _issue(
+            "backend.cortex",
+            backend.cortex.model_dump(exclude_unset=True),
+            f"only the cortex backend uses it, and backend.kind is '{kind}'",
+            "remove backend.cortex, or set backend.kind=cortex",
+        )
+    if kind != "reference" and _explicit(backend, "reference"):
+        yield _issue(
+            "backend.reference",
+            backend.reference.model_dump(exclude_unset=True),
+            f"only the reference backend uses it, and backend.kind is '{kind}'",
+            "remove backend.reference, or set backend.kind=reference",
+        )
+    if kind == "reference":
+        for name in ("job_ready_timeout_s", "request_timeout_s"):
+            if _explicit(backend, name):
+                yield _issue(
+                    f"backend.{name}",
+                    getattr(backend, name),
+                    "the reference backend runs in-process and has no server requests",
+                    f"remove backend.{name}",
+                )
+
+
+def _arctic_needs_model_and_checkpoint(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    if not cfg.is_arctic:
+        return
+    if not cfg.model.name:
+        yield _issue(
+            "model.name",
+            cfg.model.name,
+            f"the {cfg.backend.kind} backend needs the model to serve and train",
+            "set model.name to a Hugging Face id or a path the server can read, e.g. Qwen/Qwen3-0.6B",
+        )
+    if not cfg.checkpoint.path:
+        yield _issue(
+            "checkpoint.path",
+            cfg.checkpoint.path,
+            "the Arctic server refuses a training job without a checkpoint directory (HTTP 400)",
+            "set checkpoint.path to a directory the training job can write (shared across nodes)",
+        )
+    if cfg.loss.loss_fn == "verl_grpo" and cfg.placement.sampling_gpus == 0:
+        yield _issue(
+            "placement.sampling_gpus",
+            0,
+            "RL training (loss.loss_fn=verl_grpo) generates rollouts, which needs a sampling job",
+            "set placement.sampling_gpus >= 1",
+        )
+
+
+def _cortex_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    if cfg.backend.kind != "cortex":
+        return
+    cortex = cfg.backend.cortex
+    if not cortex.base_url and not cortex.host:
+        yield _issue(
+            "backend.cortex.base_url",
+            cortex.base_url,
+            "Cortex needs a URL: either base_url, or host with database, schema_name and a token",
+            "set backend.cortex.base_url, or backend.cortex.host + database + schema_name (+ token_env)",
+        )
+    if cortex.host and not cortex.base_url:
+        for name in ("database", "schema_name"):
+            if not getattr(cortex, name):
+                yield _issue(
+                    f"backend.cortex.{name}",
+                    getattr(cortex, name),
+                    "host (PAT) authentication needs the Snowflake database and schema",
+                    f"set backend.cortex.{name}",
+                )
+    if cfg.placement.colocate:
+        yield _issue(
+            "placement.colocate",
+            True,
+            "Cortex always runs training and sampling as separate sub-jobs",
+            "set placement.colocate=false for backend.kind=cortex",
+        )
+    if cfg.loss.use_kl_loss:
+        yield _issue(
+            "loss.use_kl_loss",
+            True,
+            "Cortex has no forward pass, so there are no reference log-probs for a KL term",
+            "set loss.use_kl_loss=false, or use the ray/http backend",
+        )
+    if cfg.placement.log_prob_gpus:
+        yield _issue(
+            "placement.log_prob_gpus",
+            cfg.placement.log_prob_gpus,
+            "Cortex has no reference log-prob job",
+            "set placement.log_prob_gpus=0",
+        )
+    if cfg.batch.epochs > 1:
+        yield _issue(
+            "batch.epochs",
+            cfg.batch.epochs,
+            "Cortex recomputes old log-probs from the live policy, which is only exact for one "
+            "optimizer step per rollout batch",
+            "set batch.epochs=1 for backend.kind=cortex",
+        )
+    mini = cfg.batch.mini_batch_prompts
+    if mini is not None and mini != cfg.batch.prompts_per_step:
+        yield _issue(
+            "batch.mini_batch_prompts",
+            mini,
+            "Cortex recomputes old log-probs from the live policy, which is only exact for one "
+            "optimizer step per rollout batch",
+            f"set batch.mini_batch_prompts to batch.prompts_per_step ({cfg.batch.prompts_per_step}) or null",
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Placement and batch shape
+# ----------------------------------------------------------------------------------------------
+
+
+def _placement_divisibility(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    place = cfg.placement
+    if place.sampling_gpus % place.sampling_tensor_parallel_size:
+        yield _issue(
+            "placement.sampling_gpus",
+            place.sampling_gpus,
+            f"not divisible by placement.sampling_tensor_parallel_size={place.sampling_tensor_parallel_size}, "
+            "so the GPUs do not split into whole vLLM engines",
+            "make sampling_gpus a multiple of sampling_tensor_parallel_size",
+        )
+    sp = place.ulysses_sequence_parallel_size
+    if place.training_gpus % sp:
+        yield _issue(
+            "placement.training_gpus",
+            place.training_gpus,
+            f"not divisible by placement.ulysses_sequence_parallel_size={sp}",
+            "make training_gpus a multiple of ulysses_sequence_parallel_size",
+        )
+    if place.log_prob_gpus % sp:
+        yield _issue(
+            "placement.log_prob_gpus",
+            place.log_prob_gpus,
+            f"not divisible by placement.ulysses_sequence_parallel_size={sp} (the log-prob job uses the same SP)",
+            "make log_prob_gpus a multiple of ulysses_sequence_parallel_size",
+        )
+
+
+def _batch_divisibility(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    batch = cfg.batch
+    mini = batch.mini_batch_prompts or batch.prompts_per_step
+    if batch.mini_batch_prompts is not None and batch.prompts_per_step % batch.mini_batch_prompts:
+        yield _issue(
+            "batch.mini_batch_prompts",
+            batch.mini_batch_prompts,
+            f"batch.prompts_per_step={batch.prompts_per_step} is not a whole number of mini-batches",
+            "choose mini_batch_prompts that divides prompts_per_step",
+        )
+        return
+    if cfg.placement.training_gpus % cfg.placement.ulysses_sequence_parallel_size:
+        return  # the data-parallel size is undefined; reported by the placement rule
+    dp = cfg.placement.data_parallel_size
+    rows = mini * batch.rollouts_per_prompt
+    per_micro_step = dp * batch.micro_batch_size_per_gpu
+    if rows % per_micro_step:
+        yield _issue(
+            "batch.micro_batch_size_per_gpu",
+            batch.micro_batch_size_per_gpu,
+            f"a mini-batch has {mini} prompts x {batch.rollouts_per_prompt} rollouts = {rows} rows, not "
+            f"divisible by data-parallel size {dp} x micro-batch {batch.micro_batch_size_per_gpu} = "
+            f"{per_micro_step} (DeepSpeed needs train_batch_size = micro x grad-accum x data-parallel)",
+            "change batch.micro_batch_size_per_gpu, batch.mini_batch_prompts, batch.rollouts_per_prompt "
+            "or placement.training_gpus so that the rows divide evenly",
+        )
+
+
+def _lengths(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    batch = cfg.batch
+    needed = batch.max_prompt_length + batch.max_response_length
+    max_len = cfg.vllm.max_model_len
+    if max_len is not None and max_len < needed:
+        yield _issue(
+            "vllm.max_model_len",
+            max_len,
+            f"shorter than max_prompt_length + max_response_length = {needed}",
+            f"set vllm.max_model_len >= {needed}, or null to use exactly {needed}",
+        )
+    if cfg.backend.kind == "reference":
+        limit = cfg.backend.reference.max_position_embeddings
+        if needed > limit:
+            yield _issue(
+                "backend.reference.max_position_embeddings",
+                limit,
+                f"the reference model cannot hold prompt + response = {needed} tokens",
+                f"raise backend.reference.max_position_embeddings to >= {needed}, or shorten the batch lengths",
+            )
+
+
+def _log_prob_job(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    if not cfg.is_arctic or cfg.backend.kind == "cortex":
+        return
+    place = cfg.placement
+    if cfg.loss.use_kl_loss and place.log_prob_gpus == 0:
+        yield _issue(
+            "placement.log_prob_gpus",
+            0,
+            "loss.use_kl_loss=true needs reference log-probs, served by the log-prob job",
+            "set placement.log_prob_gpus >= 1 (e.g. equal to training_gpus when colocated), or use_kl_loss=false",
+        )
+    if not cfg.loss.use_kl_loss and place.log_prob_gpus > 0:
+        yield _issue(
+            "placement.log_prob_gpus",
+            place.log_prob_gpus,
+            "nothing uses the reference log-prob job when loss.use_kl_loss=false",
+            "set placement.log_prob_gpus=0, or loss.use_kl_loss=true",
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Optimizer and loss
+# ----------------------------------------------------------------------------------------------
+
+
+def _schedule(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    opt = cfg.optimizer
+    needs_horizon = opt.scheduler == "cosine" or opt.warmup_ratio > 0
+    if needs_horizon and opt.total_training_steps is None:
+        what = "a cosine schedule" if opt.scheduler == "cosine" else f"warmup_ratio={opt.warmup_ratio}"
+        yield _issue(
+            "optimizer.total_training_steps",
+            None,
+            f"{what} needs the run's length to place the schedule (no fallback horizon is assumed)",
+            "set optimizer.total_training_steps to the number of training steps of the run",
+        )
+    if opt.scheduler == "constant" and _explicit(opt, "min_lr_ratio"):
+        yield _issue(
+            "optimizer.min_lr_ratio",
+            opt.min_lr_ratio,
+            "only the cosine schedule uses it",
+            "remove optimizer.min_lr_ratio, or set optimizer.scheduler=cosine",
+        )
+    for index, beta in enumerate(opt.betas):
+        if not 0 <= beta < 1:
+            yield _issue(
+                f"optimizer.betas.{index}", beta, "an AdamW beta must be in [0, 1)", "use e.g. [0.9, 0.999]"
+            )
+
+
+def _loss_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    from arctic_rl_core.config.schema import ARCTIC_SERVER_CLIP_RATIOS
+
+    loss = cfg.loss
+    if cfg.is_arctic and loss.loss_fn == "verl_grpo":
+        for name, server_value in ARCTIC_SERVER_CLIP_RATIOS.items():
+            value = getattr(loss, name)
+            if value != server_value:
+                yield _issue(
+                    f"loss.{name}",
+                    value,
+                    f"the Arctic server's verl_grpo loss (arctic-platform 0.1.4) hard-codes {name}="
+                    f"{server_value} and ignores the value sent, so this setting would silently not apply",
+                    f"set loss.{name}={server_value} with backend.kind={cfg.backend.kind}, or use the "
+                    "reference backend, which honours any value",
+                )
+    if loss.loss_scale_factor is not None:
+        if loss.loss_agg_mode != "seq-mean-token-sum-norm":
+            yield _issue(
+                "loss.loss_scale_factor",
+                loss.loss_scale_factor,
+                f"only loss_agg_mode=seq-mean-token-sum-norm uses it (loss_agg_mode is {loss.loss_agg_mode})",
+                "remove loss.loss_scale_factor, or set loss.loss_agg_mode=seq-mean-token-sum-norm",
+            )
+        elif cfg.is_arctic:
+            yield _issue(
+                "loss.loss_scale_factor",
+                loss.loss_scale_factor,
+                "the Arctic server (arctic-platform 0.1.4) always divides by the padded response length "
+                "and ignores this value",
+                "set loss.loss_scale_factor=null with an Arctic backend, or use the reference backend",
+            )
+
+
+# ----------------------------------------------------------------------------------------------
+# DeepSpeed and kernels
+# ----------------------------------------------------------------------------------------------
+
+
+def _deepspeed_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    ds = cfg.deepspeed
+    if ds.zero_stage == 0 and ds.bf16 and ds.grad_accum_dtype == "fp32":
+        yield _issue(
+            "deepspeed.zero_stage",
+            0,
+            "DeepSpeed rejects bf16 training with fp32 gradient accumulation at ZeRO stage 0 "
+            "(it fails when the engine is built)",
+            "set deepspeed.zero_stage to 1, 2 or 3, or deepspeed.grad_accum_dtype=bf16",
+        )
+    if ds.offload_optimizer and ds.zero_stage < 2:
+        yield _issue(
+            "deepspeed.offload_optimizer",
+            True,
+            f"optimizer offload needs ZeRO stage 2 or 3 (deepspeed.zero_stage={ds.zero_stage})",
+            "set deepspeed.zero_stage to 2 or 3, or deepspeed.offload_optimizer=false",
+        )
+    if ds.offload_param and ds.zero_stage != 3:
+        yield _issue(
+            "deepspeed.offload_param",
+            True,
+            f"parameter offload needs ZeRO stage 3 (deepspeed.zero_stage={ds.zero_stage})",
+            "set deepspeed.zero_stage=3, or deepspeed.offload_param=false",
+        )
+    if not ds.bf16 and ds.grad_accum_dtype == "bf16":
+        yield _issue(
+            "deepspeed.grad_accum_dtype",
+            "bf16",
+            "bf16 gradient accumulation with fp32 training (deepspeed.bf16=false) loses precision for nothing",
+            "set deepspeed.grad_accum_dtype=fp32, or deepspeed.bf16=true",
+        )
+    if not ds.autocast and _explicit(ds, "autocast_dtype"):
+        yield _issue(
+            "deepspeed.autocast_dtype",
+            ds.autocast_dtype,
+            "only used with deepspeed.autocast=true",
+            "remove deepspeed.autocast_dtype, or set deepspeed.autocast=true",
+        )
+    yield from _owned_keys(
+        "deepspeed.config_overrides", ds.config_overrides, DEEPSPEED_OWNED_KEYS, nested=("zero_optimization",)
+    )
+
+
+def _owned_keys(
+    field: str, mapping: dict[str, Any], owned: dict[str, str], nested: tuple[str, ...] = ()
+) -> Iterable[ConfigIssue]:
+    for key, value in mapping.items():
+        if key in owned:
+            yield _issue(
+                f"{field}.{key}",
+                value,
+                f"owned by {owned[key]}; a second source of truth is not accepted",
+                f"remove {field}.{key} and set {owned[key]}",
+            )
+        elif key in nested and isinstance(value, dict):
+            for sub, sub_value in value.items():
+                dotted = f"{key}.{sub}"
+                if dotted in owned:
+                    yield _issue(
+                        f"{field}.{dotted}",
+                        sub_value,
+                        f"owned by {owned[dotted]}; a second source of truth is not accepted",
+                        f"remove {field}.{dotted} and set {owned[dotted]}",
+                    )
+
+
+def _weight_sync_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    sync = cfg.weight_sync
+    if sync.cuda_ipc and not cfg.placement.colocate:
+        yield _issue(
+            "weight_sync.cuda_ipc",
+            True,
+            "CUDA IPC hands GPU memory between processes on the same GPUs, which needs colocated jobs",
+            "set placement.colocate=true, or weight_sync.cuda_ipc=false (NCCL sync)",
+        )
+    if sync.low_memory and not sync.cuda_ipc:
+        yield _issue(
+            "weight_sync.low_memory",
+            True,
+            "low-memory streaming applies only to CUDA IPC weight sync",
+            "set weight_sync.cuda_ipc=true, or weight_sync.low_memory=false",
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# ZoRRo and Arctic Inference
+# ----------------------------------------------------------------------------------------------
+
+
+def _zorro_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    zorro = cfg.zorro
+    batch = cfg.batch
+    if zorro.logits_optimization == "memory" and not zorro.enable:
+        yield _issue(
+            "zorro.logits_optimization",
+            "memory",
+            "the memory strategy exists only on the ZoRRo path",
+            "set zorro.enable=true, or zorro.logits_optimization to none or compute",
+        )
+    if zorro.logits_compute_from_fp32_inputs and not zorro.enable:
+        yield _issue(
+            "zorro.logits_compute_from_fp32_inputs",
+            True,
+            "the fp32 LM-head input exists only on the ZoRRo path",
+            "set zorro.enable=true, or zorro.logits_compute_from_fp32_inputs=false",
+        )
+    if zorro.max_rollouts is not None and zorro.max_rollouts > batch.rollouts_per_prompt:
+        yield _issue(
+            "zorro.max_rollouts",
+            zorro.max_rollouts,
+            f"larger than batch.rollouts_per_prompt={batch.rollouts_per_prompt}",
+            f"set zorro.max_rollouts <= {batch.rollouts_per_prompt}, or null",
+        )
+    if zorro.enable:
+        if not cfg.kernels.attn_implementation.startswith("flash_attention"):
+            yield _issue(
+                "kernels.attn_implementation",
+                cfg.kernels.attn_implementation,
+                "ZoRRo training packs sequences and needs a flash-attention implementation",
+                "set kernels.attn_implementation to flash_attention_2 or flash_attention_3, or zorro.enable=false",
+            )
+        group = zorro.max_rollouts or batch.rollouts_per_prompt
+        if batch.micro_batch_size_per_gpu % group:
+            yield _issue(
+                "batch.micro_batch_size_per_gpu",
+                batch.micro_batch_size_per_gpu,
+                f"with ZoRRo a micro-batch must hold whole prompt groups of {group} rollouts "
+                "(a partial group fails in the server with a shape mismatch)",
+                f"set batch.micro_batch_size_per_gpu to a multiple of {group}, or lower zorro.max_rollouts",
+            )
+    if (zorro.enable or zorro.load_balancer) and batch.max_token_len_per_gpu is not None:
+        group = zorro.max_rollouts or batch.rollouts_per_prompt
+        needed = batch.max_prompt_length + group * batch.max_response_length
+        if batch.max_token_len_per_gpu < needed:
+            yield _issue(
+                "batch.max_token_len_per_gpu",
+                batch.max_token_len_per_gpu,
+                f"a prompt group needs up to max_prompt_length + {group} x max_response_length = {needed} "
+                "tokens on one GPU (the server rejects the batch otherwise)",
+                f"raise batch.max_token_len_per_gpu to >= {needed} (or null), or lower zorro.max_rollouts",
+            )
+
+
+def _arctic_inference_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    ai = cfg.arctic_inference
+    if not ai.enable:
+        for name, active in (
+            ("speculative_model", ai.speculative_model is not None),
+            ("fca", ai.fca),
+            ("suffix_decoding", ai.suffix_decoding),
+        ):
+            if active:
+                yield _issue(
+                    f"arctic_inference.{name}",
+                    getattr(ai, name),
+                    "this is an Arctic Inference feature and arctic_inference.enable=false, so it would not apply",
+                    "set arctic_inference.enable=true (loads the plugin on sampling workers), "
+                    f"or remove arctic_inference.{name}",
+                )
+    if _explicit(ai, "num_speculative_tokens") and ai.speculative_model is None and not ai.suffix_decoding:
+        yield _issue(
+            "arctic_inference.num_speculative_tokens",
+            ai.num_speculative_tokens,
+            "no speculative decoding is configured",
+            "set arctic_inference.speculative_model or suffix_decoding=true, or remove num_speculative_tokens",
+        )
+    if ai.speculative_model is not None and not ai.speculative_model.strip():
+        yield _issue(
+            "arctic_inference.speculative_model",
+            ai.speculative_model,
+            "empty model name",
+            "give the draft model's id or path, or null to disable speculative decoding",
+        )
+
+
+def _vllm_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    yield from _owned_keys("vllm.engine_args", cfg.vllm.engine_args, VLLM_OWNED_KEYS)
+
+
+RULES: tuple[Rule, ...] = (
+    _backend_fields_match_kind,
+    _arctic_needs_model_and_checkpoint,
+    _cortex_rules,
+    _placement_divisibility,
+    _batch_divisibility,
+    _lengths,
+    _log_prob_job,
+    _schedule,
+    _loss_rules,
+    _deepspeed_rules,
+    _weight_sync_rules,
+    _zorro_rules,
+    _arctic_inference_rules,
+    _vllm_rules,
+)
+
+
+def check(cfg: ArcticRLConfig) -> list[ConfigIssue]:
+    """Every problem of a (field-valid) configuration."""
+    issues: list[ConfigIssue] = []
+    for rule in RULES:
+        issues.extend(rule(cfg))
+    return issues
