@@ -13,6 +13,7 @@ import math
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from skyrl.backends.skyrl_train.distributed.dispatch import WorkerOutput
@@ -56,6 +57,8 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self.trace = trace
         self.call_timeout_s = call_timeout_s
         self.weights_version: int | None = None
+        # Where the weights version is reported after each sync (the trainer's metrics of the step).
+        self.metrics_sink: Callable[[], dict[str, Any]] | None = None
         self.optimizer_steps = 0
         self._pending_lr: float | None = None
         self._metrics: dict[str, list[float]] = defaultdict(list)

@@ -1,0 +1,199 @@
+"""SkyRL's `GeneratorInterface` over `Backend.generate`: single-turn rollouts scored by skyrl-gym
+environments (the Arctic ones score through the core rewards).
+
+Token ids used for training are the ones the backend reports: the prompt as the backend tokenised
+it (`Completion.prompt_token_ids`, when it says) and the generated `token_ids`. With text prompts
+(the Arctic on-prem server accepts text only) the chat-templated text is sent and the drift between
+the local tokenisation and the backend's is measured (`generate/prompt_retokenization_drift`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput
+
+import adapter_skyrl.envs  # noqa: F401  (registers the Arctic environments in this process)
+from adapter_skyrl.loop_bridge import on_backend_loop
+
+if TYPE_CHECKING:
+    from arctic_rl_core.backends.protocol import Backend, Completion, SamplingParams
+
+PromptFormat = Literal["token_ids", "text"]
+
+# vLLM sampling keys SkyRL always sends whose values the backend's semantics already give.
+_IMPLIED = {"min_tokens": 1, "skip_special_tokens": True, "include_stop_str_in_output": True, "min_p": 0.0}
+
+
+def to_sampling_params(params: Mapping[str, Any]) -> SamplingParams:
+    """SkyRL's vLLM sampling dict -> the backend's `SamplingParams`; anything else is an error."""
+    from arctic_rl_core.backends.protocol import SamplingParams
+
+    known = {"max_tokens", "temperature", "top_p", "top_k", "logprobs", "stop", *_IMPLIED}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"sampling params {unknown}: the Arctic backend cannot honour them; remove them")
+    for key, implied in _IMPLIED.items():
+        if key in params and params[key] != implied:
+            raise ValueError(
+                f"sampling param {key}={params[key]!r}: the Arctic backend supports only {implied!r}"
+            )
+    logprobs = params.get("logprobs")
+    if logprobs not in (None, 0, 1):
+        raise ValueError(
+            f"sampling param logprobs={logprobs!r}: only the sampled token's log-prob (1) is returned"
+        )
+    return SamplingParams(
+        max_tokens=int(params["max_tokens"]),
+        temperature=float(params.get("temperature", 1.0)),
+        top_p=float(params.get("top_p", 1.0)),
+        top_k=int(params.get("top_k", -1)),
+        stop=tuple(params.get("stop") or ()),
+        logprobs=bool(logprobs),
+    )
+
+
+class ArcticGenerator(GeneratorInterface):
+    """Rollouts from a core backend, one completion per prompt row (SkyRL already replicates)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        tokenizer: Any,
+        *,
+        prompt_format: PromptFormat = "token_ids",
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        call_timeout_s: float | None = None,
+    ):
+        if prompt_format not in ("token_ids", "text"):
+            raise ValueError(f"prompt_format={prompt_format!r}: use 'token_ids' or 'text'")
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.prompt_format = prompt_format
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.call_timeout_s = call_timeout_s
+        self.weights_versions: list[int] = []  # one per generate call, in order
+
+    def _template(self, conversation: Sequence[Mapping[str, str]], *, tokenize: bool) -> Any:
+        return self.tokenizer.apply_chat_template(
+            list(conversation), add_generation_prompt=True, tokenize=tokenize, **self.chat_template_kwargs
+        )
+
+    def _local_ids(self, conversation: Sequence[Mapping[str, str]]) -> list[int]:
+        ids = self._template(conversation, tokenize=True)
+        if isinstance(ids, Mapping):  # some tokenizers return a BatchEncoding
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+
+    async def generate(self, input_batch: GeneratorInput) -> GeneratorOutput:
+        conversations = input_batch["prompts"]
+        params = to_sampling_params(input_batch.get("sampling_params") or {})
+        local_ids = [self._local_ids(c) for c in conversations]
+        if self.prompt_format == "text":
+            prompts: list[Any] = [self._template(c, tokenize=False) for c in conversations]
+        else:
+            prompts = local_ids
+        start = time.perf_counter()
+        out = await on_backend_loop(self.backend.generate(prompts, params), self.call_timeout_s)
+        generate_s = time.perf_counter() - start
+        if len(out.completions) != len(prompts):
+            raise RuntimeError(
+                f"backend returned {len(out.completions)} completions for {len(prompts)} prompts"
+            )
+        self.weights_versions.append(out.weights_version)
+
+        prompt_ids, drifted = [], 0
+        for local, completion in zip(local_ids, out.completions, strict=True):
+            ids = list(completion.prompt_token_ids) if completion.prompt_token_ids is not None else local
+            drifted += ids != local
+            prompt_ids.append(ids)
+        response_ids = [_response_ids(c) for c in out.completions]
+        texts = [c.text for c in out.completions]
+
+        score_start = time.perf_counter()
+        rewards, verdicts = score_rollouts(
+            texts,
+            conversations,
+            input_batch["env_classes"],
+            input_batch.get("env_extras") or [{}] * len(texts),
+        )
+        score_s = time.perf_counter() - score_start
+        errors = sum(1 for v in verdicts if "scoring_error" in v)
+
+        rollout_logprobs = None
+        if params.logprobs:
+            rollout_logprobs = [_logprobs(c) for c in out.completions]
+        metrics = {
+            "generate/weights_version": float(out.weights_version),
+            "generate/scoring_errors": float(errors),
+            "generate/prompt_retokenization_drift": drifted / len(prompts),
+            "generate/avg_response_length": sum(map(len, response_ids)) / len(response_ids),
+            "generate/backend_generate_s": generate_s,
+            "generate/scoring_s": score_s,
+            "generate/execution_success_rate": _rate(verdicts, "execution_success"),
+        }
+        return GeneratorOutput(
+            prompt_token_ids=prompt_ids,
+            response_ids=response_ids,
+            rewards=rewards,
+            loss_masks=[[1] * len(r) for r in response_ids],
+            stop_reasons=[str(c.finish_reason) for c in out.completions],
+            rollout_metrics={k: v for k, v in metrics.items() if v is not None},
+            rollout_logprobs=rollout_logprobs,
+            trajectory_ids=input_batch.get("trajectory_ids"),
+            trajectory_generation_times=None,
+            trajectory_time_splits=None,
+            rollout_expert_indices=None,
+            rollout_sample_support=None,
+            is_last_step=None,
+            env_metrics=verdicts,
+            pixel_values=None,
+            image_grid_thw=None,
+        )
+
+
+def score_rollouts(
+    texts: Sequence[str],
+    conversations: Sequence[Any],
+    env_classes: Sequence[str],
+    env_extras: Sequence[Mapping[str, Any] | None],
+) -> tuple[list[float], list[dict[str, Any]]]:
+    """Reward of each response from its row's skyrl-gym environment (single turn)."""
+    import skyrl_gym
+
+    rewards: list[float] = []
+    verdicts: list[dict[str, Any]] = []
+    for text, conversation, env_class, extras in zip(
+        texts, conversations, env_classes, env_extras, strict=True
+    ):
+        env = skyrl_gym.make(env_class, env_config={}, extras=dict(extras or {}))
+        try:
+            env.init(conversation)
+            step = env.step(text)
+        finally:
+            env.close()
+        rewards.append(float(step["reward"]))
+        verdicts.append(dict(step.get("metadata") or {}))
+    return rewards, verdicts
+
+
+def _response_ids(completion: Completion) -> list[int]:
+    ids = list(completion.token_ids)
+    if not ids:
+        raise RuntimeError("backend returned an empty completion; SkyRL needs at least one response token")
+    return ids
+
+
+def _logprobs(completion: Completion) -> list[float]:
+    if completion.logprobs is None or len(completion.logprobs) != len(completion.token_ids):
+        raise RuntimeError(
+            "backend returned no per-token log-probs (or the wrong number) although they were requested"
+        )
+    return [float(x) for x in completion.logprobs]
+
+
+def _rate(verdicts: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    values = [bool(v[key]) for v in verdicts if key in v]
+    return sum(values) / len(values) if values else None

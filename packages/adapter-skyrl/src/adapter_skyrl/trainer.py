@@ -1,0 +1,230 @@
+"""SkyRL's trainer and experiment, with the Arctic dispatch and generator in place of SkyRL's
+FSDP/Megatron workers and vLLM engines.
+
+`ArcticPPOExp(cfg).run()` is the whole run: SkyRL's dataloader, advantages, loop, checkpoint
+schedule and tracker; the core backend does generation, log-probs, the loss and the optimizer.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+from skyrl.train.dataset import PromptDataset
+from skyrl.train.entrypoints.main_base import BasePPOExp
+from skyrl.train.trainer import RayPPOTrainer
+from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
+
+from adapter_skyrl.config import check_supported, to_arctic_config
+from adapter_skyrl.dispatch import ArcticWorkerDispatch
+from adapter_skyrl.generator import ArcticGenerator
+
+if TYPE_CHECKING:
+    from arctic_rl_core.backends.protocol import Backend
+    from arctic_rl_core.config import ArcticRLConfig
+    from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
+    from skyrl.train.config import SkyRLTrainConfig
+
+    from adapter_skyrl.trace import PayloadTrace
+
+
+class BackendReferenceModel:
+    """Stands where SkyRL keeps its reference actor group: reference log-probs come from the
+    backend's frozen reference model (`Backend.forward(..., reference_model=True)`)."""
+
+    def __repr__(self) -> str:
+        return "BackendReferenceModel()"
+
+
+class ArcticPPOTrainer(RayPPOTrainer):
+    """SkyRL's `RayPPOTrainer` whose models live on a core backend."""
+
+    def __init__(self, *args: Any, dispatch: ArcticWorkerDispatch, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._arctic_dispatch = dispatch
+
+    def build_models(self, PolicyWorker: Any = None, CriticWorker: Any = None, RefWorker: Any = None) -> None:
+        """No SkyRL workers: the dispatch talks to the backend."""
+        algo = self.cfg.trainer.algorithm
+        self.dispatch = self._arctic_dispatch
+        self.dispatch.metrics_sink = lambda: self.all_metrics
+        self.policy_model = None
+        self.critic_model = None
+        self.ref_model = BackendReferenceModel() if (algo.use_kl_loss or algo.use_kl_in_reward) else None
+        logger.info(
+            f"Arctic dispatch ready: backend={type(self.dispatch.backend).__name__}, ref={self.ref_model}"
+        )
+
+    def _normalize_advantages(
+        self,
+        data: TrainingInputBatch,
+        mini_batch_boundaries: list[tuple[int, int]],
+        prompt_boundaries: list[tuple[int, int]] | None = None,
+    ) -> TrainingInputBatch:
+        """SkyRL's advantage batch normalisation (when enabled), but NOT its loss-reduction
+        pre-scaling: the Arctic server aggregates the loss itself (`loss.loss_agg_mode`, mapped
+        from `trainer.algorithm.loss_reduction`), so pre-scaled advantages would be reduced twice."""
+        if self.cfg.trainer.algorithm.advantage_batch_normalize:
+            advantages, response_mask = data["advantages"], data["response_mask"]
+            num_actions = response_mask.sum()
+            mean = advantages.mean()
+            std = ((advantages - mean).pow(2) * response_mask).sum()
+            rstd = (std / num_actions).clamp(min=1e-8).rsqrt()
+            data["advantages"] = (advantages - mean) * rstd
+        return data
+
+    def _cleanup_old_checkpoints(self) -> None:
+        """Checkpoints live where this process writes them (no SkyRL worker nodes to visit)."""
+        cleanup_old_checkpoints(self.cfg.trainer.ckpt_path, self.cfg.trainer.max_ckpts_to_keep)
+
+    def train_critic_and_policy(self, data: TrainingInputBatch) -> dict[str, float]:
+        status = super().train_critic_and_policy(data)
+        for key, value in self.dispatch.pop_metrics().items():
+            self.all_metrics[f"arctic/{key}"] = value
+        return status
+
+
+class ArcticPPOExp(BasePPOExp):
+    """SkyRL's experiment with the Arctic hooks: tokenizer and backend from the core config, no
+    inference engines, no FSDP/Megatron workers.
+
+    `backend`: an already-built core backend (tests pass the reference engine); None builds the
+    one `trainer.arctic_rl.backend` describes.
+    """
+
+    def __init__(
+        self,
+        cfg: SkyRLTrainConfig,
+        *,
+        backend: Backend | None = None,
+        trace: PayloadTrace | None = None,
+        prompt_format: str | None = None,
+    ):
+        check_supported(cfg)
+        self.cfg = cfg
+        self.backend_settings = backend_settings(cfg)
+        self.tokenizer = self._build_tokenizer()
+        self.train_dataset = self.get_train_dataset()
+        self.eval_dataset = self.get_eval_dataset()
+        self.colocate_pg = None
+        self._server_groups = self._prefill_server_groups = self._decode_server_groups = None
+        self._inference_router = None
+        # The schedule horizon needs the dataloader length: recompute with the real one.
+        steps_per_epoch = len(self.train_dataset) // cfg.trainer.train_batch_size
+        self.arctic_cfg = to_arctic_config(cfg, steps_per_epoch=steps_per_epoch)
+        self.backend = backend if backend is not None else build_backend(self.arctic_cfg)
+        self.trace = trace
+        # The Arctic on-prem server takes text prompts only; the reference engine takes token ids.
+        self.prompt_format = prompt_format or (
+            "token_ids" if self.arctic_cfg.backend.kind == "reference" else "text"
+        )
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def _build_tokenizer(self) -> Any:
+        if self.backend_settings.kind == "reference":
+            from arctic_rl_core.backends.reference.tokenizer import build_tokenizer
+
+            tokenizer = build_tokenizer(self.backend_settings.reference.tokenizer_path)
+        else:
+            from skyrl.utils.tok import get_tokenizer
+
+            tokenizer = get_tokenizer(
+                self.cfg.trainer.policy.model.path,
+                trust_remote_code=True,
+                use_fast=not self.cfg.trainer.disable_fast_tokenizer,
+                padding_side="left",
+            )
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the policy tokenizer has no pad token: the Arctic wire needs pad_token_id")
+        return tokenizer
+
+    def _dataset(self, files: list[str]) -> PromptDataset:
+        # SkyRL hardcodes 8 filter workers; use the configured dataloader workers (at least 1).
+        return PromptDataset(
+            datasets=files,
+            tokenizer=self.tokenizer,
+            max_prompt_length=self.cfg.trainer.max_prompt_length,
+            num_workers=max(1, int(self.cfg.data.dataloader.num_workers or 1)),
+        )
+
+    def get_train_dataset(self) -> PromptDataset:
+        dataset = self._dataset(self.cfg.data.train_data)
+        if len(dataset) < self.cfg.trainer.train_batch_size:
+            raise ValueError(
+                f"data.train_data has {len(dataset)} prompts after length filtering, fewer than "
+                f"trainer.train_batch_size={self.cfg.trainer.train_batch_size}"
+            )
+        return dataset
+
+    def get_eval_dataset(self) -> PromptDataset | None:
+        if self.cfg.trainer.eval_interval > 0 and self.cfg.data.val_data:
+            return self._dataset(self.cfg.data.val_data)
+        return None
+
+    def get_colocate_pg(self, timeout: int = 0) -> None:
+        return None
+
+    def get_inference_client(self) -> None:
+        """The backend serves generation: there is no SkyRL inference engine or router."""
+        return None
+
+    def get_generator(
+        self, cfg: SkyRLTrainConfig, tokenizer: Any, inference_engine_client: Any
+    ) -> ArcticGenerator:
+        return ArcticGenerator(
+            self.backend,
+            tokenizer,
+            prompt_format=self.prompt_format,
+            chat_template_kwargs=cfg.generator.chat_template_kwargs,
+        )
+
+    def build_dispatch(self) -> ArcticWorkerDispatch:
+        from arctic_rl_core.weight_sync import WeightSyncPolicy
+        from arctic_rl_core.wire import PayloadSpec
+
+        spec = PayloadSpec.from_config(self.arctic_cfg, pad_token_id=int(self.tokenizer.pad_token_id))
+        return ArcticWorkerDispatch(
+            self.cfg, self.backend, spec, WeightSyncPolicy.from_config(self.arctic_cfg), trace=self.trace
+        )
+
+    def _setup_trainer(self) -> ArcticPPOTrainer:
+        """SkyRL's setup without importing the FSDP/Megatron workers (flash_attn) or vLLM."""
+        logger.info(self.get_cfg_as_str(self.cfg))
+        os.makedirs(self.cfg.trainer.export_path, exist_ok=True)
+        os.makedirs(self.cfg.trainer.ckpt_path, exist_ok=True)
+        tracker = self.get_tracker()
+        generator = self.get_generator(self.cfg, self.tokenizer, None)
+        trainer = ArcticPPOTrainer(
+            cfg=self.cfg,
+            tracker=tracker,
+            tokenizer=self.tokenizer,
+            train_dataset=self.train_dataset,
+            eval_dataset=self.eval_dataset,
+            inference_engine_client=None,
+            generator=generator,
+            colocate_pg=None,
+            dispatch=self.build_dispatch(),
+        )
+        trainer.trajectory_logger = self.get_trajectory_logger()
+        self.trainer = trainer
+        trainer.build_models()
+        return trainer
+
+
+def backend_settings(cfg: SkyRLTrainConfig) -> Any:
+    """The validated `backend` group of `trainer.arctic_rl` (needed before the dataset exists)."""
+    from arctic_rl_core.config.schema import BackendSettings
+
+    return BackendSettings.model_validate(dict(cfg.trainer.arctic_rl).get("backend", {}))
+
+
+def build_backend(cfg: ArcticRLConfig) -> Backend:
+    """The core backend `backend.kind` names."""
+    if cfg.backend.kind == "reference":
+        from arctic_rl_core.backends.reference import ReferenceBackend, ReferenceEngineSettings
+
+        return ReferenceBackend(ReferenceEngineSettings.from_config(cfg))
+    from arctic_rl_core.backends import arctic
+
+    return arctic.ArcticBackend.from_config(cfg)
