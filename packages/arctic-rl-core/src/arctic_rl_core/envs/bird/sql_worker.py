@@ -1,0 +1,161 @@
+"""The SQL worker process: runs one read-only query at a time for `executor.SQLExecutor`.
+
+Standard library only: the executor starts it as `python -I -S sql_worker.py FD HEAP_BYTES`,
+so it imports nothing from the environment. Messages are pickled tuples on one socket:
+
+- worker -> parent on start: ("hello", pid)
+- parent -> worker: ("run", request_id, db_path, sql, max_rows, timeout_s, cooperative)
+  worker -> parent: ("result", request_id, outcome) where outcome is
+  ("ok", rows: frozenset[tuple], fetched: int, seconds) or ("error", kind, message, seconds)
+- parent -> worker: ("stats",); worker -> parent: ("stats", pid, open_fds)
+- parent -> worker: ("exit",), or end of file: the worker exits.
+
+Every connection is opened read-only (`mode=ro`), with `PRAGMA query_only`, no attachable
+databases, and an authorizer that allows reading only; it is closed on every path.
+"""
+
+import os
+import sqlite3
+import sys
+import time
+import urllib.parse
+from multiprocessing.connection import Connection
+
+# Authorizer: deny everything that is not reading. ATTACH, DETACH, writes, DDL, transactions,
+# pragma writes and extension loading all end here with SQLITE_DENY.
+_ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
+_READ_ONLY_PRAGMAS = frozenset(
+    {
+        "table_info",
+        "table_xinfo",
+        "table_list",
+        "index_list",
+        "index_info",
+        "index_xinfo",
+        "foreign_key_list",
+        "collation_list",
+    }
+)
+_DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"})
+_ERROR_MESSAGE_CHARS = 300
+
+
+def _authorize(action: int, arg1: str | None, arg2: str | None, _db: str | None, _trigger: str | None) -> int:
+    if action in _ALLOWED_ACTIONS:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_FUNCTION:
+        name = (arg2 or "").lower()
+        return sqlite3.SQLITE_DENY if name in _DENIED_FUNCTIONS else sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _READ_ONLY_PRAGMAS:
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+def _classify(error: Exception, timed_out: bool) -> str:
+    message = str(error).lower()
+    if isinstance(error, sqlite3.OperationalError) and "interrupted" in message and timed_out:
+        return "timeout"
+    if isinstance(error, sqlite3.ProgrammingError):
+        if "one statement" in message:
+            return "multiple_statements"
+        return "invalid_sql"
+    if isinstance(error, sqlite3.Warning) and "one statement" in message:
+        return "multiple_statements"
+    if "not authorized" in message or "readonly" in message or "read-only" in message:
+        return "not_read_only"
+    if "attached databases" in message:
+        return "not_read_only"
+    if isinstance(error, MemoryError) or "out of memory" in message or "too big" in message:
+        return "resource_limit"
+    return "sql_error"
+
+
+def run_query(db_path: str, sql: str, max_rows: int, timeout_s: float, cooperative: bool) -> tuple:
+    """Execute one statement read-only; returns the outcome tuple described in the module doc."""
+    start = time.monotonic()
+    deadline = start + timeout_s
+    connection = None
+    try:
+        uri = "file:" + urllib.parse.quote(os.path.abspath(db_path)) + "?mode=ro"
+        connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=True)
+        connection.execute("PRAGMA query_only = ON")
+        connection.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        connection.set_authorizer(_authorize)
+        if cooperative:
+            connection.set_progress_handler(lambda: time.monotonic() > deadline, 4096)
+        cursor = connection.execute(sql)
+        if cursor.description is None:
+            return (
+                "error",
+                "not_a_query",
+                "the statement returns no result columns",
+                time.monotonic() - start,
+            )
+        distinct: set[tuple] = set()
+        fetched = 0
+        while True:
+            chunk = cursor.fetchmany(4096)
+            if not chunk:
+                break
+            fetched += len(chunk)
+            distinct.update(chunk)
+            if len(distinct) > max_rows:
+                message = f"more than {max_rows} distinct result rows"
+                return ("error", "row_limit", message, time.monotonic() - start)
+        return ("ok", frozenset(distinct), fetched, time.monotonic() - start)
+    except Exception as error:  # every failure of the query is reported to the parent, by kind
+        kind = _classify(error, timed_out=time.monotonic() > deadline)
+        message = f"{type(error).__name__}: {error}"[:_ERROR_MESSAGE_CHARS]
+        return ("error", kind, message, time.monotonic() - start)
+    finally:
+        if connection is not None:
+            connection.close()
+
+
+def _open_fd_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return -1
+
+
+def serve(channel: Connection) -> None:
+    channel.send(("hello", os.getpid()))
+    while True:
+        try:
+            message = channel.recv()
+        except (EOFError, OSError):
+            return
+        kind = message[0]
+        if kind == "run":
+            _, request_id, db_path, sql, max_rows, timeout_s, cooperative = message
+            outcome = run_query(db_path, sql, max_rows, timeout_s, cooperative)
+            channel.send(("result", request_id, outcome))
+        elif kind == "stats":
+            channel.send(("stats", os.getpid(), _open_fd_count()))
+        elif kind == "exit":
+            return
+        else:
+            raise ValueError(f"sql worker: unknown message kind {kind!r}")
+
+
+def main(argv: list[str]) -> int:
+    fd = int(argv[1])
+    heap_limit_bytes = int(argv[2])
+    if heap_limit_bytes > 0:
+        # Process-wide cap on SQLite's heap: a memory bomb fails with "out of memory".
+        probe = sqlite3.connect(":memory:")
+        try:
+            probe.execute(f"PRAGMA hard_heap_limit = {heap_limit_bytes}")
+        finally:
+            probe.close()
+    channel = Connection(fd)
+    try:
+        serve(channel)
+    finally:
+        channel.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
