@@ -147,3 +147,58 @@ def test_arctic_only_fields_of_skyrl_owned_groups_stay_settable():
     assert info.value.problems == [
         "trainer.arctic_rl.loss.loss_fn: SkyRL owns this setting; set trainer.algorithm.policy_loss_type instead"
     ]
+
+
+def test_to_arctic_config_builds_the_core_schema_from_skyrl_fields():
+    from adapter_skyrl.config import to_arctic_config
+
+    cfg = parse_cli(
+        [
+            *SUPPORTED,
+            "trainer.arctic_rl.backend.kind=reference",
+            "trainer.arctic_rl.backend.reference.num_layers=1",
+            "trainer.arctic_rl.optimizer.eps=1e-6",
+            "trainer.train_batch_size=4",
+            "trainer.policy_mini_batch_size=2",
+            "generator.n_samples_per_prompt=2",
+            "trainer.policy.optimizer_config.num_warmup_steps=2",
+        ]
+    )
+    arctic = to_arctic_config(cfg, steps_per_epoch=5)
+    assert arctic.backend.kind == "reference" and arctic.backend.reference.num_layers == 1
+    assert arctic.optimizer.eps == 1e-6 and arctic.optimizer.weight_decay == 0.01  # SkyRL's default
+    assert arctic.model.name is None  # the reference engine builds its own model
+    shape = arctic.shape
+    # 5 global steps x 2 mini-batches: SkyRL's policy_num_training_steps; warmup in optimizer steps.
+    assert (shape.training_horizon, shape.warmup_steps) == (10, 2)
+    assert (shape.train_batch_size, shape.mini_batches_per_step, shape.gradient_accumulation_steps) == (
+        4,
+        2,
+        4,
+    )
+    assert arctic.loss.kl_loss_type == "k3" and arctic.loss.use_kl_loss is True
+
+
+def test_core_config_errors_name_the_skyrl_field_to_change():
+    from adapter_skyrl.config import to_arctic_config
+    from arctic_rl_core.config import ConfigError
+
+    http = [
+        *SUPPORTED,
+        "trainer.arctic_rl.backend.kind=http",
+        "trainer.arctic_rl.placement.log_prob_gpus=1",
+        "trainer.policy.model.path=Qwen/Qwen3-0.6B",
+    ]
+    cfg = parse_cli([*http, "trainer.algorithm.eps_clip_high=0.28"])
+    with pytest.raises(ConfigError) as info:
+        to_arctic_config(cfg, steps_per_epoch=5)
+    paths = sorted(issue.path for issue in info.value.issues)
+    assert paths == [
+        "trainer.algorithm.eps_clip_high (core loss.clip_ratio_high)",
+        "trainer.arctic_rl.checkpoint.path",
+    ]
+    assert "in SkyRL: set trainer.algorithm.eps_clip_high" in str(info.value)
+    fixed = parse_cli(
+        [*cfg_args(cfg), "trainer.algorithm.eps_clip_high=0.2", "trainer.arctic_rl.checkpoint.path=/ckpt"]
+    )
+    assert to_arctic_config(fixed, steps_per_epoch=5).model.name == "Qwen/Qwen3-0.6B"

@@ -257,6 +257,7 @@ SKYRL_OWNED: Mapping[str, str] = {
     "loss.entropy_coeff": "trainer.algorithm.use_entropy_loss / entropy_loss_coef",
     "loss.temperature": "generator.sampling_params.temperature (or trainer.algorithm.temperature)",
     "determinism.seed": "trainer.seed",
+    "model.name": "trainer.policy.model.path",
 }
 
 
@@ -304,7 +305,7 @@ def check_supported(cfg: SkyRLTrainConfig) -> None:
 def to_arctic_config(cfg: SkyRLTrainConfig, *, steps_per_epoch: int) -> "ArcticRLConfig":
     """The core config for this SkyRL run: `trainer.arctic_rl.*` groups plus SkyRL's own fields
     under their core names. Raises the core `ConfigError` for invalid combinations."""
-    from arctic_rl_core.config import ArcticRLConfig
+    from arctic_rl_core.config import ArcticRLConfig, ConfigError
 
     check_supported(cfg)
     data: dict[str, Any] = {}
@@ -312,9 +313,26 @@ def to_arctic_config(cfg: SkyRLTrainConfig, *, steps_per_epoch: int) -> "ArcticR
         _set_dotted(data, key, value)
     for key, value in skyrl_owned_values(cfg, steps_per_epoch=steps_per_epoch).items():
         _set_dotted(data, key, value)
-    return ArcticRLConfig.from_dict(
-        data, source="SkyRL config (trainer.* / generator.* / trainer.arctic_rl.*)"
-    )
+    try:
+        return ArcticRLConfig.from_dict(data)
+    except ConfigError as error:
+        raise ConfigError(
+            [_in_skyrl_terms(issue) for issue in error.issues], source="the SkyRL config"
+        ) from None
+
+
+def _in_skyrl_terms(issue: Any) -> Any:
+    """A core config issue named by the SkyRL field to change (or its trainer.arctic_rl.* path)."""
+    import dataclasses
+
+    owner = SKYRL_OWNED.get(issue.path)
+    if owner is not None:
+        return dataclasses.replace(
+            issue, path=f"{owner} (core {issue.path})", remedy=f"{issue.remedy} (in SkyRL: set {owner})"
+        )
+    if not issue.path:
+        return issue
+    return dataclasses.replace(issue, path=f"trainer.arctic_rl.{issue.path}")
 
 
 def total_training_steps(cfg: SkyRLTrainConfig, steps_per_epoch: int) -> int:
@@ -368,9 +386,16 @@ def skyrl_owned_values(cfg: SkyRLTrainConfig, *, steps_per_epoch: int) -> dict[s
         "loss.entropy_coeff": algo.entropy_loss_coef if algo.use_entropy_loss else 0.0,
         "loss.temperature": temperature,
         "determinism.seed": cfg.trainer.seed,
+        # The Arctic server serves and trains SkyRL's policy model; the reference engine builds its own.
+        "model.name": None if _backend_kind(cfg) == "reference" else cfg.trainer.policy.model.path,
     }
     assert set(values) == set(SKYRL_OWNED), "SKYRL_OWNED and skyrl_owned_values must list the same keys"
     return values
+
+
+def _backend_kind(cfg: SkyRLTrainConfig) -> Any:
+    backend = dict(cfg.trainer.arctic_rl).get("backend")
+    return backend.get("kind") if isinstance(backend, Mapping) else None
 
 
 def _flatten_items(prefix: str, node: Any):
