@@ -199,6 +199,6 @@ def test_core_config_errors_name_the_skyrl_field_to_change():
     ]
     assert "in SkyRL: set trainer.algorithm.eps_clip_high" in str(info.value)
     fixed = parse_cli(
-        [*cfg_args(cfg), "trainer.algorithm.eps_clip_high=0.2", "trainer.arctic_rl.checkpoint.path=/ckpt"]
+        [*http, "trainer.algorithm.eps_clip_high=0.2", "trainer.arctic_rl.checkpoint.path=/ckpt"]
     )
     assert to_arctic_config(fixed, steps_per_epoch=5).model.name == "Qwen/Qwen3-0.6B"
