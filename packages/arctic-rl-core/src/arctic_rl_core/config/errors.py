@@ -8,6 +8,7 @@ the closest valid name suggested for an unknown key; the cross-field rules of
 from __future__ import annotations
 
 import difflib
+import json
 import types
 import typing
 from collections.abc import Iterable, Sequence
@@ -59,9 +60,13 @@ _MISSING = object()
 
 
 def _show_value(value: Any) -> str:
+    """A value as the user wrote it in YAML/JSON terms (true, null, "text"), shortened."""
     if value is _MISSING:
         return "(missing)"
-    text = repr(value)
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
     return text if len(text) <= 120 else text[:117] + "..."
 
 
@@ -264,6 +269,8 @@ def issues_from_validation_error(root: type[BaseModel], error: ValidationError) 
             issues.append(ConfigIssue(path, value, message, "change the value as the message says"))
             continue
         remedy = _PATH_REMEDIES.get(path) or _TYPE_REMEDIES.get(kind)
+        if kind == "literal_error" and "expected" in ctx:
+            remedy = f"choose one of {ctx['expected']}"
         if remedy is None:
             remedy = f"use a value that satisfies: {message[0].lower() + message[1:]}"
         description = _description(root, path)

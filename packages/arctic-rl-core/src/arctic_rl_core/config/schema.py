@@ -213,10 +213,20 @@ class LossSettings(_Group):
     loss_fn: Literal["verl_grpo", "sft"] = Field(
         default="verl_grpo", description="Server loss: verl_grpo (RL) or sft (supervised cross-entropy)."
     )
-    clip_ratio_low: float = Field(default=0.2, ge=0, description="PPO clip: ratio >= 1 - clip_ratio_low.")
-    clip_ratio_high: float = Field(default=0.2, ge=0, description="PPO clip: ratio <= 1 + clip_ratio_high.")
+    clip_ratio_low: float = Field(
+        default=0.2,
+        ge=0,
+        description="PPO clip: ratio >= 1 - clip_ratio_low. Arctic backends accept only 0.2 (the server hard-codes it).",
+    )
+    clip_ratio_high: float = Field(
+        default=0.2,
+        ge=0,
+        description="PPO clip: ratio <= 1 + clip_ratio_high. Arctic backends accept only 0.2 (the server hard-codes it).",
+    )
     clip_ratio_c: float = Field(
-        default=3.0, gt=1, description="Dual-clip bound for negative advantages (loss <= c x |A|)."
+        default=3.0,
+        gt=1,
+        description="Dual-clip bound for negative advantages (loss <= c x abs(A)). Arctic backends accept only 3.0.",
     )
     loss_agg_mode: LossAggMode = Field(
         default="token-mean", description="How token losses become one scalar."
@@ -381,6 +391,20 @@ class WireSettings(_Group):
     )
 
 
+def _without_paths(data: Any, paths: set[str]) -> Any:
+    """A copy of nested `data` without the dotted `paths` (those that exist)."""
+    if not isinstance(data, dict):
+        return data
+    copy: dict[str, Any] = {}
+    for key, value in data.items():
+        key_path = str(key)
+        if key_path in paths:
+            continue
+        inner = {p[len(key_path) + 1 :] for p in paths if p.startswith(key_path + ".")}
+        copy[key] = _without_paths(value, inner) if inner else value
+    return copy
+
+
 class ArcticRLConfig(BaseModel):
     """One Arctic RL run. Build it with `load_config` (YAML/TOML + overrides) or `from_dict`."""
 
@@ -423,7 +447,24 @@ class ArcticRLConfig(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as error:
-            raise ConfigError(issues_from_validation_error(cls, error), source=source) from None
+            issues = issues_from_validation_error(cls, error)
+            cross_field = any(
+                isinstance((item.get("ctx") or {}).get("error"), ConfigError) for item in error.errors()
+            )
+        if cross_field:  # all fields were valid: the report is complete
+            raise ConfigError(issues, source=source) from None
+        # Field errors stop pydantic before the cross-field rules; run those rules once more on
+        # the data without the bad fields, so one report still lists every problem.
+        bad = {issue.path for issue in issues}
+        try:
+            cls.model_validate(_without_paths(data, bad))
+        except ValidationError as error:
+            issues += [
+                issue
+                for issue in issues_from_validation_error(cls, error)
+                if not any(path in f"{issue.path} {issue.problem}" for path in bad)  # not about a bad field
+            ]
+        raise ConfigError(issues, source=source) from None
 
     @property
     def is_arctic(self) -> bool:

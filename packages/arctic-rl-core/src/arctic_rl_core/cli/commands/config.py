@@ -1,0 +1,88 @@
+"""`arctic-rl config`: show the resolved configuration and its plan, validate it, print the
+configuration reference."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+OVERRIDES_HELP = "Hydra-style overrides: key.sub=value, +key=value, ++key=value, ~key"
+
+
+def _load(args: argparse.Namespace):
+    from arctic_rl_core.config import load_config
+
+    return load_config(args.file, args.overrides)
+
+
+def _dump(data: object, as_json: bool) -> str:
+    if as_json:
+        return json.dumps(data, indent=2)
+    import yaml
+
+    class _NoAliases(yaml.SafeDumper):
+        def ignore_aliases(self, data: object) -> bool:
+            return True
+
+    return yaml.dump(data, Dumper=_NoAliases, sort_keys=False, default_flow_style=False)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from arctic_rl_core.config import ConfigError
+
+    try:
+        cfg = _load(args)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 1
+    document = {"config": cfg.model_dump(mode="json"), "plan": cfg.plan()}
+    sys.stdout.write(_dump(document, args.json))
+    if args.json:
+        sys.stdout.write("\n")
+    return 0
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from arctic_rl_core.config import ConfigError
+
+    try:
+        cfg = _load(args)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 1
+    shape = cfg.shape
+    print(
+        f"{args.file}: valid ({cfg.backend.kind} backend, {shape.rows_per_step} rows per step, "
+        f"train_batch_size {shape.train_batch_size} = micro {shape.micro_batch_size_per_gpu} x grad-accum "
+        f"{shape.gradient_accumulation_steps} x data-parallel {shape.data_parallel_size})"
+    )
+    return 0
+
+
+def run_reference(args: argparse.Namespace) -> int:
+    from arctic_rl_core.config.reference_doc import render_reference
+
+    sys.stdout.write(render_reference())
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "config", help="Show, validate or document the Arctic RL configuration (YAML/TOML + overrides)."
+    )
+    actions = parser.add_subparsers(dest="config_command", metavar="ACTION")
+
+    show = actions.add_parser("show", help="Print the resolved configuration and its plan (YAML, or --json).")
+    show.add_argument("file", help="YAML or TOML config file")
+    show.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
+    show.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    show.set_defaults(func=run_show)
+
+    validate = actions.add_parser("validate", help="Check a configuration; exit 1 listing every problem.")
+    validate.add_argument("file", help="YAML or TOML config file")
+    validate.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
+    validate.set_defaults(func=run_validate)
+
+    reference = actions.add_parser("reference", help="Print the configuration reference (Markdown).")
+    reference.set_defaults(func=run_reference)
