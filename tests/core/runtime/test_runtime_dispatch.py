@@ -16,7 +16,7 @@ from arctic_rl_core.dispatch import DispatchLoop
 
 def _event_loops_alive() -> int:
     gc.collect()
-    return sum(isinstance(obj, asyncio.AbstractEventLoop) for obj in gc.get_objects())
+    return sum(issubclass(type(obj), asyncio.AbstractEventLoop) for obj in gc.get_objects())
 
 
 async def _double(x: int) -> int:
