@@ -20,7 +20,7 @@ BIRD_ENV_IDS = ("bird", "bird_sql")
 GSM8K_ENV_ID = "gsm8k_arctic"
 
 
-def _ground_truth(extras: Mapping[str, Any], env_id: str) -> Any:
+def ground_truth(extras: Mapping[str, Any], env_id: str) -> Any:
     for key in ("reward_spec", "reward_model"):
         spec = extras.get(key)
         if isinstance(spec, Mapping) and "ground_truth" in spec:
@@ -38,7 +38,7 @@ class _CoreScoredEnv(BaseTextEnv):
     def __init__(self, env_config: Any = None, extras: Mapping[str, Any] | None = None):
         super().__init__()
         extras = dict(extras or {})
-        self.ground_truth = _ground_truth(extras, self.env_id)
+        self.ground_truth = ground_truth(extras, self.env_id)
         self.extra_info = dict(extras.get("extra_info") or {})
         self.data_source = str(extras.get("data_source") or self.default_data_source)
 
@@ -56,6 +56,8 @@ class _CoreScoredEnv(BaseTextEnv):
                 metadata={"scoring_error": f"{type(exc).__name__}: {exc}"},
             )
         metadata = {k: v for k, v in verdict.items() if k != "score"}
+        if metadata.get("scoring_error") == "":
+            del metadata["scoring_error"]
         return BaseTextEnvStepOutput(
             observations=[], reward=float(verdict["score"]), done=True, metadata=metadata
         )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput
 
-import adapter_skyrl.envs  # noqa: F401  (registers the Arctic environments in this process)
+from adapter_skyrl.envs import BIRD_ENV_IDS  # importing registers the Arctic environments
 from adapter_skyrl.loop_bridge import on_backend_loop
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ class ArcticGenerator(GeneratorInterface):
             input_batch.get("env_extras") or [{}] * len(texts),
         )
         score_s = time.perf_counter() - score_start
-        errors = sum(1 for v in verdicts if "scoring_error" in v)
+        errors = sum(1 for v in verdicts if v.get("scoring_error"))
 
         rollout_logprobs = None
         if params.logprobs:
@@ -160,23 +160,55 @@ def score_rollouts(
     env_classes: Sequence[str],
     env_extras: Sequence[Mapping[str, Any] | None],
 ) -> tuple[list[float], list[dict[str, Any]]]:
-    """Reward of each response from its row's skyrl-gym environment (single turn)."""
+    """Reward and verdict of each response. BIRD rows are scored together by the core batch
+    scorer (each distinct query executed once, gold results cached); other rows, or BIRD rows
+    whose batch could not be scored, step their row's skyrl-gym environment (single turn)."""
+    rewards: list[float | None] = [None] * len(texts)
+    verdicts: list[dict[str, Any] | None] = [None] * len(texts)
+    extras = [dict(e or {}) for e in env_extras]
+    bird_rows = [i for i, env_class in enumerate(env_classes) if env_class in BIRD_ENV_IDS]
+    if bird_rows:
+        try:
+            batch = _bird_batch([texts[i] for i in bird_rows], [extras[i] for i in bird_rows])
+        except (ValueError, TypeError):  # a malformed row: score row by row so each reports its own error
+            batch = None
+        if batch is not None:
+            for i, verdict in zip(bird_rows, batch, strict=True):
+                rewards[i], verdicts[i] = (
+                    float(verdict["score"]),
+                    {k: v for k, v in verdict.items() if k != "score"},
+                )
+    for i, env_class in enumerate(env_classes):
+        if rewards[i] is None:
+            rewards[i], verdicts[i] = _step_env(env_class, conversations[i], texts[i], extras[i])
+    return [float(r) for r in rewards], [dict(v or {}) for v in verdicts]
+
+
+def _bird_batch(texts: Sequence[str], extras: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    from arctic_rl_core.envs.bird import compute_score_batch
+
+    from adapter_skyrl.envs import ground_truth
+
+    return compute_score_batch(
+        [str(e.get("data_source") or "bird") for e in extras],
+        list(texts),
+        [ground_truth(e, "bird") for e in extras],
+        [dict(e.get("extra_info") or {}) for e in extras],
+    )
+
+
+def _step_env(
+    env_class: str, conversation: Any, text: str, extras: Mapping[str, Any]
+) -> tuple[float, dict[str, Any]]:
     import skyrl_gym
 
-    rewards: list[float] = []
-    verdicts: list[dict[str, Any]] = []
-    for text, conversation, env_class, extras in zip(
-        texts, conversations, env_classes, env_extras, strict=True
-    ):
-        env = skyrl_gym.make(env_class, env_config={}, extras=dict(extras or {}))
-        try:
-            env.init(conversation)
-            step = env.step(text)
-        finally:
-            env.close()
-        rewards.append(float(step["reward"]))
-        verdicts.append(dict(step.get("metadata") or {}))
-    return rewards, verdicts
+    env = skyrl_gym.make(env_class, env_config={}, extras=dict(extras))
+    try:
+        env.init(conversation)
+        step = env.step(text)
+    finally:
+        env.close()
+    return float(step["reward"]), dict(step.get("metadata") or {})
 
 
 def _response_ids(completion: Completion) -> list[int]:
