@@ -1,0 +1,163 @@
+"""The `arctic` rollout replica (`actor_rollout_ref.rollout.name=arctic`).
+
+Its server actor answers verl's token-in/token-out `generate` with `Backend.generate`: it reports
+the sampler's weights version in `extra_fields["global_steps"]` and, since verl's sync client
+sends no `max_tokens`, defaults it to the configured response length. Sleep/wake follow the
+backend: in colocated mode `sleep` puts the backend's inference to sleep (the weight-sync policy
+wakes it); otherwise memory stays with the server and they are no-ops.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import ray
+from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+
+from adapter_verl.trace import TraceWriter
+
+if TYPE_CHECKING:
+    from arctic_rl_core.backends.protocol import Backend, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+# verl sampling keys the server maps; any other key with a non-neutral value is refused
+_NEUTRAL_SAMPLING: dict[str, Any] = {"repetition_penalty": 1.0}
+
+
+def sampling_params_from_verl(sampling_params: dict[str, Any], default_max_tokens: int) -> SamplingParams:
+    """verl's per-request sampling dict -> the core `SamplingParams`.
+
+    `max_tokens` (or `max_new_tokens`) defaults to the response length; vLLM's `top_k=0`
+    ("disabled") becomes the core's -1."""
+    from arctic_rl_core.backends.protocol import SamplingParams
+
+    params = dict(sampling_params)
+    max_tokens = params.pop("max_tokens", None) or params.pop("max_new_tokens", None) or default_max_tokens
+    top_k = int(params.pop("top_k", -1))
+    mapped = SamplingParams(
+        max_tokens=int(max_tokens),
+        temperature=float(params.pop("temperature", 1.0)),
+        top_p=float(params.pop("top_p", 1.0)),
+        top_k=-1 if top_k == 0 else top_k,
+        seed=params.pop("seed", None),
+        logprobs=bool(params.pop("logprobs", False)),
+    )
+    for key, neutral in _NEUTRAL_SAMPLING.items():
+        value = params.pop(key, neutral)
+        if value != neutral:
+            raise ValueError(f"sampling param {key}={value!r}: the Arctic backend supports only {neutral!r}")
+    if params:
+        raise ValueError(
+            f"sampling params {sorted(params)} are not supported by the Arctic backend: remove them"
+        )
+    return mapped
+
+
+class ArcticRolloutServer:
+    """Ray actor behind one replica: verl's rollout server surface over the core backend."""
+
+    def __init__(self, replica_rank: int, response_length: int) -> None:
+        self.replica_rank = replica_rank
+        self.response_length = response_length
+        self._backend: Backend | None = None
+        self._trace: TraceWriter | None = None
+        self._colocated: bool | None = None
+
+    async def _connected(self) -> Backend:
+        if self._backend is None:
+            from adapter_verl.session import lookup_session
+
+            info = lookup_session()
+            self._backend = info.handle.connect()
+            self._trace = TraceWriter(info.settings.trace_dir, f"rollout{self.replica_rank}")
+        return self._backend
+
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: Any = None,
+        video_data: Any = None,
+        **kwargs: Any,
+    ) -> TokenOutput:
+        if image_data is not None or video_data is not None or kwargs.get("audio_data") is not None:
+            raise ValueError("multi-modal prompts are not supported by the Arctic rollout")
+        backend = await self._connected()
+        params = sampling_params_from_verl(sampling_params, self.response_length)
+        out = await backend.generate([list(prompt_ids)], params)
+        (completion,) = out.completions
+        if self._trace is not None:
+            self._trace.write(
+                {
+                    "op": "generate",
+                    "request_id": str(request_id),
+                    "prompt_ids": list(prompt_ids),
+                    "max_tokens": params.max_tokens,
+                    "temperature": params.temperature,
+                    "response_ids": list(completion.token_ids),
+                    "finish_reason": str(completion.finish_reason),
+                    "weights_version": out.weights_version,
+                }
+            )
+        return TokenOutput(
+            token_ids=list(completion.token_ids),
+            log_probs=list(completion.logprobs) if params.logprobs and completion.logprobs else None,
+            stop_reason="aborted" if completion.finish_reason == "abort" else "completed",
+            extra_fields={"global_steps": out.weights_version},
+        )
+
+    async def _is_colocated(self) -> bool:
+        if self._colocated is None:
+            self._colocated = (await (await self._connected()).state()).colocated
+        return self._colocated
+
+    async def sleep(self) -> None:
+        if await self._is_colocated():
+            await (await self._connected()).sleep_inference(level=1)
+
+    async def wake_up(self) -> None:
+        if await self._is_colocated():
+            await (await self._connected()).wake_inference(None)
+
+    async def clear_kv_cache(self) -> None:
+        await (await self._connected()).reset_prefix_cache()
+
+    # Requests are served whole by the backend: nothing to abort, resume, release or profile here.
+    async def abort_all_requests(self, reject_request: bool = False) -> None:
+        return None
+
+    async def resume_generation(self) -> None:
+        return None
+
+    async def release_kv_cache(self) -> None:
+        return None
+
+    async def resume_kv_cache(self) -> None:
+        return None
+
+    async def start_profile(self, **kwargs: Any) -> None:
+        return None
+
+    async def stop_profile(self) -> None:
+        return None
+
+
+class ArcticRolloutReplica(RolloutReplica):
+    """One server actor per replica, on no CPU of its own (it only awaits the backend)."""
+
+    def rollout_worker_use_gpu(self) -> bool:
+        return False
+
+    async def launch_servers(self) -> None:
+        name = f"arctic_rollout_server_{self.replica_rank}{self.name_suffix}"
+        server_cls = ray.remote(num_cpus=0)(ArcticRolloutServer)
+        server = server_cls.options(name=name, max_concurrency=self.max_concurrency).remote(
+            replica_rank=self.replica_rank, response_length=int(self.config.response_length)
+        )
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"arctic-replica-{self.replica_rank}{self.name_suffix}"

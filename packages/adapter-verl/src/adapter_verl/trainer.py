@@ -1,0 +1,93 @@
+"""The `arctic` V1 trainer mode: verl's synchronous PPO trainer with CPU forwarder workers.
+
+Selected with `trainer.v1.trainer_mode=arctic`. It keeps verl's sync semantics on purpose: verl
+switches on async behaviour (async replay buffer, generation batch size 1, TransferQueue
+checkpointing) wherever the mode name is not "sync", so this trainer reports "sync" as its mode.
+Its actor/rollout/ref workers are CPU Ray actors (`adapter_verl.worker`) that forward to the core
+backend; GPUs belong to the backend, not to verl.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import ray
+from verl.single_controller.ray import RayResourcePool, ResourcePoolManager
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from adapter_verl.plugin import TRAINER_MODE
+
+logger = logging.getLogger(__name__)
+
+SYNC_MODE = "sync"
+
+
+@dataclass
+class CpuResourcePoolManager(ResourcePoolManager):
+    """verl's resource pools on CPU: one CPU bundle per forwarder worker (no GPU is requested;
+    the stock manager hardcodes `use_gpu=True` and checks GPU counts)."""
+
+    max_colocate_count: int = 1
+
+    def create_resource_pool(self) -> None:
+        for name, process_on_nodes in self.resource_pool_spec.items():
+            self.resource_pool_dict[name] = RayResourcePool(
+                process_on_nodes=process_on_nodes,
+                use_gpu=False,
+                max_colocate_count=self.max_colocate_count,
+                name_prefix=name,
+            )
+        self._check_resource_available()
+
+    def _check_resource_available(self) -> None:
+        available_cpus = sum(
+            node.get("CPU", 0) for node in ray._private.state.available_resources_per_node().values()
+        )
+        required = self.get_n_gpus() * self.max_colocate_count
+        if available_cpus < required:
+            raise ValueError(
+                f"the Arctic forwarder workers need {required} Ray CPUs (trainer.nnodes x "
+                f"trainer.n_gpus_per_node) but the Ray cluster has {available_cpus} free: raise "
+                "ray_kwargs.ray_init.num_cpus (logical CPUs are fine) or lower trainer.n_gpus_per_node"
+            )
+
+
+@register_trainer(TRAINER_MODE)
+class ArcticTrainer(PPOTrainerSync):
+    """verl's sync PPO trainer whose workers forward to the Arctic (or reference) backend."""
+
+    selected_mode: str = TRAINER_MODE
+
+    @property  # type: ignore[override]
+    def trainer_mode(self) -> str:
+        """Always "sync": verl's mode checks must take their synchronous branches."""
+        return SYNC_MODE
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        if value not in (TRAINER_MODE, SYNC_MODE):
+            raise ValueError(
+                f"trainer.v1.trainer_mode={value!r} reached ArcticTrainer: set trainer.v1.trainer_mode={TRAINER_MODE}"
+            )
+        self.selected_mode = value
+
+    def _init_resource_pool_mgr(self) -> None:
+        """Runs in `_setup` after the dataloader (so the step count is known) and before any
+        worker: resolve the settings, start the backend, publish the session; then swap in the
+        forwarder worker class and the CPU pool manager."""
+        from adapter_verl.config import settings_from_verl
+        from adapter_verl.session import start_session
+        from adapter_verl.worker import ArcticActorRolloutRefWorker
+
+        self.arctic_settings = settings_from_verl(self.config, self.total_training_steps)
+        self.arctic_session = start_session(self.arctic_settings)
+        super()._init_resource_pool_mgr()
+        self.role_worker_mapping = {
+            role: ray.remote(ArcticActorRolloutRefWorker) for role in self.role_worker_mapping
+        }
+        stock = self.resource_pool_manager
+        self.resource_pool_manager = CpuResourcePoolManager(
+            resource_pool_spec=stock.resource_pool_spec, mapping=stock.mapping
+        )

@@ -1,0 +1,293 @@
+"""The forwarder worker: verl's actor/rollout/ref worker surface on a CPU Ray actor that sends
+every computation to the core backend.
+
+verl hands each method a TensorDict of jagged (nested) per-sample tensors read from
+TransferQueue. The worker turns the rows into `arctic_rl_core.wire.RolloutSample`s, builds the one
+canonical payload, and calls the backend; log-probs come back shifted (`[b, i] = log p(token
+i+1)`), which is exactly verl's predict-next alignment over prompt+response, so the returned
+`log_probs`/`entropy` are jagged full-sequence tensors with each response's values at positions
+`P-1 .. P+R-2` and zeros elsewhere.
+
+Only rank 0 talks to the backend (the server does its own data parallelism): every mesh maps all
+ranks to dp rank 0 and only rank 0 collects.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+from verl.single_controller.base import Worker
+from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
+from verl.utils import tensordict_utils as tu
+
+from adapter_verl.trace import TraceWriter
+
+if TYPE_CHECKING:
+    from arctic_rl_core.backends.protocol import Backend
+    from arctic_rl_core.wire import PayloadSpec, RolloutSample
+    from tensordict import TensorDict
+
+    from adapter_verl.config import ArcticVerlSettings
+
+logger = logging.getLogger(__name__)
+
+MESHES = ("actor", "ref", "rollout")
+
+
+def _rows(data: TensorDict, key: str) -> list[torch.Tensor] | None:
+    if key not in data.keys():  # noqa: SIM118 (TensorDict refuses `in`)
+        return None
+    value = data[key]
+    return list(value.unbind(0))
+
+
+def samples_from_tensordict(data: TensorDict, *, with_training_fields: bool) -> list[RolloutSample]:
+    """verl's jagged rows -> core samples (response-aligned per-token values)."""
+    from arctic_rl_core.wire import RolloutSample
+
+    prompts = _rows(data, "prompts")
+    responses = _rows(data, "responses")
+    masks = _rows(data, "response_mask")
+    if prompts is None or responses is None:
+        raise KeyError("the batch has no 'prompts'/'responses': it did not come from verl's agent loop")
+    old = _rows(data, "old_log_probs") if with_training_fields else None
+    ref = _rows(data, "ref_log_prob") if with_training_fields else None
+    adv = _rows(data, "advantages") if with_training_fields else None
+    rollout_lp = _rows(data, "rollout_log_probs") if with_training_fields else None
+
+    def floats(rows: list[torch.Tensor] | None, i: int) -> list[float] | None:
+        return None if rows is None else rows[i].to(torch.float32).tolist()
+
+    samples = []
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        samples.append(
+            RolloutSample(
+                prompt_ids=p.tolist(),
+                response_ids=r.tolist(),
+                response_mask=None if masks is None else masks[i].tolist(),
+                advantages=floats(adv, i) if adv is not None else 0.0,
+                old_logprobs=floats(old, i),
+                ref_logprobs=floats(ref, i),
+                rollout_logprobs=floats(rollout_lp, i),
+            )
+        )
+    return samples
+
+
+def full_sequence_nested(values_B_R: torch.Tensor, samples: list[RolloutSample]) -> torch.Tensor:
+    """Response-aligned `[B, R]` values -> jagged `[B, P_b + R_b]`, verl's predict-next layout."""
+    rows = []
+    for b, sample in enumerate(samples):
+        p, r = len(sample.prompt_ids), len(sample.response_ids)
+        row = torch.zeros(p + r, dtype=torch.float32)
+        row[p - 1 : p - 1 + r] = values_B_R[b, :r].to(torch.float32)
+        rows.append(row)
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+
+
+class ArcticActorRolloutRefWorker(Worker):
+    """verl's `ActorRolloutRefWorker` surface, forwarding to the core `Backend`."""
+
+    def __init__(self, config: Any, role: str, **kwargs: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.role = role
+        self._backend: Backend | None = None
+        self._settings: ArcticVerlSettings | None = None
+        self._spec: PayloadSpec | None = None
+        self._trace = TraceWriter(None, role)
+        self.weights_version: int | None = None
+
+    # -- set-up ---------------------------------------------------------------------------------
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        for mesh in MESHES:
+            self._register_dispatch_collect_info(mesh_name=mesh, dp_rank=0, is_collect=self.rank == 0)
+        if self.rank != 0:
+            return
+        from arctic_rl_core.weight_sync import WeightSyncPolicy
+
+        from adapter_verl.payload import payload_spec
+        from adapter_verl.session import lookup_session
+
+        info = lookup_session()
+        self._settings = info.settings
+        self._backend = info.handle.connect()
+        self._arctic_config = info.settings.arctic_config()
+        self._spec = payload_spec(self._arctic_config, pad_token_id=self._pad_token_id())
+        self._sync_policy = WeightSyncPolicy.from_config(self._arctic_config)
+        self._trace = TraceWriter(info.settings.trace_dir, f"worker{self.rank}")
+
+    def _pad_token_id(self) -> int:
+        from verl.utils import hf_tokenizer
+
+        tokenizer = hf_tokenizer(self.config.model.path, trust_remote_code=False)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if pad is None:
+            raise ValueError(f"tokenizer at {self.config.model.path} has neither a pad nor an eos token id")
+        return int(pad)
+
+    def _run(self, coro: Any) -> Any:
+        from arctic_rl_core import dispatch
+
+        return dispatch.run(coro)
+
+    # -- log-probs ------------------------------------------------------------------------------
+    def _forward(self, data: TensorDict, *, reference_model: bool) -> TensorDict | None:
+        if self.rank != 0:
+            return None
+        from dataclasses import replace
+
+        from arctic_rl_core.wire import build_forward_payload, payload_to_trace_record, response_logprobs
+
+        calculate_entropy = bool(tu.get(data, "calculate_entropy", default=False)) and not reference_model
+        spec = replace(self._spec, calculate_entropy=calculate_entropy)
+        samples = samples_from_tensordict(data, with_training_fields=False)
+        payload = build_forward_payload(samples, spec)
+        op = "forward_ref" if reference_model else "forward"
+        self._trace.write(payload_to_trace_record(op, payload))
+        start = time.perf_counter()
+        out = self._run(self._backend.forward(payload, reference_model=reference_model))
+        elapsed = time.perf_counter() - start
+        logprobs_B_R, _ = response_logprobs(out.logprobs_B_S, payload, spec)
+        fields = {"log_probs": full_sequence_nested(logprobs_B_R, samples)}
+        if calculate_entropy:
+            if out.entropy_B_S is None:
+                raise RuntimeError("the backend returned no entropy although calculate_entropy was sent")
+            entropy_B_R, _ = response_logprobs(out.entropy_B_S, payload, spec)
+            fields["entropy"] = full_sequence_nested(entropy_B_R, samples)
+        metrics = {**out.metrics, "forward_time_s": elapsed, "mfu": out.metrics.get("mfu", math.nan)}
+        return tu.get_tensordict(tensor_dict=fields, non_tensor_dict={"metrics": metrics})
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
+    def compute_log_prob(self, data: TensorDict) -> TensorDict | None:
+        return self._forward(data, reference_model=False)
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="ref"))
+    def compute_ref_log_prob(self, data: TensorDict) -> TensorDict | None:
+        return self._forward(data, reference_model=True)
+
+    # -- training -------------------------------------------------------------------------------
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
+    def update_actor(self, data: TensorDict) -> TensorDict | None:
+        """verl's mini-batches x epochs (its own iterator, so the order matches stock verl): one
+        forward-backward of the whole mini-batch and one optimizer step each."""
+        if self.rank != 0:
+            return None
+        from arctic_rl_core.wire import build_train_payload, payload_to_trace_record
+
+        mini_batch_size = tu.pop(data, key="mini_batch_size", default=None)
+        epochs = tu.pop(data, key="epochs", default=1)
+        seed = tu.pop(data, key="seed", default=42)
+        dataloader_kwargs = tu.pop(data, key="dataloader_kwargs", default={})
+        if mini_batch_size is None:
+            raise ValueError("update_actor got no mini_batch_size from the trainer")
+        metrics: dict[str, list[float]] = {}
+        iterator = tu.make_iterator(
+            data,
+            mini_batch_size=mini_batch_size,
+            epochs=epochs,
+            seed=seed,
+            dataloader_kwargs=dataloader_kwargs,
+        )
+        for mini_batch in iterator:
+            samples = samples_from_tensordict(mini_batch, with_training_fields=True)
+            payload = build_train_payload(samples, self._spec)
+            self._trace.write(payload_to_trace_record("forward_backward", payload))
+            start = time.perf_counter()
+            train = self._run(self._backend.forward_backward(payload))
+            step = self._run(self._backend.step())
+            self._trace.write(
+                {"op": "step", "grad_norm": step.grad_norm, "lr": step.learning_rate, "step": step.step}
+            )
+            row = {
+                "loss": train.loss,
+                "grad_norm": step.grad_norm,
+                "lr": step.learning_rate,
+                "update_time_s": time.perf_counter() - start,
+                # the backend reports MFU when it can measure it; NaN means "not measured"
+                "mfu": train.metrics.get("mfu", math.nan),
+                **{k: v for k, v in train.metrics.items() if k != "mfu"},
+                **{f"step/{k}": v for k, v in step.metrics.items()},
+            }
+            for key, value in row.items():
+                metrics.setdefault(key, []).append(float(value))
+        if not metrics:
+            raise ValueError(
+                f"update_actor produced no mini-batch from {len(data)} rows (mini_batch_size={mini_batch_size})"
+            )
+        return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
+
+    # -- weights --------------------------------------------------------------------------------
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    async def update_weights(self, global_steps: int | None = None, mode: str = "auto") -> dict[str, float]:
+        """verl's naive checkpoint engine calls only this: run the core weight-sync policy; the
+        rollout servers learn the new version from the backend's generate results."""
+        if mode not in ("auto", "naive"):
+            raise ValueError(
+                f"update_weights(mode={mode!r}): the Arctic path syncs through its backend only (naive)"
+            )
+        if self.rank != 0:
+            return {}
+        from arctic_rl_core.weight_sync import sync_after_step
+
+        start = time.perf_counter()
+        self.weights_version = await sync_after_step(self._backend, self._sync_policy)
+        self._trace.write(
+            {"op": "update_weights", "global_steps": global_steps, "weights_version": self.weights_version}
+        )
+        return {
+            "arctic/weights_version": float(self.weights_version),
+            "arctic/sync_time_s": time.perf_counter() - start,
+        }
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(
+        self,
+        local_path: str,
+        hdfs_path: str | None = None,
+        global_step: int = 0,
+        max_ckpt_to_keep: int | None = None,
+    ) -> str | None:
+        if self.rank != 0:
+            return None
+        if hdfs_path is not None:
+            raise ValueError(
+                f"trainer.default_hdfs_dir={hdfs_path!r}: the Arctic backend saves to local paths only"
+            )
+        saved = self._run(self._backend.save_checkpoint(local_path, global_step))
+        self._trace.write({"op": "save_checkpoint", "path": local_path, "step": global_step})
+        return saved
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False
+    ) -> None:
+        if self.rank != 0:
+            return None
+        step = _step_of(local_path)
+        self._run(self._backend.load_checkpoint(local_path, step))
+        self._trace.write({"op": "load_checkpoint", "path": local_path, "step": step})
+        return None
+
+    # Stock methods verl may call around training; nothing to move on a forwarder.
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
+        return None
+
+
+def _step_of(actor_path: str) -> int:
+    """verl's checkpoint layout is `<dir>/global_step_<n>/actor`."""
+    import re
+
+    match = re.search(r"global_step_(\d+)", actor_path)
+    if match is None:
+        raise ValueError(
+            f"checkpoint path {actor_path!r} has no global_step_<n>: cannot tell the step to load"
+        )
+    return int(match.group(1))
