@@ -66,3 +66,17 @@ def test_registration_is_idempotent_and_happens_in_a_fresh_process_on_unpickling
     )
     out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, check=True).stdout
     assert out.decode().strip().splitlines()[-1] == "['bird', 'bird_sql', 'gsm8k_arctic']"
+
+
+def test_gsm8k_arctic_env_uses_the_core_reward():
+    from arctic_rl_core.envs.gsm8k import build_rows, sample_problems
+
+    row = build_rows(sample_problems()[:1], "train")[0]
+    answer = row["reward_model"]["ground_truth"]
+    env = skyrl_gym.make("gsm8k_arctic", env_config={}, extras=row)
+    right = env.step(f"so the total is\n#### {answer}")
+    assert right["reward"] == 1.0 and right["metadata"]["answer"] == answer
+    wrong = skyrl_gym.make("gsm8k_arctic", env_config={}, extras=row).step(f"#### {answer}1")
+    assert wrong["reward"] == 0.0 and wrong["metadata"]["answer_found"] is True
+    rewards, _ = score_rollouts([f"#### {answer}"], [row["prompt"]], ["gsm8k_arctic"], [row])
+    assert rewards == [1.0]
