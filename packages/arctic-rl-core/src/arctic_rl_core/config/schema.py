@@ -410,25 +410,48 @@ class ArcticRLConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: ModelSettings = Field(default_factory=ModelSettings, description="The policy model.")
-    backend: BackendSettings = Field(default_factory=BackendSettings, description="Engine and connection.")
-    placement: PlacementSettings = Field(default_factory=PlacementSettings, description="GPU placement.")
-    batch: BatchSettings = Field(default_factory=BatchSettings, description="Batch shape.")
+    model: ModelSettings = Field(
+        default_factory=ModelSettings, description="The policy model (Arctic backends)."
+    )
+    backend: BackendSettings = Field(
+        default_factory=BackendSettings, description="Which engine runs the run, and its connection."
+    )
+    placement: PlacementSettings = Field(
+        default_factory=PlacementSettings, description="GPUs of each job and how they are shared."
+    )
+    batch: BatchSettings = Field(
+        default_factory=BatchSettings, description="Batch shape of one training step."
+    )
     optimizer: OptimizerSettings = Field(
-        default_factory=OptimizerSettings, description="Optimizer and schedule."
+        default_factory=OptimizerSettings, description="AdamW and its learning-rate schedule."
     )
-    loss: LossSettings = Field(default_factory=LossSettings, description="Policy loss.")
-    deepspeed: DeepSpeedSettings = Field(default_factory=DeepSpeedSettings, description="DeepSpeed engine.")
-    kernels: KernelSettings = Field(default_factory=KernelSettings, description="Training kernels.")
-    zorro: ZorroSettings = Field(default_factory=ZorroSettings, description="ZoRRo.")
+    loss: LossSettings = Field(
+        default_factory=LossSettings, description="Policy loss and sampling temperature."
+    )
+    deepspeed: DeepSpeedSettings = Field(
+        default_factory=DeepSpeedSettings, description="DeepSpeed engine of the training and log-prob jobs."
+    )
+    kernels: KernelSettings = Field(
+        default_factory=KernelSettings, description="Kernels of the training model."
+    )
+    zorro: ZorroSettings = Field(
+        default_factory=ZorroSettings,
+        description="ZoRRo prompt de-duplication, load balancer, logits strategy.",
+    )
     arctic_inference: ArcticInferenceSettings = Field(
-        default_factory=ArcticInferenceSettings, description="Arctic Inference."
+        default_factory=ArcticInferenceSettings, description="Arctic Inference on the sampling engines."
     )
-    vllm: VllmSettings = Field(default_factory=VllmSettings, description="vLLM engines.")
-    weight_sync: WeightSyncSettings = Field(default_factory=WeightSyncSettings, description="Weight sync.")
-    determinism: DeterminismSettings = Field(default_factory=DeterminismSettings, description="Determinism.")
-    checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings, description="Checkpoints.")
-    wire: WireSettings = Field(default_factory=WireSettings, description="Payload options.")
+    vllm: VllmSettings = Field(default_factory=VllmSettings, description="vLLM engine arguments of sampling.")
+    weight_sync: WeightSyncSettings = Field(
+        default_factory=WeightSyncSettings, description="How trained weights reach the sampling engines."
+    )
+    determinism: DeterminismSettings = Field(
+        default_factory=DeterminismSettings, description="Seed and deterministic kernels."
+    )
+    checkpoint: CheckpointSettings = Field(
+        default_factory=CheckpointSettings, description="Checkpoint directory of the training job."
+    )
+    wire: WireSettings = Field(default_factory=WireSettings, description="Per-request payload options.")
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> ArcticRLConfig:

@@ -74,8 +74,9 @@ def read_file(path: str | Path) -> dict[str, Any]:
 
 OverrideOp = Literal["set", "add", "force", "delete"]
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
-# `a:1` inside a flow mapping means `a: 1` for Hydra; YAML needs the space. URLs (`://`) stay.
-_FLOW_COLON = re.compile(r"(?<=[\w\]\}\"'])\:(?!//)(?=\S)")
+# `{a:1}` is a mapping for Hydra; YAML needs a space after a key's colon. Only colons right after
+# a key (after `{` or `,`) are touched, so values such as URLs keep theirs.
+_FLOW_KEY = re.compile(r"([{,]\s*)([A-Za-z_][\w.-]*)\s*:(?=\S)")
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def parse_override(text: str) -> Override:
 def _parse_value(raw: str, text: str) -> Any:
     if raw == "":
         return ""
-    source = _FLOW_COLON.sub(": ", raw) if raw.lstrip().startswith("{") else raw
+    source = _FLOW_KEY.sub(r"\1\2: ", raw) if raw.lstrip().startswith("{") else raw
     try:
         return parse_yaml(source)
     except yaml.YAMLError as error:

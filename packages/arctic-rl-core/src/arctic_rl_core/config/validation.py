@@ -413,7 +413,14 @@ def _owned_keys(
                 f"owned by {owned[key]}; a second source of truth is not accepted",
                 f"remove {field}.{key} and set {owned[key]}",
             )
-        elif key in nested and isinstance(value, dict):
+        elif key in nested and not isinstance(value, dict):
+            yield _issue(
+                f"{field}.{key}",
+                value,
+                "must be a mapping (it is merged into the generated section of the same name)",
+                f"give {field}.{key} as key: value pairs",
+            )
+        elif key in nested:
             for sub, sub_value in value.items():
                 dotted = f"{key}.{sub}"
                 if dotted in owned:

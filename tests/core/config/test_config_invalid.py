@@ -1,0 +1,367 @@
+"""Invalid configurations: each is rejected with an error naming the field, the value and the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from arctic_rl_core.config import ArcticRLConfig, ConfigError
+from arctic_rl_core.config.sources import apply_overrides
+
+RAY: dict[str, Any] = {
+    "model": {"name": "Qwen/Qwen3-0.6B"},
+    "backend": {"kind": "ray"},
+    "placement": {"training_gpus": 2, "sampling_gpus": 2},
+    "batch": {
+        "prompts_per_step": 64,
+        "rollouts_per_prompt": 8,
+        "mini_batch_prompts": 32,
+        "micro_batch_size_per_gpu": 8,
+        "max_prompt_length": 512,
+        "max_response_length": 1024,
+    },
+    "checkpoint": {"path": "ckpt"},
+}
+CORTEX: dict[str, Any] = {
+    **RAY,
+    "backend": {
+        "kind": "cortex",
+        "cortex": {"host": "acct.example.com", "database": "DB", "schema_name": "S"},
+    },
+    "batch": {**RAY["batch"], "mini_batch_prompts": None},
+    "kernels": {"attn_implementation": "sdpa"},
+}
+REFERENCE: dict[str, Any] = {"backend": {"kind": "reference"}}
+
+# (id, base, overrides, field path the error must name, text the remedy must contain)
+CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
+    (
+        "zero0-bf16-fp32-accum",
+        RAY,
+        ["deepspeed.zero_stage=0"],
+        "deepspeed.zero_stage",
+        "grad_accum_dtype=bf16",
+    ),
+    (
+        "optimizer-offload-zero1",
+        RAY,
+        ["deepspeed.zero_stage=1", "deepspeed.offload_optimizer=true"],
+        "deepspeed.offload_optimizer",
+        "zero_stage to 2 or 3",
+    ),
+    ("param-offload-zero2", RAY, ["deepspeed.offload_param=true"], "deepspeed.offload_param", "zero_stage=3"),
+    (
+        "cuda-ipc-not-colocated",
+        RAY,
+        ["weight_sync.cuda_ipc=true"],
+        "weight_sync.cuda_ipc",
+        "placement.colocate=true",
+    ),
+    (
+        "low-memory-without-ipc",
+        RAY,
+        ["weight_sync.low_memory=true"],
+        "weight_sync.low_memory",
+        "cuda_ipc=true",
+    ),
+    (
+        "mini-batch-not-dividing",
+        RAY,
+        ["batch.mini_batch_prompts=24"],
+        "batch.mini_batch_prompts",
+        "divides prompts_per_step",
+    ),
+    (
+        "rows-not-divisible-by-dp-x-micro",
+        RAY,
+        ["batch.micro_batch_size_per_gpu=3"],
+        "batch.micro_batch_size_per_gpu",
+        "divide evenly",
+    ),
+    (
+        "sampling-gpus-not-divisible-by-tp",
+        RAY,
+        ["placement.sampling_tensor_parallel_size=4"],
+        "placement.sampling_gpus",
+        "multiple of sampling_tensor_parallel_size",
+    ),
+    (
+        "training-gpus-not-divisible-by-ulysses",
+        RAY,
+        ["placement.ulysses_sequence_parallel_size=4"],
+        "placement.training_gpus",
+        "multiple of ulysses_sequence_parallel_size",
+    ),
+    ("max-model-len-too-short", RAY, ["vllm.max_model_len=1000"], "vllm.max_model_len", ">= 1536"),
+    (
+        "speculative-model-without-arctic-inference",
+        RAY,
+        ["arctic_inference.speculative_model=/models/draft"],
+        "arctic_inference.speculative_model",
+        "arctic_inference.enable=true",
+    ),
+    (
+        "fca-without-arctic-inference",
+        RAY,
+        ["arctic_inference.fca=true"],
+        "arctic_inference.fca",
+        "enable=true",
+    ),
+    (
+        "memory-logits-without-zorro",
+        RAY,
+        ["zorro.logits_optimization=memory"],
+        "zorro.logits_optimization",
+        "zorro.enable=true",
+    ),
+    (
+        "cortex-without-url-or-host",
+        CORTEX,
+        ["~backend.cortex.host"],
+        "backend.cortex.base_url",
+        "backend.cortex.host + database + schema_name",
+    ),
+    (
+        "cortex-host-without-database",
+        CORTEX,
+        ["~backend.cortex.database"],
+        "backend.cortex.database",
+        "database",
+    ),
+    ("cortex-colocated", CORTEX, ["placement.colocate=true"], "placement.colocate", "colocate=false"),
+    ("cortex-with-kl", CORTEX, ["loss.use_kl_loss=true"], "loss.use_kl_loss", "use_kl_loss=false"),
+    ("cortex-several-epochs", CORTEX, ["batch.epochs=2"], "batch.epochs", "epochs=1"),
+    ("unknown-top-level-key", RAY, ["lr=0.1"], "lr", "optimizer.lr"),
+    ("unknown-key-typo", RAY, ["batch.epoch=2"], "batch.epoch", "batch.epochs"),
+    (
+        "unknown-nested-key",
+        CORTEX,
+        ["backend.cortex.hots=x"],
+        "backend.cortex.hots",
+        "backend.cortex.host",
+    ),
+    ("framework-name", RAY, ["loss.eps_clip_low=0.1"], "loss.eps_clip_low", "loss.clip_ratio_low"),
+    ("wrong-type-int", RAY, ["batch.epochs=abc"], "batch.epochs", "whole number"),
+    ("wrong-type-bool", RAY, ["placement.colocate=maybe"], "placement.colocate", "true or false"),
+    ("wrong-type-literal", RAY, ["loss.loss_agg_mode=mean"], "loss.loss_agg_mode", "'token-mean'"),
+    ("out-of-range", RAY, ["optimizer.lr=0"], "optimizer.lr", "greater than 0"),
+    (
+        "engine-args-not-a-mapping",
+        RAY,
+        ["vllm.engine_args=[1,2]"],
+        "vllm.engine_args",
+        "mapping of vLLM engine argument names",
+    ),
+    (
+        "engine-args-typed-key",
+        RAY,
+        ["vllm.engine_args.max_model_len=4096"],
+        "vllm.engine_args.max_model_len",
+        "vllm.max_model_len",
+    ),
+    ("clip-high-on-arctic", RAY, ["loss.clip_ratio_high=0.28"], "loss.clip_ratio_high", "reference backend"),
+    ("clip-low-on-cortex", CORTEX, ["loss.clip_ratio_low=0.1"], "loss.clip_ratio_low", "clip_ratio_low=0.2"),
+    ("dual-clip-on-http", RAY, ["backend.kind=http", "loss.clip_ratio_c=5"], "loss.clip_ratio_c", "=3.0"),
+    (
+        "scale-factor-without-norm-mode",
+        REFERENCE,
+        ["loss.loss_scale_factor=512"],
+        "loss.loss_scale_factor",
+        "seq-mean-token-sum-norm",
+    ),
+    (
+        "scale-factor-on-arctic",
+        RAY,
+        ["loss.loss_agg_mode=seq-mean-token-sum-norm", "loss.loss_scale_factor=512"],
+        "loss.loss_scale_factor",
+        "loss_scale_factor=null",
+    ),
+    (
+        "kl-without-log-prob-job",
+        RAY,
+        ["loss.use_kl_loss=true"],
+        "placement.log_prob_gpus",
+        "log_prob_gpus >= 1",
+    ),
+    (
+        "log-prob-job-without-kl",
+        RAY,
+        ["placement.log_prob_gpus=2"],
+        "placement.log_prob_gpus",
+        "log_prob_gpus=0",
+    ),
+    ("arctic-without-model", RAY, ["~model.name"], "model.name", "set model.name"),
+    ("arctic-without-checkpoint", RAY, ["~checkpoint.path"], "checkpoint.path", "set checkpoint.path"),
+    (
+        "zorro-without-flash-attention",
+        RAY,
+        ["zorro.enable=true", "kernels.attn_implementation=sdpa"],
+        "kernels.attn_implementation",
+        "flash_attention_2",
+    ),
+    (
+        "zorro-partial-groups",
+        RAY,
+        ["zorro.enable=true", "batch.micro_batch_size_per_gpu=4"],
+        "batch.micro_batch_size_per_gpu",
+        "multiple of 8",
+    ),
+    (
+        "token-budget-too-small",
+        RAY,
+        ["batch.max_token_len_per_gpu=4096"],
+        "batch.max_token_len_per_gpu",
+        ">= 8704",
+    ),
+    (
+        "cosine-without-horizon",
+        RAY,
+        ["optimizer.scheduler=cosine"],
+        "optimizer.total_training_steps",
+        "total_training_steps",
+    ),
+    ("min-lr-ratio-on-constant", RAY, ["optimizer.min_lr_ratio=0.1"], "optimizer.min_lr_ratio", "cosine"),
+    ("http-fields-on-ray", RAY, ["backend.port=7000"], "backend.port", "backend.kind=http"),
+    (
+        "reference-block-on-ray",
+        RAY,
+        ["backend.reference.num_layers=4"],
+        "backend.reference",
+        "kind=reference",
+    ),
+    (
+        "deepspeed-override-of-computed-key",
+        RAY,
+        ["deepspeed.config_overrides.train_batch_size=64"],
+        "deepspeed.config_overrides.train_batch_size",
+        "batch.*",
+    ),
+    (
+        "deepspeed-override-of-typed-zero-stage",
+        RAY,
+        ["deepspeed.config_overrides.zero_optimization.stage=3"],
+        "deepspeed.config_overrides.zero_optimization.stage",
+        "deepspeed.zero_stage",
+    ),
+    (
+        "deepspeed-override-section-not-a-mapping",
+        RAY,
+        ["deepspeed.config_overrides.zero_optimization=3"],
+        "deepspeed.config_overrides.zero_optimization",
+        "key: value pairs",
+    ),
+    ("zorro-max-rollouts-too-large", RAY, ["zorro.max_rollouts=16"], "zorro.max_rollouts", "<= 8"),
+    (
+        "reference-model-too-short",
+        REFERENCE,
+        ["batch.max_prompt_length=4000", "batch.max_response_length=1000"],
+        "backend.reference.max_position_embeddings",
+        ">= 5000",
+    ),
+    (
+        "speculative-tokens-without-speculation",
+        RAY,
+        ["arctic_inference.num_speculative_tokens=5"],
+        "arctic_inference.num_speculative_tokens",
+        "speculative_model",
+    ),
+    (
+        "reference-model-heads",
+        REFERENCE,
+        ["backend.reference.hidden_size=66"],
+        "backend.reference",
+        "change the value",
+    ),
+    ("beta-out-of-range", RAY, ["optimizer.betas=[0.9,1.5]"], "optimizer.betas.1", "0.999"),
+    (
+        "bf16-accum-without-bf16",
+        RAY,
+        ["deepspeed.bf16=false", "deepspeed.grad_accum_dtype=bf16"],
+        "deepspeed.grad_accum_dtype",
+        "grad_accum_dtype=fp32",
+    ),
+    (
+        "rl-without-sampling",
+        RAY,
+        ["placement.sampling_gpus=0"],
+        "placement.sampling_gpus",
+        "sampling_gpus >= 1",
+    ),
+]
+
+
+def _validate(base: dict[str, Any], overrides: list[str]) -> ArcticRLConfig:
+    return ArcticRLConfig.from_dict(apply_overrides(base, overrides))
+
+
+def test_the_bases_are_valid() -> None:
+    for base in (RAY, CORTEX, REFERENCE):
+        _validate(base, [])
+
+
+def test_the_table_is_large_and_names_distinct_fields() -> None:
+    assert len(CASES) >= 25
+    assert len({case[0] for case in CASES}) == len(CASES)
+    assert len({case[3] for case in CASES}) >= 35
+
+
+@pytest.mark.parametrize(
+    ("base", "overrides", "path", "remedy"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_invalid_config_names_field_and_remedy(
+    base: dict[str, Any], overrides: list[str], path: str, remedy: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _validate(base, overrides)
+    matching = [issue for issue in caught.value.issues if issue.path == path]
+    assert matching, f"no issue for {path}: {caught.value}"
+    assert any(remedy in issue.remedy for issue in matching), f"remedy lacks {remedy!r}: {caught.value}"
+    message = str(caught.value)
+    assert path in message and remedy in message
+    # The case triggers its own problem only: a table row that trips several rules would hide one.
+    assert len(caught.value.issues) == 1, str(caught.value)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    overrides = [
+        "deepspeed.zero_stage=0",
+        "weight_sync.cuda_ipc=true",
+        "loss.clip_ratio_high=0.3",
+        "batch.epoch=2",  # unknown key: a field-level error...
+        "batch.epochs=zero",  # ... and a type error
+    ]
+    with pytest.raises(ConfigError) as caught:
+        _validate(RAY, overrides)
+    paths = {issue.path for issue in caught.value.issues}
+    # field-level errors and the cross-field rules, in one report
+    assert paths == {
+        "batch.epoch",
+        "batch.epochs",
+        "deepspeed.zero_stage",
+        "weight_sync.cuda_ipc",
+        "loss.clip_ratio_high",
+    }
+    assert str(caught.value).startswith("5 problems in the configuration")
+
+
+def test_the_value_is_shown_as_written() -> None:
+    with pytest.raises(ConfigError) as caught:
+        _validate(RAY, ["weight_sync.cuda_ipc=true", "batch.epochs=abc"])
+    rendered = {issue.path: issue.render() for issue in caught.value.issues}
+    assert rendered["batch.epochs"].startswith('batch.epochs = "abc": ')
+    # Cross-field rules still run past the type error of batch.epochs.
+    assert rendered["weight_sync.cuda_ipc"].startswith("weight_sync.cuda_ipc = true: ")
+
+
+def test_reference_backend_honours_any_clip_ratio() -> None:
+    cfg = _validate(
+        REFERENCE, ["loss.clip_ratio_low=0.1", "loss.clip_ratio_high=0.28", "loss.clip_ratio_c=10"]
+    )
+    assert (cfg.loss.clip_ratio_low, cfg.loss.clip_ratio_high, cfg.loss.clip_ratio_c) == (0.1, 0.28, 10.0)
+    norm = _validate(REFERENCE, ["loss.loss_agg_mode=seq-mean-token-sum-norm", "loss.loss_scale_factor=512"])
+    assert norm.loss.loss_scale_factor == 512.0
+
+
+def test_direct_construction_also_rejects() -> None:
+    with pytest.raises(ValueError, match=r"weight_sync\.cuda_ipc"):
+        ArcticRLConfig.model_validate(apply_overrides(RAY, ["weight_sync.cuda_ipc=true"]))

@@ -1,0 +1,638 @@
+"""Translation pinned for the four scenarios of issue 3, checked against the real arctic-platform
+0.1.4 client config (installed in the core environment)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from arctic_rl_core.config import ArcticRLConfig, ConfigError, load_config
+from arctic_rl_core.config.engine_args import build_engine_args, deep_merge
+
+CONFIGS = Path(__file__).resolve().parents[3] / "recipes" / "configs"
+
+PRECISION = {
+    "bf16": {"enabled": True},
+    "data_types": {"grad_accum_dtype": "fp32"},
+    "communication_data_type": "fp32",
+    "torch_autocast": {"enabled": False},
+}
+
+GSM8K_CLIENT: dict[str, Any] = {
+    "model_name": "Qwen/Qwen3-0.6B",
+    "seed": 42,
+    "max_seq_len": 1536,
+    "training_gpus": 2,
+    "sampling_gpus": 2,
+    "log_prob_gpus": 0,
+    "job_ready_timeout": 1800.0,
+    "request_timeout": 1800.0,
+    "training": {
+        "full_determinism": False,
+        "checkpoint_path": "checkpoints/gsm8k-qwen3-0.6b",
+        "ds_config": {
+            # 32 prompts x 8 rollouts = 256 rows = micro 8 x grad-accum 16 x data-parallel 2
+            "train_batch_size": 256,
+            "train_micro_batch_size_per_gpu": 8,
+            "gradient_accumulation_steps": 16,
+            "sequence_parallel_size": 1,
+            "gradient_clipping": 1.0,
+            "optimizer": {
+                "type": "AdamW",
+                "params": {"lr": 1e-6, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01},
+            },
+            **PRECISION,
+            "zero_optimization": {"stage": 2},
+        },
+        "ds_worker_config": {
+            "attn_implementation": "flash_attention_2",
+            "use_liger": True,
+            "enable_gradient_checkpointing": True,
+            "use_autocast": False,
+        },
+        "cuda_ipc": False,
+        "low_memory": False,
+    },
+    "sampling": {
+        "vllm": {
+            "tensor_parallel_size": 1,
+            "gpu_memory_utilization": 0.85,
+            "max_model_len": 1536,
+            "max_num_seqs": 256,
+            "enforce_eager": False,
+            "enable_chunked_prefill": True,
+            "enable_prefix_caching": True,
+        },
+        "arctic_inference_config": None,
+        "log_prob_engine": "deepspeed",
+        "log_prob_ds_config": None,
+    },
+    "backend": {"type": "onprem", "protocol": "ray", "colocate": False},
+}
+
+COLOCATED_CLIENT: dict[str, Any] = {
+    "model_name": "Qwen/Qwen3-8B",
+    "seed": 42,
+    "max_seq_len": 3072,
+    "training_gpus": 8,
+    "sampling_gpus": 8,
+    "log_prob_gpus": 8,
+    "job_ready_timeout": 1800.0,
+    "request_timeout": 1800.0,
+    "training": {
+        "full_determinism": False,
+        "checkpoint_path": "checkpoints/colocated-8gpu",
+        "ds_config": {
+            # 32 prompts x 8 rollouts = 256 rows = micro 8 x grad-accum 4 x data-parallel 8
+            "train_batch_size": 256,
+            "train_micro_batch_size_per_gpu": 8,
+            "gradient_accumulation_steps": 4,
+            "sequence_parallel_size": 1,
+            "gradient_clipping": 1.0,
+            "optimizer": {
+                "type": "AdamW",
+                "params": {"lr": 1e-6, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0},
+            },
+            **PRECISION,
+            "zero_optimization": {"stage": 3},
+        },
+        "ds_worker_config": {
+            "attn_implementation": "flash_attention_2",
+            "use_liger": True,
+            "enable_gradient_checkpointing": True,
+            "use_autocast": False,
+            "zorro_train_enable": True,
+            "response_len": 2048,
+            "max_token_len": 1024 + 8 * 2048,
+            "rollout_n": 8,
+            "temperature": 1.0,
+            "use_unpad": True,
+            "logits_optimization": "memory",
+            "logits_optimization_peak_mem_size_in_gib": 4.0,
+            "logits_compute_from_fp32_inputs": False,
+            "logits_compute_in_fp32": False,
+        },
+        "cuda_ipc": True,
+        "low_memory": True,
+    },
+    "sampling": {
+        "vllm": {
+            "tensor_parallel_size": 2,
+            "gpu_memory_utilization": 0.4,
+            "max_model_len": 3072,
+            "max_num_seqs": 256,
+            "enforce_eager": True,
+            "enable_chunked_prefill": True,
+            "enable_prefix_caching": True,
+        },
+        "arctic_inference_config": None,
+        "log_prob_engine": "deepspeed",
+        "log_prob_ds_config": {
+            "train_micro_batch_size_per_gpu": 8,
+            "sequence_parallel_size": 1,
+            "zero_optimization": {"stage": 3},
+        },
+    },
+    "backend": {"type": "onprem", "protocol": "ray", "colocate": True},
+}
+
+BIRD_CLIENT: dict[str, Any] = {
+    "model_name": "Qwen/Qwen3-32B",
+    "seed": 42,
+    "max_seq_len": 8192,
+    "training_gpus": 32,
+    "sampling_gpus": 32,
+    "log_prob_gpus": 0,
+    "job_ready_timeout": 1800.0,
+    "request_timeout": 1800.0,
+    "training": {
+        "full_determinism": False,
+        "checkpoint_path": "/shared/checkpoints/bird-qwen3-32b",
+        "ds_config": {
+            # 128 prompts x 8 rollouts = 1024 rows = micro 8 x grad-accum 4 x data-parallel 32
+            "train_batch_size": 1024,
+            "train_micro_batch_size_per_gpu": 8,
+            "gradient_accumulation_steps": 4,
+            "sequence_parallel_size": 1,
+            "gradient_clipping": 1.0,
+            "optimizer": {
+                "type": "AdamW",
+                "params": {"lr": 1e-6, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0},
+            },
+            **PRECISION,
+            "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+            # 200 steps x 1 optimizer step each; 5 % warmup = 10 steps, then constant
+            "scheduler": {
+                "type": "WarmupLR",
+                "params": {
+                    "warmup_min_lr": 0.0,
+                    "warmup_max_lr": 1e-6,
+                    "warmup_num_steps": 10,
+                    "warmup_type": "linear",
+                },
+            },
+        },
+        "ds_worker_config": {
+            "attn_implementation": "flash_attention_3",
+            "use_liger": True,
+            "enable_gradient_checkpointing": True,
+            "use_autocast": False,
+            "zorro_train_enable": True,
+            "response_len": 2048,
+            "max_token_len": 6144 + 8 * 2048,
+            "rollout_n": 8,
+            "temperature": 1.0,
+            "use_unpad": True,
+            "logits_optimization": "memory",
+            "logits_optimization_peak_mem_size_in_gib": 4.0,
+            "logits_compute_from_fp32_inputs": False,
+            "logits_compute_in_fp32": False,
+        },
+        "cuda_ipc": True,
+        "low_memory": False,
+    },
+    "sampling": {
+        "vllm": {
+            "tensor_parallel_size": 8,
+            "gpu_memory_utilization": 0.5,
+            "max_model_len": 8192,
+            "max_num_seqs": 256,
+            "enforce_eager": False,
+            "enable_chunked_prefill": True,
+            "enable_prefix_caching": True,
+            "max_num_batched_tokens": 40960,
+            "forest_cascade_attn_configs": "{}",
+            "compilation_config": {
+                "cudagraph_mode": "PIECEWISE",
+                "pass_config": {"fuse_allreduce_rms": False},
+            },
+            "speculative_config": {
+                "method": "arctic",
+                "model": "/models/arctic-speculator-qwen3-32b",
+                "num_speculative_tokens": 3,
+            },
+        },
+        "arctic_inference_config": {
+            "zorro_inference": {"enable": True},
+            "speculative_decoding": {"model": "/models/arctic-speculator-qwen3-32b"},
+        },
+        "log_prob_engine": "deepspeed",
+        "log_prob_ds_config": None,
+    },
+    "backend": {"type": "onprem", "protocol": "ray", "colocate": True},
+}
+
+CORTEX_CLIENT: dict[str, Any] = {
+    "model_name": "Qwen/Qwen3-0.6B",
+    "seed": 42,
+    "max_seq_len": 1536,
+    "training_gpus": 4,
+    "sampling_gpus": 4,
+    "log_prob_gpus": 0,
+    "job_ready_timeout": 1800.0,
+    "request_timeout": 1800.0,
+    "training": {
+        "full_determinism": False,
+        "checkpoint_path": "checkpoints/cortex-gsm8k",
+        "ds_config": {
+            # 64 prompts x 8 rollouts = 512 rows = micro 8 x grad-accum 16 x data-parallel 4
+            "train_batch_size": 512,
+            "train_micro_batch_size_per_gpu": 8,
+            "gradient_accumulation_steps": 16,
+            "sequence_parallel_size": 1,
+            "gradient_clipping": 1.0,
+            "optimizer": {
+                "type": "AdamW",
+                "params": {"lr": 1e-6, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0},
+            },
+            **PRECISION,
+            "zero_optimization": {"stage": 2},
+        },
+        "ds_worker_config": {
+            "attn_implementation": "sdpa",
+            "use_liger": False,
+            "enable_gradient_checkpointing": True,
+            "use_autocast": False,
+        },
+        "cuda_ipc": False,
+        "low_memory": False,
+    },
+    "sampling": {
+        "vllm": {
+            "tensor_parallel_size": 1,
+            "gpu_memory_utilization": 0.8,
+            "max_model_len": 1536,
+            "max_num_seqs": 256,
+            "enforce_eager": False,
+            "enable_chunked_prefill": True,
+            "enable_prefix_caching": True,
+        },
+        "arctic_inference_config": None,
+        "log_prob_engine": "deepspeed",
+        "log_prob_ds_config": None,
+    },
+    "backend": {
+        "type": "remote",
+        "protocol": "cortex",
+        "base_url": None,
+        "host": "example-account.snowflakecomputing.com",
+        "database": "RL",
+        "schema": "PUBLIC",
+        "endpoint": "cortex-training",
+        "max_retries": 10,
+        "pat_from_env": "ARCTIC_CORTEX_PAT",
+    },
+}
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "gsm8k-qwen3-0.6b-4gpu.yaml": GSM8K_CLIENT,
+    "colocated-8gpu-cuda-ipc.yaml": COLOCATED_CLIENT,
+    "bird-qwen3-32b-32gpu.yaml": BIRD_CLIENT,
+    "cortex.yaml": CORTEX_CLIENT,
+}
+ONPREM = [name for name in SCENARIOS if name != "cortex.yaml"]
+FAKE_TOKEN = "pat-test-0123456789-secret"
+
+
+@pytest.fixture
+def cortex_token(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("ARCTIC_CORTEX_PAT", FAKE_TOKEN)
+    return FAKE_TOKEN
+
+
+def _config(name: str) -> ArcticRLConfig:
+    return load_config(CONFIGS / name)
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_plan_pins_client_config(name: str) -> None:
+    assert _config(name).plan()["client"] == SCENARIOS[name]
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_batch_identity_is_computed(name: str) -> None:
+    cfg = _config(name)
+    ds = cfg.plan()["client"]["training"]["ds_config"]
+    shape = cfg.shape
+    assert ds["train_batch_size"] == (
+        ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * shape.data_parallel_size
+    )
+    assert ds["train_batch_size"] == shape.mini_batch_prompts * cfg.batch.rollouts_per_prompt
+    assert (
+        shape.data_parallel_size
+        == cfg.placement.training_gpus // cfg.placement.ulysses_sequence_parallel_size
+    )
+
+
+def _subset_mismatches(expected: Any, actual: Any, path: str = "") -> list[str]:
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return [f"{path}: {actual!r} is not a mapping"]
+        problems: list[str] = []
+        for key, value in expected.items():
+            if key not in actual:
+                problems.append(f"{path}.{key}: missing")
+            else:
+                problems += _subset_mismatches(value, actual[key], f"{path}.{key}")
+        return problems
+    return [] if expected == actual else [f"{path}: {actual!r} != {expected!r}"]
+
+
+@pytest.mark.parametrize("name", ONPREM)
+def test_real_client_config_and_initialize_bodies(name: str) -> None:
+    from arctic_platform.client import ArcticClientConfig, OnPremConfig
+
+    cfg = _config(name)
+    client = cfg.to_client_config()
+    assert isinstance(client, ArcticClientConfig)
+    assert isinstance(client.backend, OnPremConfig)
+    assert _subset_mismatches(SCENARIOS[name], client.model_dump(mode="json")) == []
+    plan = cfg.plan()
+    # The /initialize bodies in the plan are exactly what the real client sends, in creation order.
+    assert list(plan["jobs"]) == [
+        job for job in ("sampling", "log_prob", "training") if client.gpus_for(job) > 0
+    ]
+    for job, body in plan["jobs"].items():
+        assert client.to_onprem(job) == body
+    assert plan["jobs"]["training"]["checkpoint_path"] == cfg.checkpoint.path
+
+
+def test_http_backend_connection() -> None:
+    cfg = load_config(
+        CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml",
+        [
+            "backend.kind=http",
+            "backend.host=10.0.0.5",
+            "backend.port=7000",
+            "backend.launch_local_server=true",
+        ],
+    )
+    backend = cfg.to_client_config().backend
+    assert (backend.protocol, backend.host, backend.port, backend.launch_local_server) == (
+        "http",
+        "10.0.0.5",
+        7000,
+        True,
+    )
+    assert backend.startup_timeout == 600.0
+
+
+def test_cortex_client_config_reads_the_token_by_name(
+    cortex_token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arctic_platform.client import CortexConfig
+
+    # Values the settings class would pick up from the environment must not leak in.
+    monkeypatch.setenv("ARCTIC_CORTEX_DATABASE", "FROM_ENV")
+    monkeypatch.setenv("ARCTIC_CORTEX_BASE_URL", "http://from-env")
+    cfg = _config("cortex.yaml")
+    client = cfg.to_client_config()
+    assert isinstance(client.backend, CortexConfig)
+    assert client.backend.pat is not None and client.backend.pat.get_secret_value() == cortex_token
+    assert (client.backend.database, client.backend.schema_, client.backend.base_url) == (
+        "RL",
+        "PUBLIC",
+        None,
+    )
+    expected = {
+        **CORTEX_CLIENT,
+        "backend": {k: v for k, v in CORTEX_CLIENT["backend"].items() if k != "pat_from_env"},
+    }
+    expected["backend"]["schema_"] = expected["backend"].pop("schema")
+    assert _subset_mismatches(expected, client.model_dump(mode="json")) == []
+    # The token appears nowhere but in the SecretStr.
+    for text in (repr(client), client.model_dump_json(), repr(cfg), str(cfg.plan())):
+        assert cortex_token not in text
+    # What Cortex receives: sub-jobs lifted from the canonical shape by the real client.
+    sub_jobs = client.to_cortex()
+    assert [sub["job_type"] for sub in sub_jobs] == ["sampling", "training"]
+    sampling, training = sub_jobs
+    assert sampling["inference_config"] == {
+        "max_seq_len": 1536,
+        "n_gpus": 4,
+        "vllm_config": {
+            "gpu_memory_utilization": 0.8,
+            "max_num_seqs": 256,
+            "enforce_eager": False,
+            "enable_chunked_prefill": True,
+            "enable_prefix_caching": True,
+        },
+    }
+    train = training["training_config"]
+    assert (train["train_batch_size"], train["gradient_clipping"], train["attn_implementation"]) == (
+        512,
+        1.0,
+        "sdpa",
+    )
+    assert train["optimizer"] == {
+        "name": "AdamW",
+        "lr": 1e-6,
+        "betas": [0.9, 0.999],
+        "eps": 1e-8,
+        "weight_decay": 0.0,
+    }
+    assert train["ds_config"] == CORTEX_CLIENT["training"]["ds_config"]
+
+
+def test_cortex_without_the_token_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ARCTIC_CORTEX_PAT", raising=False)
+    with pytest.raises(ConfigError) as caught:
+        _config("cortex.yaml").to_client_config()
+    assert caught.value.issues[0].path == "backend.cortex.token_env"
+    assert "export ARCTIC_CORTEX_PAT" in caught.value.issues[0].remedy
+
+
+def test_cortex_base_url_needs_no_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ARCTIC_CORTEX_PAT", raising=False)
+    cfg = load_config(
+        CONFIGS / "cortex.yaml",
+        ["backend.cortex.base_url=http://localhost:9000", "~backend.cortex.host"],
+    )
+    assert "pat_from_env" not in cfg.plan()["client"]["backend"]
+    backend = cfg.to_client_config().backend
+    assert (backend.base_url, backend.pat) == ("http://localhost:9000", None)
+
+
+def test_reference_backend_has_no_client_config() -> None:
+    with pytest.raises(ConfigError, match="reference backend does not use the Arctic client"):
+        ArcticRLConfig().to_client_config()
+
+
+# ----------------------------------------------------------------------------------------------
+# vLLM engine arguments: injection, deep merge, provenance
+# ----------------------------------------------------------------------------------------------
+
+
+def test_bird_engine_args_provenance() -> None:
+    engine = build_engine_args(_config("bird-qwen3-32b-32gpu.yaml"))
+    assert engine.injected == (
+        "compilation_config.cudagraph_mode",
+        "compilation_config.pass_config.fuse_allreduce_rms",
+        "forest_cascade_attn_configs",
+        "speculative_config.method",
+        "speculative_config.model",
+        "speculative_config.num_speculative_tokens",
+    )
+    assert engine.from_user == () and engine.user_overrode == ()
+
+
+def test_user_compilation_config_keeps_the_injected_workaround() -> None:
+    cfg = load_config(
+        CONFIGS / "bird-qwen3-32b-32gpu.yaml",
+        ["vllm.engine_args.compilation_config.cudagraph_mode=FULL", "vllm.engine_args.quantization=fp8"],
+    )
+    engine = build_engine_args(cfg)
+    assert engine.args["compilation_config"] == {
+        "cudagraph_mode": "FULL",  # the user's leaf wins ...
+        "pass_config": {"fuse_allreduce_rms": False},  # ... and the multi-engine workaround survives
+    }
+    assert engine.args["quantization"] == "fp8"
+    assert engine.user_overrode == ("compilation_config.cudagraph_mode",)
+    assert engine.from_user == ("compilation_config.cudagraph_mode", "quantization")
+    plan = cfg.plan()
+    assert plan["vllm"]["user_overrode"] == ["compilation_config.cudagraph_mode"]
+    assert plan["jobs"]["sampling"]["vllm_config"]["compilation_config"]["cudagraph_mode"] == "FULL"
+
+
+def test_user_replacing_an_injected_subtree_is_recorded_per_leaf() -> None:
+    cfg = load_config(CONFIGS / "bird-qwen3-32b-32gpu.yaml", ["vllm.engine_args.speculative_config=null"])
+    engine = build_engine_args(cfg)
+    assert engine.args["speculative_config"] is None
+    assert engine.user_overrode == (
+        "speculative_config.method",
+        "speculative_config.model",
+        "speculative_config.num_speculative_tokens",
+    )
+
+
+def test_single_engine_fca_has_no_allreduce_workaround() -> None:
+    cfg = load_config(
+        CONFIGS / "bird-qwen3-32b-32gpu.yaml",
+        [
+            "placement.sampling_gpus=8",
+            "~arctic_inference.speculative_model",
+            "~arctic_inference.num_speculative_tokens",
+        ],
+    )
+    assert cfg.shape.num_sampling_engines == 1
+    args = build_engine_args(cfg).args
+    assert args["compilation_config"] == {"cudagraph_mode": "PIECEWISE"}
+    assert args["forest_cascade_attn_configs"] == "{}"
+    assert "speculative_config" not in args
+    assert cfg.plan()["client"]["sampling"]["arctic_inference_config"] == {
+        "zorro_inference": {"enable": True},
+        "speculative_decoding": {"model": ""},
+    }
+
+
+def test_suffix_decoding_speculative_configs() -> None:
+    with_model = load_config(CONFIGS / "bird-qwen3-32b-32gpu.yaml", ["arctic_inference.suffix_decoding=true"])
+    assert build_engine_args(with_model).args["speculative_config"] == {
+        "method": "arctic",
+        "model": "/models/arctic-speculator-qwen3-32b",
+        "num_speculative_tokens": 3,
+        "enable_suffix_decoding": True,
+    }
+    suffix_only = load_config(
+        CONFIGS / "bird-qwen3-32b-32gpu.yaml",
+        ["~arctic_inference.speculative_model", "arctic_inference.suffix_decoding=true"],
+    )
+    assert build_engine_args(suffix_only).args["speculative_config"] == {
+        "method": "suffix",
+        "num_speculative_tokens": 3,
+        "enable_suffix_decoding": True,
+    }
+
+
+def test_arctic_inference_is_opt_in() -> None:
+    off = _config("gsm8k-qwen3-0.6b-4gpu.yaml")
+    plan = off.plan()
+    assert plan["env"] == {"sampling_workers": {}}
+    assert "arctic_inference_config" not in plan["jobs"]["sampling"]
+    assert plan["vllm"]["injected"] == []
+    on = _config("bird-qwen3-32b-32gpu.yaml").plan()
+    assert on["env"] == {"sampling_workers": {"ARCTIC_INFERENCE_ENABLED": "1"}}
+    # Plugin on without FCA or speculation: still "on" for the server, nothing injected.
+    bare = load_config(CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml", ["arctic_inference.enable=true"]).plan()
+    assert bare["env"] == {"sampling_workers": {"ARCTIC_INFERENCE_ENABLED": "1"}}
+    assert bare["jobs"]["sampling"]["arctic_inference_config"] == {
+        "zorro_inference": {"enable": False},
+        "speculative_decoding": {"model": ""},
+    }
+    assert bare["vllm"]["injected"] == []
+
+
+def test_deep_merge_reports_replaced_leaves() -> None:
+    merged, replaced = deep_merge({"a": {"b": 1, "c": {"d": 2}}, "e": 3}, {"a": {"c": 5}, "f": 6})
+    assert merged == {"a": {"b": 1, "c": 5}, "e": 3, "f": 6}
+    assert replaced == ["a.c.d"]
+
+
+# ----------------------------------------------------------------------------------------------
+# DeepSpeed: schedule, overrides, Ulysses, precision
+# ----------------------------------------------------------------------------------------------
+
+
+def test_cosine_schedule_horizon_counts_optimizer_steps() -> None:
+    cfg = load_config(
+        CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml",
+        [
+            "optimizer.scheduler=cosine",
+            "optimizer.total_training_steps=100",
+            "optimizer.warmup_ratio=0.1",
+            "optimizer.min_lr_ratio=0.1",
+            "batch.epochs=2",
+        ],
+    )
+    # 64 prompts / 32 per mini-batch = 2 optimizer steps per epoch, 2 epochs, 100 steps
+    assert cfg.shape.optimizer_steps_per_step == 4 and cfg.shape.training_horizon == 400
+    assert cfg.plan()["client"]["training"]["ds_config"]["scheduler"] == {
+        "type": "WarmupCosineLR",
+        "params": {
+            "total_num_steps": 400,
+            "warmup_num_steps": 40,
+            "warmup_min_ratio": 0.0,
+            "cos_min_ratio": 0.1,
+            "warmup_type": "linear",
+        },
+    }
+
+
+def test_deepspeed_overrides_ulysses_and_autocast() -> None:
+    cfg = load_config(
+        CONFIGS / "colocated-8gpu-cuda-ipc.yaml",
+        [
+            "placement.ulysses_sequence_parallel_size=2",
+            "deepspeed.autocast=true",
+            "deepspeed.offload_param=true",
+            "deepspeed.config_overrides.zero_optimization.stage3_param_persistence_threshold=10000",
+            "optimizer.grad_clip=null",
+        ],
+    )
+    training = cfg.plan()["client"]["training"]
+    ds = training["ds_config"]
+    # data-parallel 8 / 2 = 4: 256 rows = micro 8 x grad-accum 8 x 4
+    assert (ds["sequence_parallel_size"], ds["gradient_accumulation_steps"]) == (2, 8)
+    assert ds["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"}
+    assert ds["gradient_clipping"] == 0.0
+    assert ds["zero_optimization"] == {
+        "stage": 3,
+        "offload_param": {"device": "cpu", "pin_memory": True},
+        "stage3_param_persistence_threshold": 10000,
+    }
+    assert training["ds_worker_config"]["use_autocast"] is True
+    assert cfg.plan()["client"]["sampling"]["log_prob_ds_config"] == {
+        "train_micro_batch_size_per_gpu": 8,
+        "sequence_parallel_size": 2,
+        "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": True}},
+    }
+
+
+def test_reference_plan_lists_settings_it_does_not_apply() -> None:
+    cfg = load_config(CONFIGS / "reference-cpu.yaml", ["vllm.max_num_seqs=8", "determinism.full=true"])
+    plan = cfg.plan()
+    assert plan["backend"] == "reference"
+    assert plan["reference_model"]["hidden_size"] == 64
+    assert plan["not_applied_by_reference_backend"] == ["vllm.max_num_seqs", "determinism.full"]
+    assert plan["shape"]["train_batch_size"] == 16 and plan["shape"]["gradient_accumulation_steps"] == 4
