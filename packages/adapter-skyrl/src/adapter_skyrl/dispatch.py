@@ -61,7 +61,8 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self.metrics_sink: Callable[[], dict[str, Any]] | None = None
         self.optimizer_steps = 0
         self._pending_lr: float | None = None
-        self._metrics: dict[str, list[float]] = defaultdict(list)
+        self._metrics: dict[str, list[float]] = defaultdict(list)  # reported as means
+        self._last: dict[str, float] = {}  # reported as the latest value
         self._timings: dict[str, float] = defaultdict(float)
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -85,9 +86,12 @@ class ArcticWorkerDispatch(WorkerDispatch):
             self.trace.record(op, payload, optimizer_steps=self.optimizer_steps)
 
     def pop_metrics(self) -> dict[str, float]:
-        """Per-step metrics gathered by this dispatch (means over calls), then cleared."""
+        """Per-step metrics gathered by this dispatch (means over calls; counters as their latest
+        value), then cleared."""
         out = {k: sum(v) / len(v) for k, v in self._metrics.items() if v}
+        out.update(self._last)
         self._metrics.clear()
+        self._last.clear()
         return out
 
     # -- sizes --------------------------------------------------------------------------------
@@ -211,7 +215,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self._timed("step", start)
         self.optimizer_steps = out.step
         self._metrics["lr"].append(float(out.learning_rate))
-        self._metrics["optimizer_steps"].append(float(out.step))
+        self._last["optimizer_steps"] = float(out.step)
         for k, v in out.metrics.items():
             self._metrics[f"arctic/step/{k}"].append(float(v))
         return float(out.grad_norm)
