@@ -198,9 +198,14 @@ def verl_owned_core_values(config: DictConfig, total_training_steps: int | None)
             "weight_decay": float(optim.get("weight_decay", 0.0)),
             "grad_clip": float(optim.clip_grad) if optim.get("clip_grad") is not None else None,
             "scheduler": _scheduler_of(optim),
-            "warmup_ratio": float(warmup),
-            "min_lr_ratio": float(optim.get("min_lr_ratio") or 0.0),
             "total_training_steps": total_training_steps,
+            # verl ignores these where they do not apply; so does the mapping (the core refuses them)
+            **({"warmup_ratio": float(warmup)} if warmup else {}),
+            **(
+                {"min_lr_ratio": float(optim.get("min_lr_ratio") or 0.0)}
+                if _scheduler_of(optim) == "cosine"
+                else {}
+            ),
         },
         "loss": {
             "clip_ratio_low": float(actor.clip_ratio_low),
@@ -305,7 +310,7 @@ def settings_from_verl(config: DictConfig, total_training_steps: int | None) -> 
     """Check `config` and resolve what the workers and rollout servers need."""
     cfg = arctic_config_from_verl(config, total_training_steps)
     return ArcticVerlSettings(
-        core=cfg.model_dump(mode="json"),
+        core=cfg.model_dump(mode="json", exclude_unset=True),
         model_path=str(config.actor_rollout_ref.model.path),
         trace_dir=_get(config, "remote_backend.trace_dir"),
     )

@@ -1,0 +1,156 @@
+"""verl config -> core config: the shipped Hydra group composes with verl's own config, verl's
+settings are read by their real names, and what the Arctic path cannot honour is rejected."""
+
+from __future__ import annotations
+
+import pytest
+
+BASE = [
+    "algorithm.adv_estimator=grpo",
+    "actor_rollout_ref.model.path=/models/tiny",
+    "data.train_batch_size=4",
+    "data.max_prompt_length=96",
+    "data.max_response_length=24",
+    "actor_rollout_ref.rollout.n=3",
+    "actor_rollout_ref.rollout.temperature=0.7",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",
+    "actor_rollout_ref.actor.ppo_epochs=2",
+    "actor_rollout_ref.actor.clip_ratio_high=0.28",
+    "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
+    "actor_rollout_ref.actor.use_kl_loss=true",
+    "actor_rollout_ref.actor.kl_loss_coef=0.05",
+    "actor_rollout_ref.actor.kl_loss_type=k3",
+    "actor_rollout_ref.actor.entropy_coeff=0.01",
+    "actor_rollout_ref.actor.optim.lr=3e-6",
+    "actor_rollout_ref.actor.optim.weight_decay=0.0",
+    "actor_rollout_ref.actor.optim.clip_grad=0.5",
+]
+
+
+@pytest.fixture(scope="module")
+def compose():
+    from adapter_verl.main import compose as compose_verl
+    from adapter_verl.main import with_arctic_defaults
+
+    def run(*overrides: str, base: list[str] = BASE):
+        return compose_verl(with_arctic_defaults([*base, *overrides])[0])
+
+    return run
+
+
+def test_arctic_group_is_found_on_the_package_search_path(compose):
+    cfg = compose("remote_backend.trace_dir=/tmp/trace", "+remote_backend.core.determinism.seed=7")
+    assert cfg.trainer.v1.trainer_mode == "arctic"
+    assert cfg.actor_rollout_ref.rollout.name == "arctic"
+    assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
+    assert cfg.remote_backend.core.backend.kind == "reference"
+    assert cfg.remote_backend.trace_dir == "/tmp/trace"
+    assert cfg.remote_backend.core.determinism.seed == 7
+
+
+def test_verl_settings_map_into_the_core_schema_by_their_real_names(compose):
+    from adapter_verl.config import settings_from_verl
+
+    settings = settings_from_verl(compose("+remote_backend.core.determinism.seed=7"), total_training_steps=5)
+    cfg = settings.arctic_config()
+    assert settings.model_path == "/models/tiny"
+    assert (cfg.batch.prompts_per_step, cfg.batch.rollouts_per_prompt) == (4, 3)
+    assert (cfg.batch.mini_batch_prompts, cfg.batch.micro_batch_size_per_gpu, cfg.batch.epochs) == (2, 3, 2)
+    assert (cfg.batch.max_prompt_length, cfg.batch.max_response_length) == (96, 24)
+    assert cfg.optimizer.lr == 3e-6 and cfg.optimizer.weight_decay == 0.0 and cfg.optimizer.grad_clip == 0.5
+    assert cfg.optimizer.total_training_steps == 5 and cfg.optimizer.scheduler == "constant"
+    assert cfg.loss.clip_ratio_high == 0.28 and cfg.loss.loss_agg_mode == "seq-mean-token-sum"
+    assert (cfg.loss.use_kl_loss, cfg.loss.kl_loss_coef, cfg.loss.kl_loss_type) == (True, 0.05, "k3")
+    assert cfg.loss.entropy_coeff == 0.01 and cfg.loss.temperature == 0.7
+    assert cfg.determinism.seed == 7
+    # 2 prompts x 3 rollouts per mini-batch, 3 rows per micro-step: 2 accumulation steps
+    assert cfg.shape.gradient_accumulation_steps == 2 and cfg.shape.optimizer_steps_per_step == 4
+
+
+def test_payload_spec_follows_the_mapped_config(compose):
+    from adapter_verl.config import settings_from_verl
+    from adapter_verl.payload import payload_spec
+
+    cfg = settings_from_verl(compose(), total_training_steps=5).arctic_config()
+    spec = payload_spec(cfg, pad_token_id=11)
+    assert (spec.pad_token_id, spec.max_prompt_len, spec.max_response_len, spec.rollout_n) == (11, 96, 24, 3)
+    assert (spec.grad_accum_steps, spec.dp_size, spec.temperature) == (2, 1, 0.7)
+    assert spec.calculate_entropy and spec.entropy_coeff == 0.01
+    assert (spec.use_kl_loss, spec.kl_loss_coef, spec.kl_loss_type, spec.clip_ratio_high) == (
+        True,
+        0.05,
+        "k3",
+        0.28,
+    )
+
+
+def test_settings_arctic_cannot_honour_are_all_rejected_at_once(compose):
+    from adapter_verl.config import UnsupportedVerlSettingError, settings_from_verl
+
+    cfg = compose(
+        "algorithm.adv_estimator=gae",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=gpg",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=5",
+        "algorithm.use_kl_in_reward=true",
+        "+remote_backend.core.loss.kl_loss_coef=0.1",
+        "+remote_backend.core.batch.epochs=3",
+    )
+    with pytest.raises(UnsupportedVerlSettingError) as info:
+        settings_from_verl(cfg, total_training_steps=5)
+    text = str(info.value)
+    for expected in (
+        "algorithm.adv_estimator='gae'",
+        "actor_rollout_ref.actor.use_dynamic_bsz=True",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.actor.policy_loss.loss_mode='gpg'",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=5",
+        "algorithm.use_kl_in_reward=True",
+        "remote_backend.core.loss.kl_loss_coef=0.1: verl owns it: set actor_rollout_ref.actor.kl_loss_coef",
+        "remote_backend.core.batch.epochs=3: verl owns it: set actor_rollout_ref.actor.ppo_epochs",
+    ):
+        assert expected in text
+    assert len(info.value.problems) == 9
+
+
+def test_verl_default_estimator_is_rejected_so_grpo_must_be_explicit(compose):
+    from adapter_verl.config import check_supported
+
+    base = [o for o in BASE if not o.startswith("algorithm.adv_estimator")]
+    problems = check_supported(compose(base=base))
+    assert problems == [
+        "algorithm.adv_estimator='gae': GAE needs a critic, which the Arctic path has not: "
+        "set algorithm.adv_estimator=grpo"
+    ]
+
+
+def test_micro_batch_must_divide_the_mini_batch_rows(compose):
+    from adapter_verl.config import check_supported
+
+    problems = check_supported(compose("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"))
+    assert problems == [
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4: must divide ppo_mini_batch_size x "
+        "rollout.n = 6 (whole gradient-accumulation steps)"
+    ]
+
+
+def test_core_schema_errors_surface_with_the_core_field(compose):
+    from adapter_verl.config import settings_from_verl
+    from arctic_rl_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"determinism\.sed"):
+        settings_from_verl(compose("+remote_backend.core.determinism.sed=1"), total_training_steps=5)
+
+
+def test_main_adds_only_the_selection_overrides_the_user_did_not_give():
+    from adapter_verl.main import with_arctic_defaults
+
+    overrides, added = with_arctic_defaults(["actor_rollout_ref.rollout.tensor_model_parallel_size=1", "x=1"])
+    assert "actor_rollout_ref.rollout.tensor_model_parallel_size=1" not in added
+    assert "+remote_backend=arctic" in added and "trainer.v1.trainer_mode=arctic" in added
+    assert overrides[-2:] == ["actor_rollout_ref.rollout.tensor_model_parallel_size=1", "x=1"]
+    assert overrides.count("actor_rollout_ref.rollout.tensor_model_parallel_size=1") == 1
