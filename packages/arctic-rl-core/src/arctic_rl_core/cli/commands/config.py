@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "config", help="Show, validate or document the Arctic RL configuration (YAML/TOML + overrides)."
     )
-    actions = parser.add_subparsers(dest="config_command", metavar="ACTION")
+    actions = parser.add_subparsers(dest="config_command", metavar="ACTION", required=True)
 
     show = actions.add_parser("show", help="Print the resolved configuration and its plan (YAML, or --json).")
     show.add_argument("file", help="YAML or TOML config file")
