@@ -1,0 +1,68 @@
+"""Entry points: `python -m adapter_skyrl.main ...` and SkyRL's launcher with
+`trainer.override_entrypoint=adapter_skyrl.main`; a bad knob fails at startup with its message."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from adapter_skyrl.config import UnsupportedSkyRLSettingError
+from adapter_skyrl.main import main
+
+GOOD = [
+    "trainer.placement.colocate_all=false",
+    "generator.inference_engine.enable_ray_prometheus_stats=false",
+    "trainer.algorithm.policy_loss_type=dual_clip",
+    "trainer.arctic_rl.backend.kind=reference",
+]
+
+
+def test_bad_knob_fails_at_startup_naming_it():
+    with pytest.raises(
+        UnsupportedSkyRLSettingError, match=r"trainer\.algorithm\.loss_reduction='prompt_mean'"
+    ):
+        main([*GOOD, "trainer.algorithm.loss_reduction=prompt_mean"])
+
+
+def test_unknown_arctic_knob_fails_at_startup_naming_it(bird_jsonl):
+    from arctic_rl_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"trainer\.arctic_rl\.zorro\.enabel") as info:
+        main(
+            [
+                *GOOD,
+                "trainer.arctic_rl.zorro.enabel=true",
+                f"data.train_data=['{bird_jsonl}']",
+                "data.val_data=[]",
+                "trainer.logger=console",
+                "trainer.train_batch_size=2",
+                "trainer.policy_mini_batch_size=1",
+                "data.dataloader.num_workers=0",
+            ]
+        )
+    assert len(info.value.issues) == 1
+
+
+def test_skyrl_launcher_dispatches_to_us_and_the_override_is_stripped(monkeypatch):
+    from skyrl.train.entrypoints import main_base
+
+    argv = [
+        "main_base",
+        "trainer.override_entrypoint=adapter_skyrl.main",
+        *GOOD,
+        "trainer.policy.model.lora.rank=4",
+    ]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(UnsupportedSkyRLSettingError) as info:
+        main_base.main()
+    # Only our rule fired: the override argument itself was not rejected by the strict parse.
+    assert len(info.value.problems) == 1 and "lora.rank=4" in info.value.problems[0]
+
+
+def test_module_entry_point_exits_non_zero_with_the_message():
+    proc = subprocess.run(
+        [sys.executable, "-m", "adapter_skyrl.main", *GOOD[1:]], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0
+    assert "trainer.placement.colocate_all=True: set trainer.placement.colocate_all=false" in proc.stderr
