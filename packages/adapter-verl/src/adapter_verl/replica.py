@@ -20,6 +20,8 @@ from adapter_verl.trace import TraceWriter
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend, SamplingParams
 
+    from adapter_verl.session import SessionInfo
+
 logger = logging.getLogger(__name__)
 
 # verl sampling keys the server maps; any other key with a non-neutral value is refused
@@ -65,13 +67,16 @@ class ArcticRolloutServer:
         self._trace: TraceWriter | None = None
         self._colocated: bool | None = None
 
+    def attach(self, info: SessionInfo) -> None:
+        """Bind to the run's backend (done on first use from the published session)."""
+        self._backend = info.handle.connect()
+        self._trace = TraceWriter(info.settings.trace_dir, f"rollout{self.replica_rank}")
+
     async def _connected(self) -> Backend:
         if self._backend is None:
             from adapter_verl.session import lookup_session
 
-            info = lookup_session()
-            self._backend = info.handle.connect()
-            self._trace = TraceWriter(info.settings.trace_dir, f"rollout{self.replica_rank}")
+            self.attach(lookup_session())
         return self._backend
 
     async def generate(

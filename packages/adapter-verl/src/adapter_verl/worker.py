@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from tensordict import TensorDict
 
     from adapter_verl.config import ArcticVerlSettings
+    from adapter_verl.session import SessionInfo
 
 logger = logging.getLogger(__name__)
 
@@ -109,17 +110,18 @@ class ArcticActorRolloutRefWorker(Worker):
             self._register_dispatch_collect_info(mesh_name=mesh, dp_rank=0, is_collect=self.rank == 0)
         if self.rank != 0:
             return
-        from arctic_rl_core.weight_sync import WeightSyncPolicy
-
-        from adapter_verl.payload import payload_spec
         from adapter_verl.session import lookup_session
 
-        info = lookup_session()
+        self.attach(lookup_session())
+
+    def attach(self, info: SessionInfo) -> None:
+        """Bind this worker to the run's backend and settings (`init_model` does it on rank 0)."""
+        from adapter_verl.payload import payload_spec
+
         self._settings = info.settings
         self._backend = info.handle.connect()
         self._arctic_config = info.settings.arctic_config()
         self._spec = payload_spec(self._arctic_config, pad_token_id=self._pad_token_id())
-        self._sync_policy = WeightSyncPolicy.from_config(self._arctic_config)
         self._trace = TraceWriter(info.settings.trace_dir, f"worker{self.rank}")
 
     def _pad_token_id(self) -> int:
@@ -145,7 +147,12 @@ class ArcticActorRolloutRefWorker(Worker):
         from arctic_rl_core.wire import build_forward_payload, payload_to_trace_record, response_logprobs
 
         calculate_entropy = bool(tu.get(data, "calculate_entropy", default=False)) and not reference_model
-        spec = replace(self._spec, calculate_entropy=calculate_entropy)
+        # forward payloads carry no loss settings: the entropy bonus only matters in training
+        spec = replace(
+            self._spec,
+            calculate_entropy=calculate_entropy,
+            entropy_coeff=self._spec.entropy_coeff if calculate_entropy else 0.0,
+        )
         samples = samples_from_tensordict(data, with_training_fields=False)
         payload = build_forward_payload(samples, spec)
         op = "forward_ref" if reference_model else "forward"
@@ -233,10 +240,11 @@ class ArcticActorRolloutRefWorker(Worker):
             )
         if self.rank != 0:
             return {}
-        from arctic_rl_core.weight_sync import sync_after_step
+        from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
 
         start = time.perf_counter()
-        self.weights_version = await sync_after_step(self._backend, self._sync_policy)
+        policy = WeightSyncPolicy.from_config(self._arctic_config)
+        self.weights_version = await sync_after_step(self._backend, policy)
         self._trace.write(
             {"op": "update_weights", "global_steps": global_steps, "weights_version": self.weights_version}
         )

@@ -1,0 +1,240 @@
+"""The forwarder worker and the rollout server over a real (in-process) reference backend: verl's
+jagged TensorDicts in, the backend's numbers out in verl's predict-next layout."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+import torch
+
+PROMPT_LENS = (5, 3, 7, 4)
+RESPONSE_LENS = (4, 6, 2, 5)
+MAX_PROMPT, MAX_RESPONSE = 8, 6
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("verl_worker")
+
+
+@pytest.fixture(scope="module")
+def arctic_cfg():
+    from arctic_rl_core.config import ArcticRLConfig
+
+    return ArcticRLConfig.from_dict(
+        {
+            "backend": {
+                "kind": "reference",
+                "reference": {"num_layers": 1, "hidden_size": 32, "intermediate_size": 64},
+            },
+            "batch": {
+                "prompts_per_step": 2,
+                "rollouts_per_prompt": 2,
+                "mini_batch_prompts": 1,
+                "micro_batch_size_per_gpu": 1,
+                "epochs": 2,
+                "max_prompt_length": MAX_PROMPT,
+                "max_response_length": MAX_RESPONSE,
+            },
+            "optimizer": {"lr": 1e-3},
+            "loss": {"temperature": 0.9, "entropy_coeff": 0.01, "use_kl_loss": True, "kl_loss_coef": 0.1},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def backend(arctic_cfg):
+    from arctic_rl_core.backends.reference.engine import ReferenceBackend
+    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+
+    engine = ReferenceBackend(ReferenceEngineSettings.from_config(arctic_cfg))
+    yield engine
+    asyncio.run(engine.shutdown())
+
+
+@pytest.fixture(scope="module")
+def session(arctic_cfg, backend, run_dir):
+    from adapter_verl.config import ArcticVerlSettings
+    from adapter_verl.session import SessionInfo
+    from arctic_rl_core.backends.reference.model import save_model_dir
+
+    model_dir = save_model_dir(run_dir / "model", arctic_cfg.backend.reference, arctic_cfg.determinism.seed)
+    settings = ArcticVerlSettings(
+        core=arctic_cfg.model_dump(mode="json", exclude_unset=True),
+        model_path=str(model_dir),
+        trace_dir=str(run_dir / "trace"),
+    )
+    return SessionInfo(handle=backend.handle(), settings=settings)
+
+
+@pytest.fixture(scope="module")
+def worker(session):
+    from adapter_verl.worker import ArcticActorRolloutRefWorker
+    from omegaconf import OmegaConf
+
+    env = {"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        w = ArcticActorRolloutRefWorker(
+            config=OmegaConf.create({"model": {"path": session.settings.model_path}}),
+            role="actor_rollout_ref",
+        )
+    w.attach(session)
+    return w
+
+
+def _batch(vocab: int, **extra):
+    """A batch as verl's agent loop stores it: jagged prompts/responses/masks per trajectory."""
+    from verl.utils import tensordict_utils as tu
+
+    g = torch.Generator().manual_seed(3)
+    rows = []
+    for p, r in zip(PROMPT_LENS, RESPONSE_LENS, strict=True):
+        prompts = torch.randint(10, vocab, (p,), generator=g)
+        responses = torch.randint(10, vocab, (r,), generator=g)
+        rows.append(
+            {
+                "prompts": prompts,
+                "responses": responses,
+                "response_mask": torch.ones(r, dtype=torch.int64),
+                "input_ids": torch.cat([prompts, responses]),
+            }
+        )
+    data = tu.list_of_dict_to_tensordict(rows)
+    tu.assign_non_tensor(data, **extra)
+    return data
+
+
+def _independent_logprobs(model, data, temperature: float) -> list[torch.Tensor]:
+    """log p(response token j) straight from the HF model, one unpadded row at a time."""
+    out = []
+    with torch.no_grad():
+        for p, r in zip(data["prompts"].unbind(0), data["responses"].unbind(0), strict=True):
+            ids = torch.cat([p, r]).unsqueeze(0)
+            logits = model(input_ids=ids).logits[0].float() / temperature
+            logp = torch.log_softmax(logits, dim=-1)
+            out.append(logp[len(p) - 1 : len(p) + len(r) - 1].gather(-1, r.unsqueeze(-1)).squeeze(-1))
+    return out
+
+
+def test_compute_log_prob_returns_verls_predict_next_layout(worker, backend):
+    data = _batch(backend.vocab_size, calculate_entropy=True)
+    out = worker.compute_log_prob(data)
+    log_probs = out["log_probs"].unbind(0)
+    entropy = out["entropy"].unbind(0)
+    expected = _independent_logprobs(backend._trainer, data, temperature=0.9)
+    for b, (p, r) in enumerate(zip(PROMPT_LENS, RESPONSE_LENS, strict=True)):
+        assert log_probs[b].shape == (p + r,) and entropy[b].shape == (p + r,)
+        torch.testing.assert_close(log_probs[b][p - 1 : p + r - 1], expected[b], rtol=0, atol=2e-5)
+        assert torch.all(log_probs[b][: p - 1] == 0) and log_probs[b][-1] == 0
+        assert torch.all(entropy[b][p - 1 : p + r - 1] > 0)
+    assert math.isnan(out["metrics"]["mfu"])
+
+
+def test_verl_response_slicing_recovers_the_backend_values(worker, backend):
+    from verl.workers.utils.padding import response_from_nested
+
+    data = _batch(backend.vocab_size, calculate_entropy=False)
+    out = worker.compute_log_prob(data)
+    assert "entropy" not in out.keys()  # noqa: SIM118
+    sliced = response_from_nested(out["log_probs"], data["response_mask"]).unbind(0)
+    expected = _independent_logprobs(backend._trainer, data, temperature=0.9)
+    for got, want in zip(sliced, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=2e-5)
+
+
+def _train_batch(worker, backend):
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import response_from_nested
+
+    data = _batch(backend.vocab_size, calculate_entropy=True)
+    old = response_from_nested(worker.compute_log_prob(data)["log_probs"], data["response_mask"])
+    ref = response_from_nested(worker.compute_ref_log_prob(data)["log_probs"], data["response_mask"])
+    adv = torch.nested.as_nested_tensor(
+        [torch.full((r,), a) for r, a in zip(RESPONSE_LENS, (1.0, -1.0, 0.5, -0.5), strict=True)],
+        layout=torch.jagged,
+    )
+    data["old_log_probs"], data["ref_log_prob"], data["advantages"] = old, ref, adv
+    tu.assign_non_tensor(data, mini_batch_size=2, epochs=2, seed=42, dataloader_kwargs={"shuffle": False})
+    return data
+
+
+def test_update_actor_runs_verls_mini_batches_times_epochs(worker, backend, session):
+    from adapter_verl.trace import read_trace
+    from verl.workers.utils.padding import response_from_nested
+
+    data = _train_batch(worker, backend)
+    old, ref = data["old_log_probs"], data["ref_log_prob"]
+    steps_before = backend.global_step
+    metrics = worker.update_actor(data)["metrics"]
+    # 4 rows / 2 per mini-batch x 2 epochs = 4 optimizer steps
+    assert backend.global_step - steps_before == 4
+    assert len(metrics["loss"]) == 4 and all(math.isfinite(x) for x in metrics["loss"])
+    assert all(g > 0 for g in metrics["grad_norm"]) and metrics["lr"] == [1e-3] * 4
+    assert "mfu" in metrics and len(metrics["mfu"]) == 4
+    sent = [r for r in read_trace(session.settings.trace_dir) if r["op"] == "forward_backward"]
+    assert [r["meta"]["global_batch_size"] for r in sent[-4:]] == [2, 2, 2, 2]
+    # the policy moved away from the reference model, which stayed put
+    probe = _batch(backend.vocab_size, calculate_entropy=False)
+    after = response_from_nested(worker.compute_log_prob(probe)["log_probs"], probe["response_mask"])
+    ref_after = response_from_nested(worker.compute_ref_log_prob(probe)["log_probs"], probe["response_mask"])
+    assert not torch.allclose(after.values(), old.values())
+    torch.testing.assert_close(ref_after.values(), ref.values(), rtol=0, atol=0)
+
+
+def test_checkpoint_round_trip_through_verl_paths(worker, backend, run_dir):
+    probe = _batch(backend.vocab_size, calculate_entropy=False)
+    saved = worker.compute_log_prob(probe)["log_probs"].values()
+    path = run_dir / "ckpt" / "global_step_3" / "actor"
+    worker.save_checkpoint(str(path), None, global_step=3)
+    saved_step = backend.global_step
+    worker.update_actor(_train_batch(worker, backend))
+    assert backend.global_step == saved_step + 4
+    worker.load_checkpoint(str(path))
+    assert backend.global_step == saved_step
+    torch.testing.assert_close(worker.compute_log_prob(probe)["log_probs"].values(), saved, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="global_step_<n>"):
+        worker.load_checkpoint(str(run_dir / "elsewhere"))
+
+
+def test_rollout_server_reports_weights_version_and_defaults_max_tokens(session, backend):
+    from adapter_verl.replica import ArcticRolloutServer
+    from adapter_verl.trace import read_trace
+
+    server = ArcticRolloutServer(replica_rank=0, response_length=MAX_RESPONSE)
+    server.attach(session)
+
+    async def scenario():
+        await backend.wake_inference(None)
+        first = await server.generate(
+            "r1", prompt_ids=[11, 12, 13], sampling_params={"temperature": 1.0, "top_k": 0}
+        )
+        version_before = (await backend.state()).weights_version
+        await backend.sync_weights()
+        await backend.reset_prefix_cache()
+        second = await server.generate(
+            "r2", prompt_ids=[11, 12, 13], sampling_params={"temperature": 1.0, "logprobs": True}
+        )
+        return first, version_before, second, (await backend.state()).weights_version
+
+    first, v0, second, v1 = asyncio.run(scenario())
+    assert first.extra_fields["global_steps"] == v0 and second.extra_fields["global_steps"] == v1 == v0 + 1
+    assert 1 <= len(first.token_ids) <= MAX_RESPONSE and first.log_probs is None
+    assert second.log_probs is not None and len(second.log_probs) == len(second.token_ids)
+    generated = [r for r in read_trace(session.settings.trace_dir) if r["op"] == "generate"]
+    assert [r["max_tokens"] for r in generated[-2:]] == [MAX_RESPONSE, MAX_RESPONSE]
+    assert [r["weights_version"] for r in generated[-2:]] == [v0, v1]
+
+
+def test_sampling_params_the_backend_cannot_honour_are_refused():
+    from adapter_verl.replica import sampling_params_from_verl
+
+    params = sampling_params_from_verl({"temperature": 0.5, "top_p": 0.9, "top_k": 0, "max_tokens": 3}, 99)
+    assert (params.max_tokens, params.temperature, params.top_p, params.top_k) == (3, 0.5, 0.9, -1)
+    with pytest.raises(ValueError, match=r"repetition_penalty=1\.1"):
+        sampling_params_from_verl({"repetition_penalty": 1.1}, 8)
+    with pytest.raises(ValueError, match=r"\['min_p'\]"):
+        sampling_params_from_verl({"min_p": 0.1}, 8)
