@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from adapter_skyrl.trace import PayloadTrace
 
 CHECKPOINT_MARKER = "arctic_checkpoint.json"
+BACKEND_SUBDIR = "backend"  # the backend's checkpoint, inside SkyRL's policy checkpoint folder
 _MODELS = ("policy", "ref")
 
 
@@ -271,12 +272,13 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self._reject_extras("save_checkpoint", None, None, model_id, {})
         start = time.perf_counter()
         os.makedirs(ckpt_dir, exist_ok=True)
-        saved = self._run(
-            self.backend.save_checkpoint(os.path.join(ckpt_dir, "backend"), self.optimizer_steps)
-        )
+        # The protocol's (path, step) pair names the checkpoint for both save and load.
+        backend_path = os.path.join(ckpt_dir, BACKEND_SUBDIR)
+        saved = self._run(self.backend.save_checkpoint(backend_path, self.optimizer_steps))
         marker = {
-            "backend_dir": str(saved),
+            "backend_subdir": BACKEND_SUBDIR,
             "step": self.optimizer_steps,
+            "saved_dir": str(saved),
             "weights_version": self.weights_version,
         }
         with open(os.path.join(ckpt_dir, CHECKPOINT_MARKER), "w", encoding="utf-8") as f:
@@ -313,7 +315,11 @@ class ArcticWorkerDispatch(WorkerDispatch):
             )
         with open(marker_path, encoding="utf-8") as f:
             marker = json.load(f)
-        self._run(self.backend.load_checkpoint(marker["backend_dir"], int(marker["step"])))
+        self._run(
+            self.backend.load_checkpoint(
+                os.path.join(ckpt_dir, marker["backend_subdir"]), int(marker["step"])
+            )
+        )
         self.optimizer_steps = int(marker["step"])
 
     def save_hf_model(self, model: str, export_dir: str, tokenizer: Any) -> None:
