@@ -28,6 +28,7 @@ from typing import Any
 
 from arctic_rl_core.envs.bird.dataset import BirdDataError, BirdQuestion, database_paths
 from arctic_rl_core.envs.bird.executor import ExecutionResult, ExecutorSettings, SQLExecutor, SQLTask
+from arctic_rl_core.envs.bird.sql_identity import execution_key
 
 OFFICIAL_SEPARATOR = "\t----- bird -----\t"
 DIFFICULTIES = ("simple", "moderate", "challenging")
@@ -206,7 +207,7 @@ def evaluate(
     tasks: list[SQLTask] = []
 
     def task_for(db_path: str, sql: str) -> int:
-        key = (db_path, sql.strip())
+        key = (db_path, execution_key(sql))
         if key not in task_index:
             task_index[key] = len(tasks)
             tasks.append(SQLTask(db_path, sql))

@@ -12,6 +12,11 @@ progress handler); a query that does not yield to the progress handler (one huge
 operation, one huge sort) is ended by killing the worker at `timeout_s + kill_grace_s`. A
 killed, crashed or hung worker is replaced; the other queries of the batch are unaffected.
 
+Connections: each worker keeps up to `kept_connections` read-only connections open between
+queries (closed after any failed query, when the least recently used is evicted, and when the
+worker exits), which saves reopening the file and re-reading the schema and pages; set it to 0
+to open and close a connection for every query.
+
 Result semantics: a successful result is the SET of result rows, as Python values from the
 sqlite3 module (int, float, str, bytes, None) in column order: row order and duplicates are
 dropped, column order and value types are kept, and values compare as Python compares them
@@ -40,11 +45,13 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 logger = logging.getLogger(__name__)
 
 _WORKER_SCRIPT = Path(__file__).with_name("sql_worker.py")
+# Tasks sent ahead to one worker: the running one and the next, so it never idles between them.
+_QUEUE_DEPTH = 2
 
 ErrorKind = Literal[
     "timeout",
@@ -77,6 +84,24 @@ class ExecutorSettings(BaseModel):
         default=True, description="cancel at timeout_s with a progress handler (else only the hard kill)"
     )
     startup_timeout_s: float = Field(default=60.0, gt=0, description="time a new worker has to start")
+    kept_connections: int = Field(
+        default=8,
+        ge=0,
+        le=64,
+        description="read-only connections a worker keeps open between queries; 0 = none",
+    )
+    page_cache_mb: int = Field(default=16, ge=1, le=1024, description="SQLite page cache per connection")
+
+    @model_validator(mode="after")
+    def _caches_fit_heap(self) -> ExecutorSettings:
+        needed = self.kept_connections * self.page_cache_mb
+        if self.max_memory_mb and needed * 2 > self.max_memory_mb:
+            raise ValueError(
+                f"kept_connections={self.kept_connections} x page_cache_mb={self.page_cache_mb} = {needed} MB of "
+                f"page cache may use more than half of max_memory_mb={self.max_memory_mb}; lower one of them "
+                "or raise max_memory_mb"
+            )
+        return self
 
 
 @dataclass(frozen=True)
@@ -105,6 +130,13 @@ class ExecutionResult:
         )
 
 
+@dataclass(frozen=True)
+class WorkerStats:
+    pid: int
+    open_fds: int
+    kept_connections: int
+
+
 def _result_from_outcome(outcome: tuple) -> ExecutionResult:
     if outcome[0] == "ok":
         _, rows, fetched, seconds = outcome
@@ -122,8 +154,18 @@ class _Worker:
         parent_sock, child_sock = socket.socketpair()
         heap_bytes = settings.max_memory_mb * 1024 * 1024
         try:
+            command = [
+                sys.executable,
+                "-I",
+                "-S",
+                str(_WORKER_SCRIPT),
+                str(child_sock.fileno()),
+                str(heap_bytes),
+                str(settings.kept_connections),
+                str(settings.page_cache_mb * 1024),
+            ]
             self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(_WORKER_SCRIPT), str(child_sock.fileno()), str(heap_bytes)],
+                command,
                 pass_fds=(child_sock.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -272,102 +314,130 @@ class SQLExecutor:
                     on_result(index, results[index])
         settings = self.settings
         hard_limit_s = settings.timeout_s + settings.kill_grace_s
-        # worker -> [task index, deadline]; the deadline of a worker that has not said hello yet
-        # is its startup deadline, and restarts at hello.
-        inflight: dict[_Worker, list] = {}
+        # worker -> its queue of [task index, deadline]. The head is running (or about to): its
+        # deadline is its hard-kill time, or the startup deadline until the worker says hello.
+        # Queued tasks (up to _QUEUE_DEPTH per worker, so a worker never waits for this thread)
+        # get their deadline when they become the head.
+        inflight: dict[_Worker, deque[list]] = {}
 
         def finish(index: int, result: ExecutionResult) -> None:
             results[index] = result
             if on_result is not None:
                 on_result(index, result)
 
+        def head_deadline(worker: _Worker) -> float:
+            if worker.ready:
+                return time.monotonic() + hard_limit_s
+            return worker.started_at + settings.startup_timeout_s
+
+        def retire(worker: _Worker, head_result: ExecutionResult | None) -> None:
+            """Replace a dead or killed worker: its head gets `head_result`, the rest go back."""
+            queue = inflight.pop(worker)
+            if queue and head_result is not None:
+                finish(queue.popleft()[0], head_result)
+            pending.extendleft(reversed([entry[0] for entry in queue]))
+            self._checkin(self._replace(worker))
+
+        def send(worker: _Worker, index: int) -> bool:
+            task = tasks[index]
+            message = (
+                "run",
+                index,
+                task.db_path,
+                task.sql,
+                settings.max_rows,
+                settings.timeout_s,
+                settings.cooperative_cancel,
+            )
+            try:
+                worker.channel.send(message)
+            except OSError:
+                return False
+            queue = inflight[worker]
+            queue.append([index, head_deadline(worker) if not queue else None])
+            return True
+
         try:
             while pending or inflight:
-                while pending:
+                # More workers while the pending tasks exceed the free queue slots we hold.
+                while pending and len(pending) > sum(_QUEUE_DEPTH - len(q) for q in inflight.values()):
                     worker = self._checkout(block=not inflight)
                     if worker is None:
                         break
-                    index = pending.popleft()
-                    task = tasks[index]
-                    message = (
-                        "run",
-                        index,
-                        task.db_path,
-                        task.sql,
-                        settings.max_rows,
-                        settings.timeout_s,
-                        settings.cooperative_cancel,
-                    )
-                    try:
-                        worker.channel.send(message)
-                    except OSError:
-                        # The worker died before taking the task: not the task's fault, retry it.
-                        pending.appendleft(index)
-                        self._checkin(self._replace(worker))
-                        continue
-                    now = time.monotonic()
-                    if worker.ready:
-                        deadline = now + hard_limit_s
-                    else:
-                        deadline = worker.started_at + settings.startup_timeout_s
-                    inflight[worker] = [index, deadline]
+                    inflight[worker] = deque()
+                # Deal pending tasks round-robin into the queues.
+                dealt = True
+                while pending and dealt:
+                    dealt = False
+                    for worker in list(inflight):
+                        if not pending or len(inflight[worker]) >= _QUEUE_DEPTH:
+                            continue
+                        index = pending.popleft()
+                        if send(worker, index):
+                            dealt = True
+                        else:  # died before taking the task: not the task's fault, retry it
+                            pending.appendleft(index)
+                            code = worker.process.poll()
+                            kind: ErrorKind = "worker_crashed" if worker.ready else "worker_start_failed"
+                            retire(worker, ExecutionResult.failure(kind, f"sql worker exited (code {code})"))
+                for worker in [w for w, q in inflight.items() if not q]:
+                    del inflight[worker]
+                    self._checkin(worker)
                 if not inflight:
                     continue
                 now = time.monotonic()
-                wait_s = max(0.0, min(entry[1] for entry in inflight.values()) - now)
+                wait_s = max(0.0, min(q[0][1] for q in inflight.values()) - now)
                 by_channel = {worker.channel: worker for worker in inflight}
                 for channel in wait(list(by_channel), timeout=wait_s):
                     worker = by_channel[channel]
-                    index = inflight[worker][0]
+                    queue = inflight[worker]
                     try:
                         reply = channel.recv()
                     except (EOFError, OSError):
                         code = worker.process.poll()
-                        kind: ErrorKind = "worker_crashed" if worker.ready else "worker_start_failed"
-                        finish(index, ExecutionResult.failure(kind, f"sql worker exited (code {code})"))
-                        del inflight[worker]
-                        self._checkin(self._replace(worker))
+                        kind = "worker_crashed" if worker.ready else "worker_start_failed"
+                        retire(worker, ExecutionResult.failure(kind, f"sql worker exited (code {code})"))
                         continue
                     if reply[0] == "hello":
                         worker.ready = True
-                        inflight[worker][1] = time.monotonic() + hard_limit_s
+                        queue[0][1] = head_deadline(worker)
                         continue
                     _, reply_index, outcome = reply
+                    index = queue.popleft()[0]
                     if reply_index != index:
                         raise RuntimeError(f"sql worker answered task {reply_index}, expected {index}")
                     finish(index, _result_from_outcome(outcome))
-                    del inflight[worker]
-                    self._checkin(worker)
+                    if queue:
+                        queue[0][1] = head_deadline(worker)
                 now = time.monotonic()
-                for worker, (index, deadline) in list(inflight.items()):
-                    if now < deadline:
+                for worker, queue in list(inflight.items()):
+                    if not queue or now < queue[0][1]:
                         continue
                     if worker.ready:
+                        elapsed = now - (queue[0][1] - hard_limit_s)
                         message = f"killed after {hard_limit_s:.2f} s (did not yield to the time limit)"
-                        finish(
-                            index,
-                            ExecutionResult.failure("timeout", message, now - (deadline - hard_limit_s)),
-                        )
+                        retire(worker, ExecutionResult.failure("timeout", message, elapsed))
                     else:
                         message = f"sql worker did not start within {settings.startup_timeout_s} s"
-                        finish(index, ExecutionResult.failure("worker_start_failed", message))
-                    del inflight[worker]
-                    self._checkin(self._replace(worker))
+                        retire(worker, ExecutionResult.failure("worker_start_failed", message))
         finally:
             # Only reached with work in flight if this thread was interrupted: those workers are
             # in an unknown state, so they are replaced, never reused.
             for worker in inflight:
                 self._checkin(self._replace(worker))
-        return [result for result in results if result is not None]
+        missing = [index for index, result in enumerate(results) if result is None]
+        if missing:
+            raise RuntimeError(f"SQLExecutor: no result for task(s) {missing[:10]}")
+        return results  # type: ignore[return-value]
 
-    def worker_stats(self) -> list[tuple[int, int]]:
-        """(pid, open file descriptors) of every idle worker; for leak checks."""
+    def worker_stats(self) -> list[WorkerStats]:
+        """Open file descriptors and kept connections of every idle worker; for leak checks."""
         with self._cond:
             self._ensure_started()
             workers = list(self._idle)
             self._idle = []
             self._busy += len(workers)
-        stats: list[tuple[int, int]] = []
+        stats: list[WorkerStats] = []
         try:
             for worker in workers:
                 worker.channel.send(("stats",))
@@ -376,7 +446,7 @@ class SQLExecutor:
                     if reply[0] == "hello":
                         worker.ready = True
                         continue
-                    stats.append((reply[1], reply[2]))
+                    stats.append(WorkerStats(pid=reply[1], open_fds=reply[2], kept_connections=reply[3]))
                     break
         finally:
             for worker in workers:

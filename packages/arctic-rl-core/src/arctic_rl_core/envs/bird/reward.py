@@ -31,6 +31,7 @@ from typing import Any
 
 from arctic_rl_core.envs.bird.executor import ExecutionResult, ExecutorSettings, SQLExecutor, SQLTask
 from arctic_rl_core.envs.bird.sql_extract import extract_sql, is_well_formatted
+from arctic_rl_core.envs.bird.sql_identity import execution_key
 
 logger = logging.getLogger(__name__)
 
@@ -184,14 +185,15 @@ class BirdScorer:
                     db_versions[request.db_path] = (stat.st_size, stat.st_mtime_ns)
                 except OSError:
                     db_versions[request.db_path] = None
-        # Distinct queries of this batch -> their result; golds first (from the cache if there).
+        # Distinct queries of this batch (by execution key) -> their result. Golds first, from the
+        # cache when there; each key runs once, as the first SQL text seen with that key.
         results: dict[tuple[str, str], ExecutionResult] = {}
-        gold_keys: dict[tuple[str, str], tuple] = {}
+        gold_to_run: dict[tuple[str, str], tuple[str, tuple]] = {}  # key -> (sql, cache key)
         cache_hits = 0
         for request in requests:
             for gold_sql in (request.gold_sql, *request.alternative_answers):
-                key = (request.db_path, gold_sql.strip())
-                if key in results or key in gold_keys:
+                key = (request.db_path, execution_key(gold_sql))
+                if key in results or key in gold_to_run:
                     continue
                 cache_key = (*key, db_versions[request.db_path])
                 cached = self.gold_cache.get(cache_key)
@@ -199,29 +201,29 @@ class BirdScorer:
                     results[key] = cached
                     cache_hits += 1
                 else:
-                    gold_keys[key] = cache_key
-        predicted_keys: list[tuple[str, str]] = []
-        seen: set[tuple[str, str]] = set()
+                    gold_to_run[key] = (gold_sql, cache_key)
+        predicted_to_run: dict[tuple[str, str], str] = {}
         for request, sql in zip(requests, extracted, strict=True):
             if sql is None:
                 continue
-            key = (request.db_path, sql.strip())
-            if key not in results and key not in gold_keys and key not in seen:
-                seen.add(key)
-                predicted_keys.append(key)
-        to_run = [*gold_keys, *predicted_keys]
-        outcomes = self.executor.run([SQLTask(db_path, sql) for db_path, sql in to_run])
-        for key, outcome in zip(to_run, outcomes, strict=True):
+            key = (request.db_path, execution_key(sql))
+            if key not in results and key not in gold_to_run and key not in predicted_to_run:
+                predicted_to_run[key] = sql
+        keys = [*gold_to_run, *predicted_to_run]
+        tasks = [SQLTask(db_path, sql) for (db_path, _), (sql, _) in gold_to_run.items()]
+        tasks += [SQLTask(db_path, sql) for (db_path, _), sql in predicted_to_run.items()]
+        outcomes = self.executor.run(tasks)
+        for key, outcome in zip(keys, outcomes, strict=True):
             results[key] = outcome
-            if key in gold_keys and outcome.ok:  # failures are retried in the next batch
-                self.gold_cache.put(gold_keys[key], outcome)
+            if key in gold_to_run and outcome.ok:  # failures are retried in the next batch
+                self.gold_cache.put(gold_to_run[key][1], outcome)
 
         verdicts: list[Verdict] = []
         for request, sql in zip(requests, extracted, strict=True):
             try:
-                predicted = None if sql is None else results[(request.db_path, sql.strip())]
+                predicted = None if sql is None else results[(request.db_path, execution_key(sql))]
                 golds = [
-                    results[(request.db_path, gold.strip())]
+                    results[(request.db_path, execution_key(gold))]
                     for gold in (request.gold_sql, *request.alternative_answers)
                 ]
                 verdict = judge(request.solution_str, predicted, golds)
@@ -244,8 +246,8 @@ class BirdScorer:
             verdicts=verdicts,
             error_counts=dict(error_counts),
             scoring_error_counts=dict(scoring_error_counts),
-            predicted_executed=len(predicted_keys),
-            gold_executed=len(gold_keys),
+            predicted_executed=len(predicted_to_run),
+            gold_executed=len(gold_to_run),
             gold_cache_hits=cache_hits,
         )
 

@@ -1,17 +1,20 @@
 """The SQL worker process: runs one read-only query at a time for `executor.SQLExecutor`.
 
-Standard library only: the executor starts it as `python -I -S sql_worker.py FD HEAP_BYTES`,
-so it imports nothing from the environment. Messages are pickled tuples on one socket:
+Standard library only: the executor starts it as
+`python -I -S sql_worker.py FD HEAP_BYTES MAX_OPEN_CONNECTIONS PAGE_CACHE_KIB`, so it imports
+nothing from the environment. Messages are pickled tuples on one socket:
 
 - worker -> parent on start: ("hello", pid)
 - parent -> worker: ("run", request_id, db_path, sql, max_rows, timeout_s, cooperative)
   worker -> parent: ("result", request_id, outcome) where outcome is
   ("ok", rows: frozenset[tuple], fetched: int, seconds) or ("error", kind, message, seconds)
-- parent -> worker: ("stats",); worker -> parent: ("stats", pid, open_fds)
+- parent -> worker: ("stats",); worker -> parent: ("stats", pid, open_fds, kept_connections)
 - parent -> worker: ("exit",), or end of file: the worker exits.
 
 Every connection is opened read-only (`mode=ro`), with `PRAGMA query_only`, no attachable
-databases, and an authorizer that allows reading only; it is closed on every path.
+databases, and an authorizer that allows reading only. After a successful query it may be kept
+for the next query on the same file (`ConnectionCache`, bounded); on every other path it is
+closed, and every kept one is closed when the worker exits.
 """
 
 import os
@@ -19,6 +22,7 @@ import sqlite3
 import sys
 import time
 import urllib.parse
+from collections import OrderedDict
 from multiprocessing.connection import Connection
 
 # Authorizer: deny everything that is not reading. ATTACH, DETACH, writes, DDL, transactions,
@@ -70,27 +74,89 @@ def _classify(error: Exception, timed_out: bool) -> str:
     return "sql_error"
 
 
-def run_query(db_path: str, sql: str, max_rows: int, timeout_s: float, cooperative: bool) -> tuple:
-    """Execute one statement read-only; returns the outcome tuple described in the module doc."""
+def open_read_only(db_path: str, page_cache_kib: int = 0) -> sqlite3.Connection:
+    """A connection that can only read: mode=ro, query_only, no ATTACH, the authorizer."""
+    uri = "file:" + urllib.parse.quote(os.path.abspath(db_path)) + "?mode=ro"
+    connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=True)
+    try:
+        connection.execute("PRAGMA query_only = ON")
+        if page_cache_kib > 0:
+            connection.execute(f"PRAGMA cache_size = -{int(page_cache_kib)}")
+        connection.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        connection.set_authorizer(_authorize)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+class ConnectionCache:
+    """Open read-only connections kept between queries, keyed by the file's identity.
+
+    A connection is kept only after a query that succeeded; after any error it is closed. The
+    least recently used one is closed when more than `max_open` are kept; all are closed when
+    the worker exits. Keys include inode, size and mtime, so a replaced file gets a new one.
+    """
+
+    def __init__(self, max_open: int, page_cache_kib: int) -> None:
+        self.max_open = max_open
+        self.page_cache_kib = page_cache_kib
+        self._open: OrderedDict[tuple, sqlite3.Connection] = OrderedDict()
+
+    @staticmethod
+    def key(db_path: str) -> tuple:
+        stat = os.stat(db_path)
+        return (os.path.abspath(db_path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+    def take(self, key: tuple) -> sqlite3.Connection | None:
+        return self._open.pop(key, None)
+
+    def give_back(self, key: tuple, connection: sqlite3.Connection) -> None:
+        self._open[key] = connection
+        while len(self._open) > self.max_open:
+            _, oldest = self._open.popitem(last=False)
+            oldest.close()
+
+    def close_all(self) -> None:
+        while self._open:
+            _, connection = self._open.popitem()
+            connection.close()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
+def run_query(
+    db_path: str,
+    sql: str,
+    max_rows: int,
+    timeout_s: float,
+    cooperative: bool,
+    cache: ConnectionCache | None = None,
+) -> tuple:
+    """Execute one statement read-only; returns the outcome tuple described in the module doc.
+
+    Without a cache the connection is opened and closed here; with one, a connection is taken
+    from it and given back only if the query succeeded (closed otherwise).
+    """
     start = time.monotonic()
     deadline = start + timeout_s
     connection = None
+    cursor = None
+    key = None
+    succeeded = False
     try:
-        uri = "file:" + urllib.parse.quote(os.path.abspath(db_path)) + "?mode=ro"
-        connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=True)
-        connection.execute("PRAGMA query_only = ON")
-        connection.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-        connection.set_authorizer(_authorize)
+        if cache is not None and cache.max_open > 0:
+            key = cache.key(db_path)
+            connection = cache.take(key)
+        if connection is None:
+            connection = open_read_only(db_path, cache.page_cache_kib if cache is not None else 0)
         if cooperative:
             connection.set_progress_handler(lambda: time.monotonic() > deadline, 4096)
         cursor = connection.execute(sql)
         if cursor.description is None:
-            return (
-                "error",
-                "not_a_query",
-                "the statement returns no result columns",
-                time.monotonic() - start,
-            )
+            message = "the statement returns no result columns"
+            return ("error", "not_a_query", message, time.monotonic() - start)
         distinct: set[tuple] = set()
         fetched = 0
         while True:
@@ -102,6 +168,7 @@ def run_query(db_path: str, sql: str, max_rows: int, timeout_s: float, cooperati
             if len(distinct) > max_rows:
                 message = f"more than {max_rows} distinct result rows"
                 return ("error", "row_limit", message, time.monotonic() - start)
+        succeeded = True
         return ("ok", frozenset(distinct), fetched, time.monotonic() - start)
     except Exception as error:  # every failure of the query is reported to the parent, by kind
         kind = _classify(error, timed_out=time.monotonic() > deadline)
@@ -109,7 +176,16 @@ def run_query(db_path: str, sql: str, max_rows: int, timeout_s: float, cooperati
         return ("error", kind, message, time.monotonic() - start)
     finally:
         if connection is not None:
-            connection.close()
+            try:
+                if cursor is not None:
+                    cursor.close()  # ends the statement (and its read transaction) even mid-fetch
+                connection.set_progress_handler(None, 0)
+            except Exception:
+                succeeded = False
+            if succeeded and key is not None and cache is not None:
+                cache.give_back(key, connection)
+            else:
+                connection.close()
 
 
 def _open_fd_count() -> int:
@@ -119,7 +195,7 @@ def _open_fd_count() -> int:
         return -1
 
 
-def serve(channel: Connection) -> None:
+def serve(channel: Connection, cache: ConnectionCache) -> None:
     channel.send(("hello", os.getpid()))
     while True:
         try:
@@ -129,10 +205,10 @@ def serve(channel: Connection) -> None:
         kind = message[0]
         if kind == "run":
             _, request_id, db_path, sql, max_rows, timeout_s, cooperative = message
-            outcome = run_query(db_path, sql, max_rows, timeout_s, cooperative)
+            outcome = run_query(db_path, sql, max_rows, timeout_s, cooperative, cache)
             channel.send(("result", request_id, outcome))
         elif kind == "stats":
-            channel.send(("stats", os.getpid(), _open_fd_count()))
+            channel.send(("stats", os.getpid(), _open_fd_count(), len(cache)))
         elif kind == "exit":
             return
         else:
@@ -140,8 +216,7 @@ def serve(channel: Connection) -> None:
 
 
 def main(argv: list[str]) -> int:
-    fd = int(argv[1])
-    heap_limit_bytes = int(argv[2])
+    fd, heap_limit_bytes, max_open, page_cache_kib = (int(value) for value in argv[1:5])
     if heap_limit_bytes > 0:
         # Process-wide cap on SQLite's heap: a memory bomb fails with "out of memory".
         probe = sqlite3.connect(":memory:")
@@ -150,9 +225,11 @@ def main(argv: list[str]) -> int:
         finally:
             probe.close()
     channel = Connection(fd)
+    cache = ConnectionCache(max_open, page_cache_kib)
     try:
-        serve(channel)
+        serve(channel, cache)
     finally:
+        cache.close_all()
         channel.close()
     return 0
 
