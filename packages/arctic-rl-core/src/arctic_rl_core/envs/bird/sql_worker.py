@@ -65,7 +65,7 @@ def _classify(error: Exception, timed_out: bool) -> str:
         return "invalid_sql"
     if isinstance(error, sqlite3.Warning) and "one statement" in message:
         return "multiple_statements"
-    if "not authorized" in message or "readonly" in message or "read-only" in message:
+    if "not authorized" in message or "authorization denied" in message or "readonly" in message:
         return "not_read_only"
     if "attached databases" in message:
         return "not_read_only"
