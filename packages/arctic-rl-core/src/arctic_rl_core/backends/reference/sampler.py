@@ -1,0 +1,200 @@
+"""Batched sampling with vLLM's semantics on the reference sampler's weights: temperature (0 =
+greedy), top-k, then top-p, max tokens, stop strings and stop tokens, an optional per-request seed
+(every prompt of the call draws from its own generator seeded with it, so identical prompts give
+identical completions, as in vLLM), and log-probs of the raw model distribution (vLLM's default
+`raw_logprobs`) with vLLM's 1-based ranks. Prompts are left-padded and decoded with a KV cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from arctic_rl_core.backends.protocol import FinishReason, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class SampledSequence:
+    prompt_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: FinishReason
+    logprobs: tuple[float, ...]  # sampled token, raw distribution
+    top_logprobs: tuple[
+        dict[int, tuple[float, int]], ...
+    ]  # per token: id -> (logprob, rank); sampled + top-k
+
+
+def sample(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[Sequence[int]],
+    params: SamplingParams,
+    *,
+    generator: torch.Generator,
+    stop_ids: frozenset[int],
+    max_model_len: int,
+    top_logprobs: int = 0,
+) -> list[SampledSequence]:
+    """One completion per prompt. `generator` is used when `params.seed` is None."""
+    import torch
+
+    device = next(model.parameters()).device
+    batch = len(prompts)
+    lengths = [len(p) for p in prompts]
+    for i, length in enumerate(lengths):
+        if length == 0:
+            raise ValueError(f"prompt {i} is empty: give at least one token")
+        if length >= max_model_len:
+            raise ValueError(
+                f"prompt {i} has {length} tokens, not below the model's max length {max_model_len}: shorten it"
+            )
+    width = max(lengths)
+    pad = int(tokenizer.pad_token_id)
+    input_ids = torch.full((batch, width), pad, dtype=torch.long)
+    attention = torch.zeros((batch, width), dtype=torch.long)
+    for i, prompt in enumerate(prompts):
+        input_ids[i, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
+        attention[i, width - len(prompt) :] = 1
+    positions = (attention.cumsum(-1) - 1).clamp(min=0) * attention
+    input_ids, attention, positions = input_ids.to(device), attention.to(device), positions.to(device)
+    generators = (
+        [torch.Generator().manual_seed(params.seed) for _ in range(batch)]
+        if params.seed is not None
+        else [generator] * batch
+    )
+    budgets = [min(params.max_tokens, max_model_len - length) for length in lengths]
+    generated: list[list[int]] = [[] for _ in range(batch)]
+    logprobs: list[list[float]] = [[] for _ in range(batch)]
+    tops: list[list[dict[int, tuple[float, int]]]] = [[] for _ in range(batch)]
+    finish: list[FinishReason | None] = [None] * batch
+    texts: list[str] = [""] * batch
+
+    cache_kwarg = _cache_argument(model)
+    with torch.no_grad():
+        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+        cache = _returned_cache(out)
+        next_positions = positions[:, -1:] + 1
+        logits_last = out.logits[:, -1, :]
+        while True:
+            raw = torch.log_softmax(logits_last.float(), dim=-1).cpu()
+            chosen = _choose(raw, logits_last.float().cpu(), params, generators, finish)
+            step_tokens = torch.full((batch, 1), pad, dtype=torch.long)
+            for i in range(batch):
+                if finish[i] is not None:
+                    continue
+                token = int(chosen[i])
+                row = raw[i]
+                generated[i].append(token)
+                logprobs[i].append(float(row[token]))
+                if top_logprobs:
+                    tops[i].append(_top_entries(row, token, top_logprobs))
+                step_tokens[i, 0] = token
+                finish[i], texts[i] = _finish_state(
+                    tokenizer, generated[i], token, params, stop_ids, budgets[i]
+                )
+            if all(reason is not None for reason in finish):
+                break
+            attention = torch.cat([attention, torch.ones((batch, 1), dtype=torch.long, device=device)], dim=1)
+            out = model(
+                input_ids=step_tokens.to(device),
+                attention_mask=attention,
+                position_ids=next_positions,
+                use_cache=True,
+                **{cache_kwarg: cache},
+            )
+            cache = _returned_cache(out)
+            next_positions = next_positions + 1
+            logits_last = out.logits[:, -1, :]
+    return [
+        SampledSequence(
+            prompt_ids=tuple(int(t) for t in prompts[i]),
+            token_ids=tuple(generated[i]),
+            text=texts[i],
+            finish_reason=finish[i] or FinishReason.LENGTH,
+            logprobs=tuple(logprobs[i]),
+            top_logprobs=tuple(tops[i]),
+        )
+        for i in range(batch)
+    ]
+
+
+def _cache_argument(model) -> str:
+    """The KV-cache keyword of this transformers version (`cache` from 5.2x, `past_key_values` before)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _returned_cache(output):
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
+
+
+def _choose(
+    raw_B_V: torch.Tensor,
+    logits_B_V: torch.Tensor,
+    params: SamplingParams,
+    generators: list[torch.Generator],
+    finish: list[FinishReason | None],
+) -> list[int]:
+    import torch
+
+    chosen = [0] * raw_B_V.shape[0]
+    for i in range(raw_B_V.shape[0]):
+        if finish[i] is not None:
+            continue
+        if params.temperature == 0:
+            chosen[i] = int(torch.argmax(logits_B_V[i]))
+            continue
+        scaled = logits_B_V[i] / params.temperature
+        if params.top_k > 0 and params.top_k < scaled.shape[0]:
+            kth = torch.topk(scaled, params.top_k).values[-1]
+            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        probs = torch.softmax(scaled, dim=-1)
+        if params.top_p < 1.0:
+            sorted_probs, order = torch.sort(probs, descending=True)
+            before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # mass strictly above each token
+            drop = before >= params.top_p
+            drop[0] = False
+            probs = probs.clone()
+            probs[order[drop]] = 0.0
+            probs = probs / probs.sum()
+        noise = torch.empty_like(probs).exponential_(generator=generators[i])
+        chosen[i] = int(torch.argmax(probs / noise))  # exponential race = a categorical draw
+    return chosen
+
+
+def _top_entries(row_V: torch.Tensor, token: int, k: int) -> dict[int, tuple[float, int]]:
+    import torch
+
+    values, ids = torch.topk(row_V, k)
+    entries = {int(t): (float(v), rank + 1) for rank, (v, t) in enumerate(zip(values, ids, strict=True))}
+    if token not in entries:
+        rank = int((row_V > row_V[token]).sum()) + 1
+        entries = {token: (float(row_V[token]), rank), **entries}
+    return entries
+
+
+def _finish_state(
+    tokenizer: PreTrainedTokenizerBase,
+    generated: list[int],
+    token: int,
+    params: SamplingParams,
+    stop_ids: frozenset[int],
+    budget: int,
+) -> tuple[FinishReason | None, str]:
+    text = tokenizer.decode(generated, skip_special_tokens=True)
+    if token in stop_ids:
+        return FinishReason.STOP, text
+    for stop in params.stop:
+        at = text.find(stop)
+        if at >= 0:
+            return FinishReason.STOP, text[:at]
+    if len(generated) >= budget:
+        return FinishReason.LENGTH, text
+    return None, text

@@ -1,0 +1,134 @@
+"""Settings of the reference engine (pydantic only, no torch): the model, the simulated training
+topology, AdamW and its learning-rate schedule, the weight-sync defaults and the seed."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+
+if TYPE_CHECKING:
+    from arctic_rl_core.config import ArcticRLConfig
+
+
+class OptimizerSettings(BaseModel):
+    """AdamW (decoupled weight decay) and global-norm gradient clipping."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lr: float = Field(default=1e-4, gt=0, description="Peak learning rate.")
+    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas.")
+    eps: float = Field(default=1e-8, gt=0, description="AdamW epsilon.")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW decoupled weight decay.")
+    grad_clip: float | None = Field(
+        default=1.0, gt=0, description="Clip the global gradient norm to this value; None = no clipping."
+    )
+
+    @model_validator(mode="after")
+    def _check_betas(self) -> OptimizerSettings:
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"optimizer.betas={self.betas}: each beta must be in [0, 1)")
+        return self
+
+
+class ScheduleSettings(BaseModel):
+    """Learning-rate multiplier per optimizer step s (0-based): linear warmup s / warmup_steps, then
+    constant, cosine or linear decay to `min_lr_ratio` at `total_steps` (Hugging Face conventions)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["constant", "cosine", "linear"] = Field(
+        default="constant", description="Schedule after warmup."
+    )
+    warmup_steps: int = Field(default=0, ge=0, description="Optimizer steps of linear warmup from 0.")
+    total_steps: int | None = Field(
+        default=None, ge=1, description="Horizon in optimizer steps; required by cosine and linear."
+    )
+    min_lr_ratio: float = Field(
+        default=0.0, ge=0, le=1, description="Final LR of cosine/linear, as a fraction."
+    )
+
+    @model_validator(mode="after")
+    def _check_horizon(self) -> ScheduleSettings:
+        if self.kind != "constant" and self.total_steps is None:
+            raise ValueError(f"schedule.kind={self.kind!r} needs schedule.total_steps (the horizon)")
+        if self.total_steps is not None and self.warmup_steps > self.total_steps:
+            raise ValueError(
+                f"schedule.warmup_steps={self.warmup_steps} exceeds total_steps={self.total_steps}: shorten the warmup"
+            )
+        return self
+
+    def multiplier(self, step: int) -> float:
+        """LR multiplier of the update with 0-based index `step`."""
+        if step < self.warmup_steps:
+            return step / self.warmup_steps
+        if self.kind == "constant":
+            return 1.0
+        assert self.total_steps is not None
+        span = max(1, self.total_steps - self.warmup_steps)
+        progress = min(1.0, (step - self.warmup_steps) / span)
+        decay = 0.5 * (1.0 + math.cos(math.pi * progress)) if self.kind == "cosine" else 1.0 - progress
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * decay
+
+
+class ReferenceEngineSettings(BaseModel):
+    """Everything the reference engine needs. `dp_size` and `grad_accum_steps` simulate the
+    server's DeepSpeed topology: payload rows are split across `dp_size` simulated ranks, then
+    into `grad_accum_steps` micro-batches, and gradients are averaged over ranks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: ReferenceModelConfig = Field(default_factory=ReferenceModelConfig, description="The model.")
+    seed: int = Field(default=42, description="Seeds the model init, the sampler RNG and everything else.")
+    dp_size: int = Field(default=1, ge=1, description="Simulated data-parallel training ranks.")
+    grad_accum_steps: int = Field(default=1, ge=1, description="Micro-batches per rank and payload (GAS).")
+    optimizer: OptimizerSettings = Field(default_factory=OptimizerSettings, description="AdamW.")
+    schedule: ScheduleSettings = Field(default_factory=ScheduleSettings, description="LR schedule.")
+    colocated: bool = Field(
+        default=True, description="Trainer and sampler share a device (sleep/wake apply)."
+    )
+    cuda_ipc: bool = Field(default=False, description="Default weight-sync strategy (as the training job's).")
+    low_memory: bool = Field(default=False, description="Default low-memory weight sync.")
+    honour_clip_ratios: bool = Field(
+        default=True,
+        description="Use the clip ratios sent in meta.actor_config; False reproduces arctic-platform 0.1.4, "
+        "which always uses 0.2/0.2/3.0.",
+    )
+    num_threads: int | None = Field(
+        default=None, ge=1, description="torch intra-op threads of the process; None leaves torch's setting."
+    )
+
+    @classmethod
+    def from_config(cls, cfg: ArcticRLConfig) -> ReferenceEngineSettings:
+        """Map the project configuration: model from `backend.reference`, topology from the derived
+        training shape (data-parallel size, gradient accumulation), optimizer and schedule, seed,
+        colocation and weight-sync defaults."""
+        from arctic_rl_core.config import TrainingShape
+
+        shape = TrainingShape.from_config(cfg)
+        opt = cfg.optimizer
+        return cls(
+            model=cfg.backend.reference,
+            seed=cfg.determinism.seed,
+            dp_size=shape.data_parallel_size,
+            grad_accum_steps=shape.gradient_accumulation_steps,
+            optimizer=OptimizerSettings(
+                lr=opt.lr,
+                betas=opt.betas,
+                eps=opt.eps,
+                weight_decay=opt.weight_decay,
+                grad_clip=opt.grad_clip,
+            ),
+            schedule=ScheduleSettings(
+                kind=opt.scheduler,
+                warmup_steps=shape.warmup_steps,
+                total_steps=shape.training_horizon,
+                min_lr_ratio=opt.min_lr_ratio if opt.scheduler == "cosine" else 0.0,
+            ),
+            colocated=cfg.placement.colocate,
+            cuda_ipc=cfg.weight_sync.cuda_ipc,
+            low_memory=cfg.weight_sync.low_memory,
+        )
