@@ -96,10 +96,10 @@ def _preprocess(args: argparse.Namespace) -> int:
         table.add_row(label, *values)
     console = Console()
     console.print(table)
-    for s in summaries:
-        console.print(f"{s.split}: {s.path}")
+    for s in summaries:  # plain print: paths must not be wrapped
+        print(f"{s.split}: {s.path}")
         for path in s.missing:
-            console.print(f"  skipped, missing: {path}")
+            print(f"  skipped, missing: {path}")
     return 0
 
 
@@ -140,7 +140,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         Path(args.json).write_text(
             json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
-        console.print(f"report: {args.json}")
+        print(f"report: {args.json}")
     return 0
 
 

@@ -57,7 +57,7 @@ def load_predictions(path: str | Path) -> PredictionFile:
         whole = json.loads(text)
     except json.JSONDecodeError:
         whole = None
-    if isinstance(whole, dict):
+    if isinstance(whole, dict) and "question_id" not in whole:
         predictions: dict[int, Prediction] = {}
         for key, value in whole.items():
             try:

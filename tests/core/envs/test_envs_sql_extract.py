@@ -1,0 +1,103 @@
+"""SQL extraction precedence, the answer-format check, and execution keys."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from arctic_rl_core.envs.bird.sql_extract import extract_sql, is_well_formatted
+from arctic_rl_core.envs.bird.sql_identity import execution_key
+
+
+@pytest.mark.parametrize(
+    ("response", "sql", "source"),
+    [
+        # the last ```sql block after </think> wins over everything else
+        (
+            "<think>```sql\nSELECT draft\n```</think>```sql\nSELECT a\n```\n```sql\nSELECT b\n```",
+            "SELECT b",
+            "sql_block",
+        ),
+        ('<think>x</think>```\nSELECT g FROM t\n```\n{"sql": "SELECT j"}', "SELECT g FROM t", "code_block"),
+        ('<think>x</think>```\nnot a query\n```\n{"sql": "SELECT j FROM t"}', "SELECT j FROM t", "json"),
+        ('{"sql": "SELECT \\"q\\" FROM t"} then {"sql": "SELECT 2"}', "SELECT 2", "json"),
+        (
+            "The answer is SELECT name FROM people WHERE id = 3; done.",
+            "SELECT name FROM people WHERE id = 3",
+            "raw",
+        ),
+        (
+            "<answer>WITH x AS (SELECT 1 AS v) SELECT v FROM x</answer>",
+            "WITH x AS (SELECT 1 AS v) SELECT v FROM x",
+            "raw",
+        ),
+        # only the text after the last </think> counts
+        ("<think>SELECT hidden FROM t</think> I am not sure.", None, "none"),
+        ("", None, "none"),
+        ("<think>a</think>```sql\n   \n```", None, "none"),
+    ],
+)
+def test_extraction_precedence(response: str, sql: str | None, source: str) -> None:
+    found = extract_sql(response)
+    assert (found.sql, found.source) == (sql, source)
+
+
+def test_without_think_the_whole_text_is_searched() -> None:
+    assert extract_sql("```sql\nSELECT 1\n```").sql == "SELECT 1"
+
+
+@pytest.mark.parametrize(
+    ("response", "ok"),
+    [
+        ("<think>r</think>\n<answer>\n```sql\nSELECT 1\n```\n</answer>", True),
+        ("reasoning</think><answer>```sql\nSELECT 1\n```</answer>\n", True),  # <think> in the prompt
+        ("<think>r</think><answer>```sql\nSELECT 1\n```</answer> extra words", False),
+        ("<think>r</think><answer>SELECT 1</answer>", False),  # no ```sql block
+        ("<think>r</think><answer>```sql\n\n```</answer>", False),  # empty block
+        ("<answer>```sql\nSELECT 1\n```</answer>", False),  # no </think>
+        ("<think>a</think><think>b</think><answer>```sql\nSELECT 1\n```</answer>", False),
+        ("</think><think><answer>```sql\nSELECT 1\n```</answer>", False),
+        ("<think>r</think><answer>```sql\nSELECT 1\n```</answer><answer>x</answer>", False),
+    ],
+)
+def test_format_check(response: str, ok: bool) -> None:
+    assert is_well_formatted(response) is ok
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "same"),
+    [
+        ("SELECT a FROM t", "  SELECT  a\n\tFROM t  ", True),
+        ("SELECT a FROM t", "SELECT a FROM t;", True),
+        ("SELECT a FROM t", "SELECT a FROM t ; -- trailing comment", True),
+        ("SELECT a FROM t", "SELECT /* c */ a FROM t", True),
+        ("SELECT a FROM t", "SELECT a FROM t;;", False),  # an empty second statement errors
+        ("SELECT a FROM t WHERE b = 'x  y'", "SELECT a FROM t WHERE b = 'x y'", False),  # literal kept
+        ('SELECT "a  b" FROM t', 'SELECT "a b" FROM t', False),
+        ("SELECT a FROM t WHERE b = '--'", "SELECT a FROM t WHERE b = ''", False),
+        ("SELECT a FROM t", "select a from t", False),  # case is kept (conservative)
+        ("SELECT 1", "SELECT 1\x00", False),
+    ],
+)
+def test_execution_key(left: str, right: str, same: bool) -> None:
+    assert (execution_key(left) == execution_key(right)) is same
+
+
+def test_equal_keys_give_equal_results() -> None:
+    connection = sqlite3.connect(":memory:")
+    connection.execute("CREATE TABLE t (a INTEGER, b TEXT)")
+    connection.execute("INSERT INTO t VALUES (1, 'x  y'), (2, '--'), (3, '')")
+    variants = [
+        "SELECT a FROM t WHERE b = 'x  y'",
+        "SELECT a\nFROM t -- note\nWHERE b = 'x  y';",
+        "SELECT a /* x */ FROM   t WHERE b = 'x  y' ;",
+        "SELECT a FROM t WHERE b = '--'",
+        "SELECT a FROM t WHERE b = '--'\n;",
+    ]
+    by_key: dict[str, set] = {}
+    for sql in variants:
+        rows = set(connection.execute(sql).fetchall())
+        by_key.setdefault(execution_key(sql), set()).add(frozenset(rows))
+    assert len(by_key) == 2
+    assert all(len(results) == 1 for results in by_key.values())
+    connection.close()
