@@ -8,8 +8,8 @@ is documented in `arctic_rl_core.wire`.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends.protocol import WirePayload
@@ -76,13 +76,18 @@ class _Layout:
         self.spec = spec
         self.B = len(samples)
         P, R = spec.max_prompt_len, spec.max_response_len
-        self.prompt_flat, self.prompt_lens = _ragged_ids(samples, "prompt_ids")
-        self.response_flat, self.response_lens = _ragged_ids(samples, "response_ids")
+        # Token ids of row b in row order (prompt then response), for all rows: the real tokens
+        # of input_ids in row-major order, so one scatter fills them.
+        self.ids_flat, lengths = _ragged_ids(samples)
+        self.prompt_lens, self.response_lens = lengths[0::2], lengths[1::2]
         _check_lengths(self.prompt_lens, P, "prompt_ids", "max_prompt_len", minimum=1)
         _check_lengths(self.response_lens, R, "response_ids", "max_response_len", minimum=0)
-        # prompt_real_B_P: real prompt tokens (left-padded); response_real_B_R: real response tokens.
-        self.prompt_real_B_P = np.arange(P)[None, :] >= (P - self.prompt_lens)[:, None]
-        self.response_real_B_R = np.arange(R)[None, :] < self.response_lens[:, None]
+        # Boolean masks over the full [B, S] grid (contiguous targets scatter fastest):
+        # real_B_S: every real token; response_B_S: real response tokens.
+        columns = np.arange(P + R)[None, :]
+        end = (P + self.response_lens)[:, None]
+        self.real_B_S = (columns >= (P - self.prompt_lens)[:, None]) & (columns < end)
+        self.response_B_S = (columns >= P) & (columns < end)
 
     @classmethod
     def of(cls, samples: Sequence[RolloutSample], spec: PayloadSpec) -> _Layout:
@@ -114,11 +119,8 @@ class _Layout:
 
         P, R, B = self.spec.max_prompt_len, self.spec.max_response_len, self.B
         input_ids = np.full((B, P + R), self.spec.pad_token_id, dtype=np.int64)
-        input_ids[:, :P][self.prompt_real_B_P] = self.prompt_flat
-        input_ids[:, P:][self.response_real_B_R] = self.response_flat
-        attention_mask = np.empty((B, P + R), dtype=np.int64)
-        attention_mask[:, :P] = self.prompt_real_B_P
-        attention_mask[:, P:] = self.response_real_B_R
+        input_ids[self.real_B_S] = self.ids_flat
+        attention_mask = self.real_B_S.astype(np.int64)
         batch = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
@@ -127,8 +129,10 @@ class _Layout:
         if not self.spec.drop_position_ids:
             # position of the k-th real token of a row is k; padding is 0 (as the server rebuilds it)
             first_real = (P - self.prompt_lens)[:, None]
-            position_ids = np.arange(P + R, dtype=np.int64)[None, :] - first_real
-            position_ids *= attention_mask
+            position_ids = np.zeros((B, P + R), dtype=np.int64)
+            np.subtract(
+                np.arange(P + R, dtype=np.int64)[None, :], first_real, out=position_ids, where=self.real_B_S
+            )
             batch["position_ids"] = position_ids
         return batch
 
@@ -138,7 +142,7 @@ class _Layout:
         response_mask = self._response_field_int("response_mask")
         out: dict[str, np.ndarray] = {
             "response_mask": response_mask,
-            "loss_mask": response_mask.copy(),
+            "loss_mask": response_mask,  # the same array, as upstream sends it
             "advantages": self._advantages(),
         }
         if any(s.old_logprobs is None for s in samples):
@@ -169,9 +173,8 @@ class _Layout:
         response token j of row b lands at column P + j (token-aligned, see the package docs)."""
         import numpy as np
 
-        P = self.spec.max_prompt_len
-        full = np.zeros((self.B, P + self.spec.max_response_len), dtype=dtype)
-        full[:, P:][self.response_real_B_R] = flat
+        full = np.zeros(self.response_B_S.shape, dtype=dtype)
+        full[self.response_B_S] = flat
         return full
 
     def _response_flat(self, attr: str, dtype: Any) -> np.ndarray:
@@ -183,33 +186,26 @@ class _Layout:
         """A 0/1 field where None means "all ones" (per sample)."""
         import numpy as np
 
-        given = [i for i, s in enumerate(self.samples) if getattr(s, attr) is not None]
-        response_B_R = self.response_real_B_R.astype(np.int64)
-        if given:
-            subset = [self.samples[i] for i in given]
-            flat, lengths = _ragged(subset, attr, np.int64)
-            _check_same_lengths(lengths, self.response_lens[given], attr, rows=given)
-            bad = (flat != 0) & (flat != 1)
-            if bad.any():
-                raise PayloadError(
-                    f"{attr} holds values other than 0/1 (e.g. {int(flat[bad][0])}): use 0 or 1"
-                )
-            given_B_R = np.zeros((len(given), self.spec.max_response_len), dtype=np.int64)
-            given_B_R[self.response_real_B_R[given]] = flat
-            response_B_R[given] = given_B_R
         P = self.spec.max_prompt_len
-        full = np.zeros((self.B, P + self.spec.max_response_len), dtype=np.int64)
-        full[:, P:] = response_B_R
+        given = [i for i, s in enumerate(self.samples) if getattr(s, attr) is not None]
+        if len(given) == self.B:
+            flat, lengths = _ragged_mask([getattr(s, attr) for s in self.samples], attr)
+            _check_same_lengths(lengths, self.response_lens, attr)
+            return self._place_response(flat, np.int64)
+        full = self.response_B_S.astype(np.int64)
+        if given:
+            flat, lengths = _ragged_mask([getattr(self.samples[i], attr) for i in given], attr)
+            _check_same_lengths(lengths, self.response_lens[given], attr, rows=given)
+            given_B_R = np.zeros((len(given), full.shape[1] - P), dtype=np.int64)
+            given_B_R[self.response_B_S[given, P:]] = flat
+            full[given, P:] = given_B_R
         return full
 
     def _response_field_float(self, attr: str, *, logprobs: bool) -> np.ndarray:
         import numpy as np
 
         flat = self._response_flat(attr, np.float32)
-        if not np.isfinite(flat).all():
-            raise PayloadError(
-                f"{attr} holds NaN or infinite values: every response token needs a finite value"
-            )
+        _check_finite(flat, attr)
         if logprobs and flat.size and float(flat.max()) > _MAX_LOGPROB:
             raise PayloadError(
                 f"{attr} holds positive values (max {float(flat.max()):.4g}): log-probs are <= 0; "
@@ -223,8 +219,7 @@ class _Layout:
         values = [s.advantages for s in self.samples]
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             per_row = np.asarray(values, dtype=np.float32)
-            if not np.isfinite(per_row).all():
-                raise PayloadError("advantages holds NaN or infinite values")
+            _check_finite(per_row, "advantages")
             flat = np.repeat(per_row, self.response_lens)
         else:
             if any(isinstance(v, (int, float)) for v in values):
@@ -235,8 +230,7 @@ class _Layout:
                 ]
             flat, lengths = _ragged_values(values, "advantages", np.float32)
             _check_same_lengths(lengths, self.response_lens, "advantages")
-            if not np.isfinite(flat).all():
-                raise PayloadError("advantages holds NaN or infinite values")
+            _check_finite(flat, "advantages")
         return self._place_response(flat, np.float32)
 
 
@@ -249,49 +243,108 @@ def _ragged(samples: Sequence[RolloutSample], attr: str, dtype: Any) -> tuple[np
     return _ragged_values([getattr(s, attr) for s in samples], attr, dtype)
 
 
-def _ragged_ids(samples: Sequence[RolloutSample], attr: str) -> tuple[np.ndarray, np.ndarray]:
+def _ragged_ids(samples: Sequence[RolloutSample]) -> tuple[np.ndarray, np.ndarray]:
+    """prompt_ids and response_ids of every sample, interleaved (p0, r0, p1, r1, ...)."""
     import numpy as np
 
-    flat, lengths = _ragged(samples, attr, np.int64)
+    values = [ids for s in samples for ids in (s.prompt_ids, s.response_ids)]
+
+    def describe(i: int) -> str:
+        return f"samples[{i // 2}].{('prompt_ids', 'response_ids')[i % 2]}"
+
+    flat, lengths = _ragged_values(values, describe, np.int64)
     if flat.size and int(flat.min()) < 0:
-        row = int(np.searchsorted(np.cumsum(lengths), int(np.argmin(flat)), side="right"))
-        raise PayloadError(f"samples[{row}].{attr} holds a negative token id ({int(flat.min())})")
+        index = int(np.searchsorted(np.cumsum(lengths), int(np.argmin(flat)), side="right"))
+        raise PayloadError(f"{describe(index)} holds a negative token id ({int(flat.min())})")
     return flat, lengths
 
 
-def _ragged_values(values: list[Any], attr: str, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate per-sample sequences; returns the flat array and the per-sample lengths."""
+def _ragged_values(
+    values: list[Any], attr: str | Callable[[int], str], dtype: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate per-sample sequences; returns the flat array and the per-sample lengths.
+    `attr` names the field in errors (or maps an index to a name).
+
+    Lists/tuples are packed in C (`struct.pack_into`, one call per sample), about 2x faster than
+    `np.fromiter` and 10x faster than `torch.tensor`; anything else goes through `np.asarray`
+    per sample and one `np.concatenate`."""
     import numpy as np
 
+    describe = attr if callable(attr) else (lambda i: f"samples[{i}].{attr}")
     if all(type(v) is list or type(v) is tuple for v in values):
         lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
-        try:
-            flat = np.fromiter(itertools.chain.from_iterable(values), dtype=dtype, count=int(lengths.sum()))
-        except (TypeError, ValueError) as exc:
-            raise PayloadError(f"{attr}: every entry must be a flat sequence of numbers ({exc})") from None
-        return flat, lengths
-    arrays = [_as_1d(v, attr, i, dtype) for i, v in enumerate(values)]
+        return _pack_lists(values, lengths, describe, np.dtype(dtype)), lengths
+    arrays = [_as_1d(v, describe(i), dtype) for i, v in enumerate(values)]
     lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
     return np.concatenate(arrays).astype(dtype, copy=False), lengths
 
 
-def _as_1d(value: Any, attr: str, index: int, dtype: Any) -> np.ndarray:
+_STRUCT_CODES = {"int64": "q", "float32": "f", "float64": "d"}
+
+
+def _pack_lists(
+    values: list[Any], lengths: np.ndarray, describe: Callable[[int], str], dtype: np.dtype
+) -> np.ndarray:
+    import numpy as np
+
+    code = _STRUCT_CODES[dtype.name]
+    buffer = bytearray(int(lengths.sum()) * dtype.itemsize)
+    offset = 0
+    for index, value in enumerate(values):
+        try:
+            struct.pack_into(f"<{len(value)}{code}", buffer, offset, *value)
+        except (struct.error, TypeError, OverflowError) as exc:
+            expected = "integers" if code == "q" else f"{dtype.name}-representable numbers"
+            raise PayloadError(f"{describe(index)}: entries must be {expected} ({exc})") from None
+        offset += len(value) * dtype.itemsize
+    return np.frombuffer(buffer, dtype=dtype)
+
+
+def _ragged_mask(values: list[Any], attr: str) -> tuple[np.ndarray, np.ndarray]:
+    """0/1 sequences as one flat array (validated) and their lengths; lists of small ints take
+    the `bytes` fast path."""
+    import numpy as np
+
+    flat: np.ndarray | None = None
+    if all(type(v) is list or type(v) is tuple for v in values):
+        lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+        try:
+            flat = np.frombuffer(b"".join(map(bytes, values)), dtype=np.uint8)
+        except (TypeError, ValueError):  # floats, negatives, large values: checked below
+            flat = None
+    if flat is None:
+        flat, lengths = _ragged_values(values, attr, np.float64)
+    if flat.size and (flat.max() > 1 or flat.min() < 0 or (flat.dtype.kind == "f" and (flat % 1).any())):
+        bad = flat[(flat != 0) & (flat != 1)]
+        raise PayloadError(f"{attr} holds values other than 0/1 (e.g. {bad[0].item()!r}): use 0 or 1")
+    return flat, lengths
+
+
+def _as_1d(value: Any, name: str, dtype: Any) -> np.ndarray:
     import numpy as np
 
     if value is None:
-        raise PayloadError(f"samples[{index}].{attr} is None")
+        raise PayloadError(f"{name} is None")
     if hasattr(value, "detach") and hasattr(value, "numpy"):  # torch tensor, without importing torch
         if value.dtype.is_floating_point and value.dtype.itemsize < 4:  # bf16/fp16 have no numpy twin
             value = value.float()
         value = value.detach().cpu().numpy()
     array = np.asarray(value)
     if array.ndim != 1:
-        raise PayloadError(f"samples[{index}].{attr} has shape {array.shape}: expected a 1-D sequence")
+        raise PayloadError(f"{name} has shape {array.shape}: expected a 1-D sequence")
     if np.dtype(dtype).kind in "iu" and array.size and array.dtype.kind not in "iub":
-        raise PayloadError(f"samples[{index}].{attr} has dtype {array.dtype}: token ids must be integers")
+        raise PayloadError(f"{name} has dtype {array.dtype}: token ids must be integers")
     if array.dtype.kind not in "iubf":
-        raise PayloadError(f"samples[{index}].{attr} has dtype {array.dtype}: expected numbers")
+        raise PayloadError(f"{name} has dtype {array.dtype}: expected numbers")
     return array
+
+
+def _check_finite(values: np.ndarray, attr: str) -> None:
+    # min/max propagate NaN and reach +-inf: two reductions, no temporary array
+    if values.size and not (
+        abs(float(values.min())) < float("inf") and abs(float(values.max())) < float("inf")
+    ):
+        raise PayloadError(f"{attr} holds NaN or infinite values: every response token needs a finite value")
 
 
 def _check_lengths(lengths: np.ndarray, limit: int, attr: str, limit_name: str, *, minimum: int) -> None:
