@@ -1,0 +1,45 @@
+# Sourced by the launchers in this folder (not run on its own). Two functions:
+#   recipe_overrides FILE  prints FILE's overrides, one per line: blank lines and lines starting with
+#                          '#' are skipped, surrounding spaces trimmed, and every ${NAME} replaced by
+#                          the environment variable NAME (unset NAME: an error). Nothing is evaluated.
+#   recipe_run CMD...      runs CMD; with RECIPE_DRY_RUN=1 it prints CMD instead, one line, every
+#                          argument shell-quoted (paste it into a shell to run that step alone).
+
+recipe_overrides() {
+  local file=$1 line out name
+  if [[ ! -f $file ]]; then
+    echo "recipe: override file '$file' not found" >&2
+    return 1
+  fi
+  while IFS= read -r line || [[ -n $line ]]; do
+    line="${line#"${line%%[![:space:]]*}"}"
+    line="${line%"${line##*[![:space:]]}"}"
+    [[ -z $line || $line == \#* ]] && continue
+    out=""
+    while [[ $line == *'${'* ]]; do
+      out+=${line%%'${'*}
+      line=${line#*'${'}
+      if [[ ! $line =~ ^([A-Za-z_][A-Za-z0-9_]*)\}(.*)$ ]]; then
+        echo "recipe: $file: '\${' must start \${NAME} (NAME: letters, digits, _)" >&2
+        return 1
+      fi
+      name=${BASH_REMATCH[1]}
+      line=${BASH_REMATCH[2]}
+      if [[ ! -v $name ]]; then
+        echo "recipe: $file uses \${$name}, which is not set: export $name=..." >&2
+        return 1
+      fi
+      out+=${!name}
+    done
+    printf '%s\n' "$out$line"
+  done <"$file"
+}
+
+recipe_run() {
+  if [[ ${RECIPE_DRY_RUN:-0} == 1 ]]; then
+    printf '%q ' "$@"
+    printf '\n'
+  else
+    "$@"
+  fi
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# verl + Arctic RL: GSM8K sanity run, Qwen3-0.6B on one node with 4 GPUs (2 train, 2 sample).
+# Settings: gsm8k-qwen3-0.6b-4gpu.overrides next to this file. verl (Hydra) overrides given after the script
+# name are appended and win (e.g. trainer.total_training_steps=20; a `+remote_backend.core.*` key
+# the file sets: use `++`).
+#
+# Environment (all optional):
+#   GSM8K_DIR  holds train.jsonl and test.jsonl in the openai/grade-school-math format; downloaded
+#              from GitHub when missing (default: $HOME/arctic-rl/data/gsm8k-raw)
+#   DATA_DIR   parquet files for verl (default: $HOME/arctic-rl/data/verl-gsm8k)
+#   CKPT_DIR   checkpoints (default: $HOME/arctic-rl/ckpt/verl-gsm8k-qwen3-0.6b-4gpu)
+#   MODEL      policy model (default: Qwen/Qwen3-0.6B)
+#   RECIPE_DRY_RUN=1 prints the commands instead of running them.
+set -euo pipefail
+RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$RECIPE_DIR/../.."
+source recipes/verl/_launcher.sh
+
+export GSM8K_DIR="${GSM8K_DIR:-$HOME/arctic-rl/data/gsm8k-raw}"
+export DATA_DIR="${DATA_DIR:-$HOME/arctic-rl/data/verl-gsm8k}"
+export CKPT_DIR="${CKPT_DIR:-$HOME/arctic-rl/ckpt/verl-gsm8k-qwen3-0.6b-4gpu}"
+export MODEL="${MODEL:-Qwen/Qwen3-0.6B}"
+
+# 1. Data. The core has no GSM8K download command: fetch the official JSONL files, then write the
+#    parquet rows with the core's GSM8K prompt and answer (arctic_rl_core.envs.gsm8k), with the
+#    env_class column (verl ignores it: the reward is reward.custom_reward_function).
+GSM8K_URL=https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data
+for split in train test; do
+  if [[ ! -f $GSM8K_DIR/$split.jsonl ]]; then
+    recipe_run mkdir -p "$GSM8K_DIR"
+    recipe_run curl -fsSL -o "$GSM8K_DIR/$split.jsonl" "$GSM8K_URL/$split.jsonl"
+  fi
+  if [[ ! -f $DATA_DIR/$split.parquet ]]; then
+    recipe_run uv run --isolated --locked --package arctic-rl-core python -c '
+import json, sys
+from arctic_rl_core.envs.gsm8k import GSM8KProblem, build_rows, write_parquet
+source, out, split, env_class = sys.argv[1:]
+with open(source, encoding="utf-8") as lines:
+    entries = [json.loads(line) for line in lines if line.strip()]
+problems = [GSM8KProblem(question=e["question"], solution=e["answer"]) for e in entries]
+rows = [{**row, "env_class": env_class} for row in build_rows(problems, split)]
+print(f"{write_parquet(rows, out)}: {len(rows)} problems")
+' "$GSM8K_DIR/$split.jsonl" "$DATA_DIR/$split.parquet" "$split" gsm8k
+  fi
+done
+
+# 2. Train: verl's trainer as a CPU Ray task, the Arctic server's jobs on the GPUs.
+overrides=$(recipe_overrides "$RECIPE_DIR/gsm8k-qwen3-0.6b-4gpu.overrides")
+mapfile -t OVERRIDES <<<"$overrides"
+recipe_run uv run --isolated --locked --package adapter-verl --extra gpu \
+  python -m adapter_verl.main "${OVERRIDES[@]}" "$@"
