@@ -305,3 +305,20 @@ def test_prepare_for_training_not_colocated_only_checks():
 def test_policy_rejects_knobs_it_cannot_honour(kwargs, message):
     with pytest.raises(ValueError, match=message):
         WeightSyncPolicy(**kwargs)
+
+
+def test_policy_from_config():
+    from arctic_rl_core.config import load_config
+
+    colocated = load_config(
+        None, ["placement.colocate=true", "weight_sync.cuda_ipc=true", "weight_sync.low_memory=true"]
+    )
+    policy = WeightSyncPolicy.from_config(colocated)
+    assert policy == WeightSyncPolicy(
+        colocated=True,
+        cuda_ipc=True,
+        low_memory=True,
+        offload_optimizer_before_sync=True,
+        sleep_training_after="all",
+    )
+    assert WeightSyncPolicy.from_config(load_config(None, [])) == WeightSyncPolicy(colocated=False)

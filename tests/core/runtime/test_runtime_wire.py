@@ -311,6 +311,13 @@ def test_response_logprobs_rejects_mismatches():
         ),
         ([RolloutSample(np.ones((1, 2), dtype=np.int64), [2])] * 2, {}, r"shape \(1, 2\): expected a 1-D"),
         (
+            [RolloutSample([1], [2.5], old_logprobs=[-1.0])] * 2,
+            {},
+            r"samples\[0\]\.response_ids: entries must be integers",
+        ),
+        ([RolloutSample([1], ["a"], old_logprobs=[-1.0])] * 2, {}, "entries must be integers"),
+        ([RolloutSample([1], [2], old_logprobs=["x"])] * 2, {}, r"old_logprobs: entries must be float32"),
+        (
             [RolloutSample([1], [2], old_logprobs=[-1.0])] * 2,
             {"use_kl_loss": True},
             "use_kl_loss=True but ref_logprobs",
@@ -540,3 +547,64 @@ def test_importing_wire_stays_light():
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_spec_from_config_maps_every_payload_setting():
+    from arctic_rl_core.config import load_config
+
+    cfg = load_config(
+        None,
+        [
+            "batch.max_prompt_length=32",
+            "batch.max_response_length=16",
+            "batch.rollouts_per_prompt=2",
+            "batch.prompts_per_step=4",
+            "batch.micro_batch_size_per_gpu=2",
+            "loss.temperature=0.7",
+            "loss.entropy_coeff=0.01",
+            "loss.use_kl_loss=true",
+            "loss.kl_loss_type=k3",
+            "loss.kl_loss_coef=0.05",
+            "loss.loss_agg_mode=seq-mean-token-sum-norm",
+            "loss.loss_scale_factor=16",
+            "zorro.enable=true",
+            "zorro.load_balancer=true",
+            "zorro.logits_optimization=memory",
+            "zorro.logits_peak_mem_gib=2.5",
+            "zorro.logits_compute_in_fp32=true",
+            "wire.drop_position_ids=true",
+        ],
+    )
+    spec = PayloadSpec.from_config(cfg, pad_token_id=151643)
+    shape = cfg.shape
+    assert (spec.pad_token_id, spec.max_prompt_len, spec.max_response_len, spec.rollout_n) == (
+        151643,
+        32,
+        16,
+        2,
+    )
+    assert (spec.dp_size, spec.grad_accum_steps) == (
+        shape.data_parallel_size,
+        shape.gradient_accumulation_steps,
+    )
+    assert (spec.temperature, spec.entropy_coeff, spec.calculate_entropy) == (0.7, 0.01, True)
+    assert (spec.use_kl_loss, spec.kl_loss_type, spec.kl_loss_coef) == (True, "k3", 0.05)
+    assert (spec.loss_agg_mode, spec.loss_scale_factor, spec.loss_fn) == (
+        "seq-mean-token-sum-norm",
+        16.0,
+        "verl_grpo",
+    )
+    assert (spec.zorro_train_enable, spec.load_balancer, spec.max_token_len_per_gpu) == (
+        True,
+        True,
+        shape.max_token_len_per_gpu,
+    )
+    assert (spec.logits_optimization, spec.logits_optimization_peak_mem_size_in_gib) == ("memory", 2.5)
+    assert spec.logits_compute_in_fp32 is True and spec.drop_position_ids is True
+    # the train payload of one mini-batch fits the spec's row split
+    samples = [
+        RolloutSample([3, 4], [5, 6], old_logprobs=[-1.0, -1.0], ref_logprobs=[-1.0, -1.0], advantages=1.0)
+    ] * shape.train_batch_size
+    payload = build_train_payload(samples, spec)
+    validate_payload(payload, dp_size=spec.dp_size, grad_accum_steps=spec.grad_accum_steps)
+    assert payload.meta["logits_compute_in_fp32"] is True and "position_ids" not in payload.batch

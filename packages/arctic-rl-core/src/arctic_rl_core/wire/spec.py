@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    pass
+    from arctic_rl_core.config import ArcticRLConfig
 
 LOSS_AGG_MODES: tuple[str, ...] = (
     "token-mean",
@@ -156,6 +156,41 @@ class PayloadSpec:
                 "must be > 0"
             )
         return problems
+
+    @classmethod
+    def from_config(cls, cfg: ArcticRLConfig, *, pad_token_id: int) -> PayloadSpec:
+        """The spec of every payload of a run: lengths and group size from `batch`, the row
+        split from `cfg.shape` (DP workers x GAS steps), loss settings from `loss`, server-side
+        batch handling from `zorro` and `wire`. The pad token comes from the tokenizer."""
+        shape, batch, loss, zorro = cfg.shape, cfg.batch, cfg.loss, cfg.zorro
+        return cls(
+            pad_token_id=pad_token_id,
+            max_prompt_len=batch.max_prompt_length,
+            max_response_len=batch.max_response_length,
+            rollout_n=batch.rollouts_per_prompt,
+            temperature=loss.temperature,
+            dp_size=shape.data_parallel_size,
+            grad_accum_steps=shape.gradient_accumulation_steps,
+            calculate_entropy=loss.entropy_coeff != 0,
+            loss_fn=loss.loss_fn,
+            clip_ratio_low=loss.clip_ratio_low,
+            clip_ratio_high=loss.clip_ratio_high,
+            clip_ratio_c=loss.clip_ratio_c,
+            loss_agg_mode=loss.loss_agg_mode,
+            use_kl_loss=loss.use_kl_loss,
+            kl_loss_coef=loss.kl_loss_coef,
+            kl_loss_type=loss.kl_loss_type,
+            entropy_coeff=loss.entropy_coeff,
+            loss_scale_factor=loss.loss_scale_factor,
+            zorro_train_enable=zorro.enable,
+            zorro_train_max_rollouts=zorro.max_rollouts,
+            load_balancer=zorro.load_balancer,
+            max_token_len_per_gpu=shape.max_token_len_per_gpu if zorro.load_balancer else None,
+            logits_optimization=zorro.logits_optimization,
+            logits_optimization_peak_mem_size_in_gib=zorro.logits_peak_mem_gib,
+            logits_compute_in_fp32=zorro.logits_compute_in_fp32,
+            drop_position_ids=cfg.wire.drop_position_ids,
+        )
 
     # -- derived ------------------------------------------------------------------------------
     @property
