@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from skyrl.backends.skyrl_train.distributed.dispatch import WorkerOutput
 from skyrl.backends.skyrl_train.workers.worker_dispatch import WorkerDispatch
 
+from adapter_skyrl.loop_bridge import on_backend_loop
 from adapter_skyrl.samples import response_lengths, to_rollout_samples, to_skyrl_rows
 
 if TYPE_CHECKING:
@@ -242,17 +243,17 @@ class ArcticWorkerDispatch(WorkerDispatch):
 
     async def save_weights_for_sampler(self, model_id: str | None = None) -> None:
         """Trainer weights -> sampler through the core weight-sync policy (wake, sync, reset...)."""
-        from arctic_rl_core.dispatch import run
         from arctic_rl_core.weight_sync import sync_after_step
 
         self._reject_extras("save_weights_for_sampler", None, None, model_id, {})
         start = time.perf_counter()
         # The trainer awaits this on its own loop; the backend lives on the core's background loop.
-        self.weights_version = run(
-            sync_after_step(self.backend, self.sync_policy), timeout=self.call_timeout_s
+        self.weights_version = await on_backend_loop(
+            sync_after_step(self.backend, self.sync_policy), self.call_timeout_s
         )
         self.last_weight_sync_seconds = time.perf_counter() - start
-        self._metrics["weights_version"].append(float(self.weights_version))
+        if self.metrics_sink is not None:
+            self.metrics_sink()["arctic/weights_version"] = float(self.weights_version)
 
     def get_timing_metrics(self) -> dict[str, float]:
         """Seconds spent per backend phase since the last call (SkyRL prefixes `timing/`)."""

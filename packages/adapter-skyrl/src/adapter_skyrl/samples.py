@@ -34,7 +34,7 @@ def to_rollout_samples(
 
     sequences_B_S = data["sequences"].cpu()
     attention_B_S = data["attention_mask"].cpu().bool()
-    response_mask_B_R = data["response_mask"].cpu()
+    response_mask_B_R = _required(data, "response_mask").cpu()
     loss_mask_B_R = data.get("loss_mask")
     loss_mask_B_R = loss_mask_B_R.cpu() if loss_mask_B_R is not None else response_mask_B_R
     advantages_B_R = data["advantages"].cpu() if with_advantages else None
@@ -70,7 +70,10 @@ def to_rollout_samples(
 def _required(data: TrainingInputBatch, key: str) -> torch.Tensor:
     value = data.get(key)
     if value is None:
-        raise ValueError(f"SkyRL batch has no '{key}': the trainer must compute it before this call")
+        raise ValueError(
+            f"SkyRL batch has no '{key}': the Arctic dispatch needs it (ArcticPPOTrainer adds the response "
+            "mask to forward batches; other callers must include it)"
+        )
     return value
 
 

@@ -43,6 +43,7 @@ class ArcticPPOTrainer(RayPPOTrainer):
     def __init__(self, *args: Any, dispatch: ArcticWorkerDispatch, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._arctic_dispatch = dispatch
+        self._fwd_source: TrainingInputBatch | None = None
 
     def build_models(self, PolicyWorker: Any = None, CriticWorker: Any = None, RefWorker: Any = None) -> None:
         """No SkyRL workers: the dispatch talks to the backend."""
@@ -55,6 +56,26 @@ class ArcticPPOTrainer(RayPPOTrainer):
         logger.info(
             f"Arctic dispatch ready: backend={type(self.dispatch.backend).__name__}, ref={self.ref_model}"
         )
+
+    def fwd_logprobs_values_reward(self, training_input: TrainingInputBatch) -> TrainingInputBatch:
+        self._fwd_source = training_input
+        try:
+            return super().fwd_logprobs_values_reward(training_input)
+        finally:
+            self._fwd_source = None
+
+    def _execute_forward_pass(
+        self,
+        model: str,
+        data_fwd_pass: TrainingInputBatch,
+        key: str,
+        mini_batch_boundaries: list[tuple[int, int]] | None,
+    ) -> Any:
+        """SkyRL's forward batch carries only sequences and attention mask (its workers read the
+        last `response_length` columns); the wire needs each row's prompt/response split, so the
+        response mask travels along."""
+        data_fwd_pass["response_mask"] = self._fwd_source["response_mask"]
+        return super()._execute_forward_pass(model, data_fwd_pass, key, mini_batch_boundaries)
 
     def _normalize_advantages(
         self,
@@ -223,7 +244,8 @@ def backend_settings(cfg: SkyRLTrainConfig) -> Any:
 def build_backend(cfg: ArcticRLConfig) -> Backend:
     """The core backend `backend.kind` names."""
     if cfg.backend.kind == "reference":
-        from arctic_rl_core.backends.reference import ReferenceBackend, ReferenceEngineSettings
+        from arctic_rl_core.backends.reference.engine import ReferenceBackend
+        from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 
         return ReferenceBackend(ReferenceEngineSettings.from_config(cfg))
     from arctic_rl_core.backends import arctic
