@@ -192,3 +192,22 @@ def test_score_batch_uses_the_shared_scorer(dev) -> None:
     split, by_id = dev
     result = score_batch([request_for(split, by_id[8], answer(by_id[8].sql))])
     assert result.scores == [1.0]
+
+
+def test_extraction_failure_stays_with_its_rollout(
+    scorer: BirdScorer, dev, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    split, by_id = dev
+    real_extract = reward_module.extract_sql
+
+    def extract(response: str):
+        if "poison" in response:
+            raise UnicodeError("poison")
+        return real_extract(response)
+
+    monkeypatch.setattr(reward_module, "extract_sql", extract)
+    q = by_id[2]
+    result = scorer.score([request_for(split, q, answer(q.sql)), request_for(split, q, "poison")])
+    assert [v.score for v in result.verdicts] == [1.0, 0.0]
+    assert result.verdicts[1].scoring_error == "internal_UnicodeError"
+    assert result.scoring_error_counts == {"internal_UnicodeError": 1}

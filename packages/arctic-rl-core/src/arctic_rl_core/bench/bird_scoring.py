@@ -168,7 +168,7 @@ def _build_batch(db_path: str, prompts: int, rollouts: int, rng: random.Random):
 def _baseline_execute(db_path: str, sql: str, max_rows: int, timeout_s: float):
     """One query on a new connection in a new thread (the seed's per-query pattern)."""
     from arctic_rl_core.envs.bird import sql_worker
-    from arctic_rl_core.envs.bird.executor import _result_from_outcome
+    from arctic_rl_core.envs.bird.executor import ExecutionResult
 
     box: list[tuple] = []
     thread = threading.Thread(
@@ -176,7 +176,7 @@ def _baseline_execute(db_path: str, sql: str, max_rows: int, timeout_s: float):
     )
     thread.start()
     thread.join()
-    return _result_from_outcome(box[0])
+    return ExecutionResult.from_outcome(box[0])
 
 
 def _baseline_score(requests, max_rows: int, timeout_s: float):

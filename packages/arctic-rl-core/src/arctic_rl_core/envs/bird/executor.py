@@ -1,21 +1,22 @@
 """Safe, parallel, read-only execution of SQL against SQLite files.
 
 `SQLExecutor` keeps a pool of persistent worker processes (`sql_worker.py`, standard library
-only). Each query runs in one worker on a fresh connection that is read-only by construction:
-the `mode=ro` URI, `PRAGMA query_only`, no attachable databases, and an authorizer that allows
-only reading (no ATTACH, writes, DDL, transactions, pragma writes or `load_extension`). The
-worker closes the connection on every path. Only one statement is accepted (the sqlite3
-module rejects a second one, as the official BIRD evaluator's `cursor.execute` does).
+only). Each query runs in one worker on a connection that is read-only by construction: the
+`mode=ro` URI, `PRAGMA query_only`, no attachable databases, and an authorizer that allows only
+reading (no ATTACH, writes, DDL, transactions, pragma writes or `load_extension`). Only one
+statement is accepted (the sqlite3 module rejects a second one, as the official BIRD
+evaluator's `cursor.execute` does).
 
 Time limit: the worker cancels a query cooperatively when `timeout_s` has passed (a SQLite
 progress handler); a query that does not yield to the progress handler (one huge string
 operation, one huge sort) is ended by killing the worker at `timeout_s + kill_grace_s`. A
 killed, crashed or hung worker is replaced; the other queries of the batch are unaffected.
 
-Connections: each worker keeps up to `kept_connections` read-only connections open between
-queries (closed after any failed query, when the least recently used is evicted, and when the
-worker exits), which saves reopening the file and re-reading the schema and pages; set it to 0
-to open and close a connection for every query.
+Connections are never leaked: after a successful query a worker may keep the connection for the
+next query on the same file (up to `kept_connections`, least recently used closed first), which
+saves reopening the file and re-reading its schema and pages; after any failed query it is
+closed, and all are closed when the worker exits. `kept_connections=0` opens and closes one
+connection per query.
 
 Result semantics: a successful result is the SET of result rows, as Python values from the
 sqlite3 module (int, float, str, bytes, None) in column order: row order and duplicates are
@@ -129,22 +130,23 @@ class ExecutionResult:
             ok=False, rows=None, fetched_rows=0, error_kind=kind, error_message=message, seconds=seconds
         )
 
+    @classmethod
+    def from_outcome(cls, outcome: tuple) -> ExecutionResult:
+        """From `sql_worker.run_query`'s outcome tuple."""
+        if outcome[0] == "ok":
+            _, rows, fetched, seconds = outcome
+            return cls(
+                ok=True, rows=rows, fetched_rows=fetched, error_kind=None, error_message="", seconds=seconds
+            )
+        _, kind, message, seconds = outcome
+        return cls.failure(kind, message, seconds)
+
 
 @dataclass(frozen=True)
 class WorkerStats:
     pid: int
     open_fds: int
     kept_connections: int
-
-
-def _result_from_outcome(outcome: tuple) -> ExecutionResult:
-    if outcome[0] == "ok":
-        _, rows, fetched, seconds = outcome
-        return ExecutionResult(
-            ok=True, rows=rows, fetched_rows=fetched, error_kind=None, error_message="", seconds=seconds
-        )
-    _, kind, message, seconds = outcome
-    return ExecutionResult.failure(kind, message, seconds)
 
 
 class _Worker:
@@ -406,7 +408,7 @@ class SQLExecutor:
                     index = queue.popleft()[0]
                     if reply_index != index:
                         raise RuntimeError(f"sql worker answered task {reply_index}, expected {index}")
-                    finish(index, _result_from_outcome(outcome))
+                    finish(index, ExecutionResult.from_outcome(outcome))
                     if queue:
                         queue[0][1] = head_deadline(worker)
                 now = time.monotonic()

@@ -176,7 +176,19 @@ class BirdScorer:
         self.close()
 
     def score(self, requests: Sequence[ScoreRequest]) -> BatchScores:
-        extracted = [extract_sql(request.solution_str).sql for request in requests]
+        # Per rollout: its SQL's execution key (None: no SQL), or the exception that stopped it.
+        predicted_keys: list[tuple[str, str] | Exception | None] = []
+        first_text: dict[tuple[str, str], str] = {}
+        for request in requests:
+            try:
+                sql = extract_sql(request.solution_str).sql
+                key = None if sql is None else (request.db_path, execution_key(sql))
+                if key is not None:
+                    first_text.setdefault(key, sql)
+                predicted_keys.append(key)
+            except Exception as error:  # counted as a scoring error below
+                logger.exception("BIRD scoring: SQL extraction failed for one rollout")
+                predicted_keys.append(error)
         db_versions: dict[str, tuple[int, int] | None] = {}
         for request in requests:
             if request.db_path not in db_versions:
@@ -203,12 +215,9 @@ class BirdScorer:
                 else:
                     gold_to_run[key] = (gold_sql, cache_key)
         predicted_to_run: dict[tuple[str, str], str] = {}
-        for request, sql in zip(requests, extracted, strict=True):
-            if sql is None:
-                continue
-            key = (request.db_path, execution_key(sql))
-            if key not in results and key not in gold_to_run and key not in predicted_to_run:
-                predicted_to_run[key] = sql
+        for key in predicted_keys:
+            if isinstance(key, tuple) and key not in results and key not in gold_to_run:
+                predicted_to_run.setdefault(key, first_text[key])
         keys = [*gold_to_run, *predicted_to_run]
         tasks = [SQLTask(db_path, sql) for (db_path, _), (sql, _) in gold_to_run.items()]
         tasks += [SQLTask(db_path, sql) for (db_path, _), sql in predicted_to_run.items()]
@@ -219,9 +228,11 @@ class BirdScorer:
                 self.gold_cache.put(gold_to_run[key][1], outcome)
 
         verdicts: list[Verdict] = []
-        for request, sql in zip(requests, extracted, strict=True):
+        for request, key in zip(requests, predicted_keys, strict=True):
             try:
-                predicted = None if sql is None else results[(request.db_path, execution_key(sql))]
+                if isinstance(key, Exception):
+                    raise key
+                predicted = None if key is None else results[key]
                 golds = [
                     results[(request.db_path, execution_key(gold))]
                     for gold in (request.gold_sql, *request.alternative_answers)
