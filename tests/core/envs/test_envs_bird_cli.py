@@ -38,8 +38,21 @@ def test_preprocess_writes_rows_both_frameworks_read(bird_sample: Path, tmp_path
     assert info["db_id"] == "movie_club" and info["difficulty"] == "moderate"
     assert Path(info["db_path"]).is_absolute() and Path(info["db_path"]).is_file()
     assert train[0]["extra_info"]["question_id"] is None and train[0]["extra_info"]["split"] == "train"
+    assert "Sample rows:\n" in row["prompt"][1]["content"] and " -- " in row["prompt"][1]["content"]
     output = capsys.readouterr().out
     assert "written" in output and "dev.parquet" in output
+
+
+def test_preprocess_compact_schema(bird_sample: Path, tmp_path: Path) -> None:
+    out = tmp_path / "compact"
+    args = ["bird", "preprocess", "--bird-dir", str(bird_sample), "--out", str(out), "--split", "dev"]
+    assert main([*args, "--sample-rows", "0", "--example-values", "0", "--no-descriptions"]) == 0
+    user = pq.read_table(out / "dev.parquet").to_pylist()[0]["prompt"][1]["content"]
+    assert "Sample rows:" not in user and " -- " not in user and "e.g." not in user
+    assert (
+        "`Running Time (min)` INTEGER" in user and "Foreign keys:\nratings.movie_id = movies.movie_id" in user
+    )
+    assert len(user) < 1200
 
 
 def make_tokenizer(directory: Path) -> Path:

@@ -35,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--sample-rows", type=int, default=3, help="sample rows per table in the schema (default 3)"
     )
     prep.add_argument("--example-values", type=int, default=3, help="example values per column (default 3)")
+    prep.add_argument(
+        "--no-descriptions", action="store_true", help="leave column descriptions out of the schema (shorter)"
+    )
     prep.add_argument("--env-class", default="bird", help="env_class column value for SkyRL (default: bird)")
     prep.set_defaults(func=_preprocess)
 
@@ -70,7 +73,11 @@ def _preprocess(args: argparse.Namespace) -> int:
     options = PreprocessOptions(
         splits=tuple(parse_splits(args.split)),
         skip_missing=args.skip_missing,
-        schema_prompt=SchemaPromptOptions(sample_rows=args.sample_rows, example_values=args.example_values),
+        schema_prompt=SchemaPromptOptions(
+            sample_rows=args.sample_rows,
+            example_values=args.example_values,
+            include_descriptions=not args.no_descriptions,
+        ),
         max_prompt_tokens=args.max_prompt_tokens,
         tokenizer_path=args.tokenizer,
         env_class=args.env_class,
