@@ -188,14 +188,3 @@ def test_a_typo_in_a_verl_knob_fails_in_the_composition(tmp_path: Path):
     overrides = training_overrides(dry_run(LAUNCHERS[0], tmp_path, "data.train_batch_sise=8"))
     with pytest.raises(ConfigCompositionException, match="train_batch_sise"):
         compose_as_main(overrides)
-
-
-def test_a_verl_setting_arctic_cannot_honour_is_rejected(tmp_path: Path):
-    from adapter_verl.config import check_supported
-
-    overrides = training_overrides(
-        dry_run(LAUNCHERS[0], tmp_path, "actor_rollout_ref.rollout.tensor_model_parallel_size=8")
-    )
-    cfg, _ = compose_as_main(overrides)
-    (problem,) = check_supported(cfg)
-    assert problem.startswith("actor_rollout_ref.rollout.tensor_model_parallel_size=8: set it to 1")
