@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import threading
 from collections.abc import Coroutine
@@ -61,7 +62,10 @@ class DispatchLoop:
             finally:
                 _cancel_pending(loop)
                 loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.run_until_complete(loop.shutdown_default_executor())
+                # at interpreter exit no thread can start (RuntimeError); the executor's workers
+                # were already joined by concurrent.futures' own exit hook then
+                with contextlib.suppress(RuntimeError):
+                    loop.run_until_complete(loop.shutdown_default_executor())
                 asyncio.set_event_loop(None)
                 loop.close()
 

@@ -1,0 +1,473 @@
+"""`ArcticBackend`: the backend protocol over arctic-platform's real async client (0.1.4).
+
+Deployments (from the client config's `backend`): a remote on-prem HTTP server (needs only
+`arctic-platform[transport]`), a local server or the in-process Ray server (need the `rl` extra),
+or Cortex (`cortex` extra). Version and dependency handling live in `arctic_compat`.
+
+- Construction creates the jobs (sampling, log_prob, training: those with GPUs) with blocking
+  HTTP: `ArcticBackend.create(...)` from sync code, `await ArcticBackend.acreate(...)` from async
+  code (it runs the constructor in a worker thread). `create` refuses to run on an event loop.
+- Payloads: numpy arrays/scalars are converted to torch/Python before sending and every payload
+  is checked with `arctic_rl_core.wire.validate_payload`; log-probs come back as float32 CPU
+  tensors whatever the transport returned.
+- Errors: the server's error body is in the raised `ArcticServerError` (HTTP).
+- State: the server has no state query, so this object tracks the sleep/wake state and the
+  weights/trainer versions of what it drives (a handle carries a snapshot to other processes).
+- `shutdown()` is idempotent, closes the HTTP session on the loop and destroys (in a worker
+  thread) only jobs this object created; a backend reconnected from a handle destroys nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from arctic_rl_core.backends import arctic_compat
+from arctic_rl_core.backends.protocol import (
+    Backend,
+    BackendHandle,
+    BackendState,
+    Completion,
+    FinishReason,
+    ForwardOutput,
+    GenerateOutput,
+    InferenceState,
+    SamplingParams,
+    StepOutput,
+    TrainingState,
+    TrainOutput,
+    WirePayload,
+    as_tensor_logprobs,
+    string_keyed_to_int,
+)
+
+if TYPE_CHECKING:
+    from arctic_rl_core.config import ArcticRLConfig
+
+_TRAINING_SLEEP_MODES = ("non_lp", "lp_params", "all")
+_WAKE_TAGS = ("weights", "kv_cache")
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    inference: InferenceState = InferenceState.AWAKE
+    training: TrainingState = TrainingState.AWAKE
+    weights_version: int = 0
+    trainer_version: int = 0
+
+
+@dataclass(frozen=True)
+class ArcticHandle(BackendHandle):
+    """Picklable: the reconnect client config (job ids set), the Ray server-state handle (Ray
+    transport only) and the state snapshot at `handle()` time."""
+
+    client_config: Any
+    server_state: Any
+    colocated: bool
+    snapshot: _Snapshot
+
+    def connect(self) -> ArcticBackend:
+        client = arctic_compat.create_client(self.client_config, server_state=self.server_state)
+        return ArcticBackend(client, colocated=self.colocated, owns_jobs=False, snapshot=self.snapshot)
+
+
+class ArcticBackend(Backend):
+    """The Arctic server through the real client. Build with `create` / `acreate` /
+    `from_config`; reach it from another process with `handle().connect()`."""
+
+    def __init__(
+        self, client: Any, *, colocated: bool, owns_jobs: bool, snapshot: _Snapshot | None = None
+    ) -> None:
+        snapshot = snapshot or _Snapshot()
+        self._client = client
+        self._colocated = colocated
+        self._owns_jobs = owns_jobs
+        self._inference = snapshot.inference
+        self._training = snapshot.training
+        self._weights_version = snapshot.weights_version
+        self._trainer_version = snapshot.trainer_version
+        self._closed = False
+        self._onprem = getattr(client.config.backend, "type", "onprem") == "onprem"
+
+    # -- construction ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, client_config: Any) -> ArcticBackend:
+        """Create (or, with job ids in the config, attach to) the jobs. Blocking: not on a loop."""
+        if arctic_compat.in_event_loop_thread():
+            raise RuntimeError(
+                "ArcticBackend.create() does blocking HTTP and would stall the running event loop: "
+                "use `await ArcticBackend.acreate(...)` from async code"
+            )
+        return cls._construct(client_config)
+
+    @classmethod
+    async def acreate(cls, client_config: Any) -> ArcticBackend:
+        """`create` in a worker thread, for async callers."""
+        return await asyncio.to_thread(cls._construct, client_config)
+
+    @classmethod
+    def from_config(cls, cfg: ArcticRLConfig) -> ArcticBackend:
+        """`create(cfg.to_client_config())` for backend.kind ray | http | cortex."""
+        return cls.create(cfg.to_client_config())
+
+    @classmethod
+    def _construct(cls, client_config: Any) -> ArcticBackend:
+        api = arctic_compat.load_client_api()
+        if not isinstance(client_config, api.client_config):
+            raise TypeError(
+                f"client_config is a {type(client_config).__name__}: pass an arctic_platform.client."
+                "ArcticClientConfig (ArcticRLConfig.to_client_config() builds one)"
+            )
+        owns = arctic_compat.owns_jobs(client_config)
+        client = arctic_compat.create_client(client_config)
+        return cls(client, colocated=bool(getattr(client_config.backend, "colocate", False)), owns_jobs=owns)
+
+    # -- inference ------------------------------------------------------------------------------
+    async def generate(
+        self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
+    ) -> GenerateOutput:
+        self._check_open("generate")
+        prompts = list(prompts)
+        if self._onprem and not all(isinstance(p, str) for p in prompts):
+            raise TypeError(
+                "the on-prem Arctic server takes text prompts only: decode token-id prompts with the "
+                "tokenizer first (Cortex accepts token ids)"
+            )
+        if self._inference is not InferenceState.AWAKE:
+            raise RuntimeError(
+                f"generate() while inference is {self._inference.value}: wake_inference() first"
+            )
+        version = self._weights_version
+        results = await self._call("generate", self._client.generate(prompts, _sampling_params(params)))
+        if not isinstance(results, list) or len(results) != len(prompts):
+            raise RuntimeError(
+                f"generate returned {len(results) if isinstance(results, list) else type(results).__name__} "
+                f"results for {len(prompts)} prompts"
+            )
+        return GenerateOutput([_completion(r, params) for r in results], weights_version=version)
+
+    # -- training -------------------------------------------------------------------------------
+    async def forward(self, payload: WirePayload, *, reference_model: bool = False) -> ForwardOutput:
+        self._check_open("forward")
+        payload = _prepared(payload)
+        if payload.processing.get("loss_fn") is not None:
+            raise ValueError(
+                f"forward() needs processing.loss_fn=None, got {payload.processing['loss_fn']!r}: "
+                "build it with wire.build_forward_payload"
+            )
+        body = {"batch": payload.batch, "meta": payload.meta}
+        out = await self._call(
+            "forward",
+            self._client.fwd_no_grad(body, processing=payload.processing, reference_model=reference_model),
+        )
+        batch = out.get("batch") if isinstance(out, Mapping) else None
+        if not isinstance(batch, Mapping) or "logprobs" not in batch:
+            keys = sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__
+            raise RuntimeError(f"forward response has no batch.logprobs (batch: {keys})")
+        entropy = batch.get("entropy")
+        return ForwardOutput(
+            logprobs_B_S=as_tensor_logprobs(batch["logprobs"]),
+            entropy_B_S=None if entropy is None else as_tensor_logprobs(entropy),
+            metrics=_float_metrics(out.get("metrics")),
+        )
+
+    async def forward_backward(self, payload: WirePayload) -> TrainOutput:
+        self._check_open("forward_backward")
+        payload = _prepared(payload)
+        if payload.processing.get("loss_fn") is None:
+            raise ValueError(
+                "forward_backward() needs a loss: build the payload with wire.build_train_payload"
+            )
+        if self._training is not TrainingState.AWAKE:
+            raise RuntimeError(
+                f"forward_backward() while training is {self._training.value}: wake_training() first"
+            )
+        body = {"batch": payload.batch, "meta": payload.meta}
+        out = await self._call("forward-backward", self._client.fwd_bwd(body, processing=payload.processing))
+        return TrainOutput(loss=float(out["avg_loss"]), metrics=_float_metrics(out.get("metrics")))
+
+    async def step(self, learning_rate: float | None = None) -> StepOutput:
+        self._check_open("step")
+        if self._training is not TrainingState.AWAKE:
+            raise RuntimeError(f"step() while training is {self._training.value}: wake_training() first")
+        out = await self._call("step", self._client.step(learning_rate))
+        metrics = out.get("metrics") or {}
+        self._trainer_version += 1
+        return StepOutput(
+            grad_norm=_mean_leaf(metrics.get("grad_norm"), "grad_norm"),
+            learning_rate=_first_leaf(metrics.get("last_lr"), "last_lr"),
+            step=self._trainer_version,
+            metrics=_float_metrics(metrics),
+        )
+
+    # -- weight sync and memory -------------------------------------------------------------------
+    async def sync_weights(self, *, cuda_ipc: bool | None = None, low_memory: bool | None = None) -> int:
+        from arctic_rl_core.weight_sync import WeightSyncError
+
+        self._check_open("sync_weights")
+        if self._inference is InferenceState.ASLEEP:
+            raise WeightSyncError(
+                "sync_weights() while inference is asleep: wake_inference(['weights']) first"
+            )
+        if not self._colocated and (cuda_ipc or low_memory):
+            raise ValueError(
+                "cuda_ipc / low_memory apply to colocated servers only (this one syncs over NCCL)"
+            )
+        await self._call(
+            "weight-sync",
+            arctic_compat.transfer_weights(self._client, cuda_ipc=cuda_ipc, low_memory=low_memory),
+        )
+        self._weights_version = self._trainer_version
+        return self._weights_version
+
+    async def sleep_inference(self, level: int = 1) -> None:
+        if level not in (1, 2):
+            raise ValueError(f"sleep_inference(level={level}): vLLM sleep levels are 1 and 2")
+        await self._call("sleep-inference", self._client.sleep_inference(level))
+        self._inference = InferenceState.ASLEEP
+
+    async def wake_inference(self, tags: Sequence[str] | None = None) -> None:
+        wanted = set(_WAKE_TAGS if tags is None else tags)
+        unknown = wanted - set(_WAKE_TAGS)
+        if unknown or not wanted:
+            raise ValueError(
+                f"wake_inference(tags={tags!r}): tags are 'weights' and/or 'kv_cache' (None: both)"
+            )
+        if wanted == {"kv_cache"} and self._inference is InferenceState.ASLEEP:
+            raise RuntimeError(
+                "wake_inference(['kv_cache']) while the weights are asleep: wake 'weights' first"
+            )
+        await self._call("wake-inference", self._client.wake_inference(None if tags is None else list(tags)))
+        if "kv_cache" in wanted:
+            self._inference = InferenceState.AWAKE
+        elif self._inference is InferenceState.ASLEEP:
+            self._inference = InferenceState.WEIGHTS_ONLY
+
+    async def sleep_training(self, mode: str = "all") -> None:
+        if mode not in _TRAINING_SLEEP_MODES:
+            raise ValueError(
+                f"sleep_training(mode={mode!r}): expected one of {', '.join(_TRAINING_SLEEP_MODES)}"
+            )
+        await self._call("sleep-training", self._client.sleep_training(mode))
+        self._training = _after_training_sleep(self._training, mode)
+
+    async def wake_training(self) -> None:
+        await self._call("wake-training", self._client.wake_training())
+        self._training = TrainingState.AWAKE
+
+    async def reset_prefix_cache(self) -> None:
+        await self._call("reset-prefix-cache", self._client.reset_prefix_cache())
+
+    async def state(self) -> BackendState:
+        return BackendState(
+            inference=self._inference,
+            training=self._training,
+            weights_version=self._weights_version,
+            trainer_version=self._trainer_version,
+            colocated=self._colocated,
+        )
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    async def save_checkpoint(self, path: str, step: int) -> str:
+        out = await self._call("save", self._client.save_checkpoint(path=path, step=step))
+        saved = out.get("path") if isinstance(out, Mapping) else None
+        return str(saved or path)
+
+    async def load_checkpoint(self, path: str, step: int) -> None:
+        out = await self._call("load-checkpoint", self._client.load_checkpoint(path, step=step))
+        restored = out.get("global_step", step) if isinstance(out, Mapping) else step
+        self._trainer_version = int(restored)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def handle(self) -> ArcticHandle:
+        if self._closed:
+            raise RuntimeError("handle() of a shut-down ArcticBackend")
+        return ArcticHandle(
+            client_config=arctic_compat.reconnect_config(self._client),
+            server_state=arctic_compat.server_state(self._client),
+            colocated=self._colocated,
+            snapshot=_Snapshot(self._inference, self._training, self._weights_version, self._trainer_version),
+        )
+
+    async def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await arctic_compat.close_session(self._client)
+        finally:
+            if self._owns_jobs:
+                await asyncio.to_thread(arctic_compat.destroy_jobs, self._client)
+
+    @property
+    def owns_jobs(self) -> bool:
+        return self._owns_jobs
+
+    def _check_open(self, op: str) -> None:
+        if self._closed:
+            raise RuntimeError(f"{op}() on a shut-down ArcticBackend")
+
+    async def _call(self, op: str, awaitable: Any) -> Any:
+        if self._closed:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()
+            raise RuntimeError(f"{op} on a shut-down ArcticBackend")
+        try:
+            return await awaitable
+        except arctic_compat.ArcticServerError:
+            raise
+        except Exception as exc:
+            status = getattr(exc, "status", None)
+            if isinstance(status, int) and type(exc).__name__ == "ClientResponseError":
+                raise arctic_compat.ArcticServerError(op, status, str(getattr(exc, "message", exc))) from exc
+            raise
+
+
+# ----------------------------------------------------------------------------------------------
+# Conversions
+# ----------------------------------------------------------------------------------------------
+
+
+def _prepared(payload: WirePayload) -> WirePayload:
+    """numpy -> torch / Python (the wire codec takes torch tensors only), then the contract check."""
+    from arctic_rl_core.wire import validate_payload
+
+    if not isinstance(payload, WirePayload):
+        raise TypeError(f"expected a WirePayload, got {type(payload).__name__}")
+    converted = dataclasses.replace(
+        payload,
+        batch=_to_wire(payload.batch),
+        meta=_to_wire(payload.meta),
+        processing=_to_wire(payload.processing),
+    )
+    validate_payload(converted)
+    return converted
+
+
+def _to_wire(value: Any) -> Any:
+    import numpy as np
+    import torch
+
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Mapping):
+        return {key: _to_wire(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_wire(item) for item in value)
+    return value
+
+
+def _sampling_params(params: SamplingParams) -> dict[str, Any]:
+    """vLLM sampling params as the server passes them on; `logprobs: 0` asks for the sampled
+    token's log-prob only."""
+    return {
+        "max_tokens": params.max_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k,
+        "stop": list(params.stop),
+        "seed": params.seed,
+        "logprobs": 0 if params.logprobs else None,
+    }
+
+
+def _completion(result: Mapping[str, Any], params: SamplingParams) -> Completion:
+    token_ids = tuple(int(t) for t in result["token_ids"])
+    try:
+        finish = FinishReason(str(result.get("finish_reason")))
+    except ValueError:
+        raise RuntimeError(f"unknown finish_reason {result.get('finish_reason')!r} from the server") from None
+    logprobs = None
+    if params.logprobs:
+        entries = result.get("logprobs")
+        if not isinstance(entries, list) or len(entries) != len(token_ids):
+            raise RuntimeError(
+                "generate asked for log-probs but the server returned none (or the wrong number)"
+            )
+        logprobs = tuple(
+            _sampled_logprob(entry, token) for entry, token in zip(entries, token_ids, strict=True)
+        )
+    prompt_ids = result.get("prompt_token_ids")
+    return Completion(
+        text=str(result.get("text", "")),
+        token_ids=token_ids,
+        finish_reason=finish,
+        prompt_len=int(result.get("prompt_len", 0)),
+        generation_len=int(result.get("generation_len", len(token_ids))),
+        prompt_token_ids=None if prompt_ids is None else tuple(int(t) for t in prompt_ids),
+        logprobs=logprobs,
+        prefix_cache_len=int(result.get("prefix_cache_len") or 0),
+    )
+
+
+def _sampled_logprob(entry: Any, token: int) -> float:
+    """One position of vLLM's `{token_id: {"logprob", "rank"}}` (keys are strings over JSON)."""
+    if isinstance(entry, (int, float)):
+        return float(entry)
+    by_token = string_keyed_to_int(entry)
+    if token not in by_token:
+        raise RuntimeError(f"log-prob entry lacks the sampled token {token} (has {sorted(by_token)[:5]})")
+    value = by_token[token]
+    return float(value["logprob"] if isinstance(value, Mapping) else value)
+
+
+def _leaves(value: Any) -> list[float]:
+    if isinstance(value, bool):
+        return [float(value)]
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if hasattr(value, "tolist"):
+        return _leaves(value.tolist())
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return []
+
+
+def _mean_leaf(value: Any, name: str) -> float:
+    leaves = _leaves(value)
+    if not leaves:
+        raise RuntimeError(f"step response has no numeric metrics.{name} ({value!r})")
+    return sum(leaves) / len(leaves)
+
+
+def _first_leaf(value: Any, name: str) -> float:
+    leaves = _leaves(value)
+    if not leaves:
+        raise RuntimeError(f"step response has no numeric metrics.{name} ({value!r})")
+    return leaves[0]
+
+
+def _float_metrics(metrics: Any, prefix: str = "") -> dict[str, float]:
+    """Numbers as floats; per-rank lists as their mean; nested dicts as `outer/inner`; anything
+    non-numeric is left out."""
+    out: dict[str, float] = {}
+    if not isinstance(metrics, Mapping):
+        return out
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_float_metrics(value, prefix=f"{name}/"))
+            continue
+        leaves = _leaves(value)
+        if leaves:
+            out[name] = sum(leaves) / len(leaves)
+    return out
+
+
+def _after_training_sleep(state: TrainingState, mode: str) -> TrainingState:
+    if mode == "all":
+        return TrainingState.ASLEEP
+    offloaded = {
+        TrainingState.AWAKE: set(),
+        TrainingState.NON_LP_ASLEEP: {"non_lp"},
+        TrainingState.LP_PARAMS_ASLEEP: {"lp_params"},
+        TrainingState.ASLEEP: {"non_lp", "lp_params"},
+    }[state] | {mode}
+    if offloaded == {"non_lp", "lp_params"}:
+        return TrainingState.ASLEEP
+    return TrainingState.NON_LP_ASLEEP if offloaded == {"non_lp"} else TrainingState.LP_PARAMS_ASLEEP

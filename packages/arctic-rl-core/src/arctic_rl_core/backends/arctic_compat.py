@@ -1,0 +1,223 @@
+"""The thin compatibility layer between `arctic_rl_core.backends.arctic` and arctic-platform's
+client (pinned to 0.1.4). Everything that depends on the client's module layout or private
+structure lives here, so a version bump touches one file.
+
+What it handles:
+
+- names: the async RL client is `AsyncArcticRLClient` in 0.1.4 (`ArcticRLClient` is the sync
+  one there; on main `ArcticRLClient` became the async one): `load_client_api` resolves the
+  async class by behaviour, not by name, and refuses versions it was not verified against;
+- the dependency gate: `make_transport` demands the `sft`/`rl` extras (DeepSpeed, vLLM, ...) for
+  every on-prem transport, although talking to a remote HTTP server needs only
+  `arctic-platform[transport]` (requests, aiohttp, torch, safetensors). For on-prem HTTP without
+  `launch_local_server` this layer builds the HTTP transport itself and hands it to the client,
+  so a driver that only talks to a remote server never needs the training stack. Launching a
+  local server, the in-process Ray transport and Cortex go through `make_transport` unchanged
+  (they do need their extras; the error names the extra);
+- error bodies: the client's HTTP transport raises `aiohttp.ClientResponseError` and drops the
+  server's error body; the transport built here raises `ArcticServerError` carrying it;
+- the weight-sync transfer alone: the client's `sync_weights` also wakes and resets around the
+  transfer; `transfer_weights` sends only the weight-sync operation, because
+  `arctic_rl_core.weight_sync` drives (and checks) the transitions itself.
+
+Blocking calls (`create_client`, `destroy_jobs`) do HTTP with `requests`: callers run them off
+the event loop thread (`asyncio.to_thread`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+SUPPORTED_VERSIONS: tuple[str, ...] = ("0.1.4",)
+INSTALL_HINT = "pip install 'arctic-rl-core[transport]' (arctic-platform[transport]==0.1.4)"
+_MAX_BODY_CHARS = 4000
+
+
+class ArcticUnavailableError(ImportError):
+    """arctic-platform is missing, has an unverified version, or lacks the extra a transport needs."""
+
+
+class ArcticServerError(RuntimeError):
+    """The Arctic server answered an op with an HTTP error; `body` is what it said."""
+
+    def __init__(self, op: str, status: int, body: str) -> None:
+        shown = body if len(body) <= _MAX_BODY_CHARS else body[:_MAX_BODY_CHARS] + f"... ({len(body)} chars)"
+        super().__init__(f"Arctic server op {op!r} failed with HTTP {status}: {shown}")
+        self.op, self.status, self.body = op, status, body
+
+
+@dataclass(frozen=True)
+class ClientAPI:
+    """The resolved pieces of arctic-platform's client this package uses."""
+
+    version: str
+    async_client: type
+    client_config: type
+    requests: Any  # the module of request builders (sync_weights_request, ...)
+    job_handles: type
+
+
+@functools.cache
+def load_client_api() -> ClientAPI:
+    """Import arctic-platform's client lazily and check its version."""
+    try:
+        installed = version("arctic-platform")
+    except PackageNotFoundError:
+        raise ArcticUnavailableError(f"arctic-platform is not installed: {INSTALL_HINT}") from None
+    if installed not in SUPPORTED_VERSIONS:
+        raise ArcticUnavailableError(
+            f"arctic-platform {installed} is installed; the Arctic backend is verified against "
+            f"{', '.join(SUPPORTED_VERSIONS)} only: {INSTALL_HINT}"
+        )
+    try:
+        from arctic_platform import client as client_module
+        from arctic_platform.client import requests as request_builders
+        from arctic_platform.client.transport import JobHandles
+    except ImportError as exc:
+        raise ArcticUnavailableError(
+            f"cannot import arctic_platform.client ({exc}): {INSTALL_HINT}"
+        ) from None
+    return ClientAPI(
+        version=installed,
+        async_client=_async_client_class(client_module),
+        client_config=client_module.ArcticClientConfig,
+        requests=request_builders,
+        job_handles=JobHandles,
+    )
+
+
+def _async_client_class(client_module: Any) -> type:
+    for name in ("AsyncArcticRLClient", "ArcticRLClient"):
+        candidate = getattr(client_module, name, None)
+        if candidate is not None and inspect.iscoroutinefunction(getattr(candidate, "fwd_bwd", None)):
+            return candidate
+    raise ArcticUnavailableError("arctic_platform.client has no async RL client (AsyncArcticRLClient)")
+
+
+# ----------------------------------------------------------------------------------------------
+# Construction (blocking)
+# ----------------------------------------------------------------------------------------------
+
+
+def builds_own_http_transport(config: Any) -> bool:
+    """On-prem HTTP to an existing server: this layer builds the transport (no sft/rl gate)."""
+    backend = config.backend
+    return backend.type == "onprem" and backend.protocol == "http" and not backend.launch_local_server
+
+
+def create_client(config: Any, *, server_state: Any = None) -> Any:
+    """Construct the async RL client: creates the jobs, or attaches when the config carries job
+    ids. BLOCKING (HTTP, polling): never call it on an event loop thread."""
+    api = load_client_api()
+    if builds_own_http_transport(config):
+        if server_state is not None:
+            raise ValueError(
+                "server_state is only meaningful for the in-process Ray transport (protocol='ray')"
+            )
+        return _client_with_transport(api, config, _http_transport_class()(config))
+    try:
+        return api.async_client(config, server_state=server_state)
+    except ImportError as exc:
+        what = (
+            "Cortex needs arctic-platform[cortex]"
+            if config.backend.type == "remote"
+            else "the in-process Ray transport and launch_local_server run the Arctic server in this "
+            "process and need arctic-platform[rl] (GPU stack); a driver of a remote HTTP server needs only "
+            "[transport]: set protocol='http', launch_local_server=False"
+        )
+        raise ArcticUnavailableError(f"{what} ({exc})") from None
+
+
+def _client_with_transport(api: ClientAPI, config: Any, transport: Any) -> Any:
+    """The client with a transport built here. Mirrors the client core's constructor in 0.1.4
+    (transport, then `initialize_or_cleanup`), which otherwise insists on `make_transport`."""
+    from arctic_platform.client.transport import initialize_or_cleanup
+
+    client = api.async_client.__new__(api.async_client)
+    client.config = config
+    client.transport = transport
+    client.jobs = initialize_or_cleanup(transport)
+    return client
+
+
+@functools.cache
+def _http_transport_class() -> type:
+    from arctic_platform import wire
+    from arctic_platform.client.transports.onprem_http import HttpTransport
+
+    class ErrorBodyHttpTransport(HttpTransport):
+        """0.1.4's HTTP transport, raising `ArcticServerError` with the server's error body."""
+
+        def call(self, request: Any) -> dict:
+            url, kwargs = self._http_args(request)
+            response = self.session.post(url, timeout=self.timeout, **kwargs)
+            if response.status_code >= 400:
+                raise ArcticServerError(request.op, response.status_code, response.text)
+            if "application/octet-stream" in response.headers.get("Content-Type", ""):
+                return wire.loads(response.content)
+            return response.json()
+
+        async def acall(self, request: Any) -> dict:
+            session = await self._ensure_asession()
+            url, kwargs = self._http_args(request)
+            async with session.post(url, **kwargs) as response:
+                if response.status >= 400:
+                    raise ArcticServerError(request.op, response.status, await response.text())
+                if "application/octet-stream" in response.headers.get("Content-Type", ""):
+                    return wire.loads(await response.read())
+                return await response.json()
+
+    return ErrorBodyHttpTransport
+
+
+# ----------------------------------------------------------------------------------------------
+# Calls
+# ----------------------------------------------------------------------------------------------
+
+
+async def transfer_weights(client: Any, *, cuda_ipc: bool | None, low_memory: bool | None) -> dict:
+    """Only the weight-sync operation (no wake / reset around it)."""
+    request = load_client_api().requests.sync_weights_request(
+        client.jobs, cuda_ipc=cuda_ipc, low_memory=low_memory
+    )
+    return await client.transport.acall(request)
+
+
+async def close_session(client: Any) -> None:
+    """Close the client's async HTTP session (on the loop that owns it)."""
+    await client.transport.aclose()
+
+
+def destroy_jobs(client: Any) -> None:
+    """Destroy the client's jobs (and stop a server it launched). BLOCKING."""
+    client.transport.shutdown()
+
+
+def reconnect_config(client: Any) -> Any:
+    """A config that reattaches to the client's jobs (job ids set: no job creation, no HTTP)."""
+    return client.reconnect_config()
+
+
+def server_state(client: Any) -> Any:
+    """The Ray transport's server-state handle (needed to reattach from another process); None
+    for other transports."""
+    getter = getattr(client.transport, "get_server_state", None)
+    return getter() if callable(getter) else None
+
+
+def owns_jobs(config: Any) -> bool:
+    """True when constructing a client from `config` creates jobs (no reconnect ids set)."""
+    return not load_client_api().job_handles.from_config(config).any_set
+
+
+def in_event_loop_thread() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
