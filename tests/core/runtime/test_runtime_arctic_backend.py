@@ -42,6 +42,7 @@ class RecordingArcticServer:
         self.requests: list[dict[str, Any]] = []
         self.jobs: dict[int, str] = {}
         self._next_job = 1
+        self.tensors_as_lists = False  # answer like a detensorizing worker (plain lists)
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="recording-arctic-server", daemon=True)
@@ -132,6 +133,8 @@ class RecordingArcticServer:
         out = {"logprobs": logprobs}
         if meta.get("calculate_entropy"):
             out["entropy"] = torch.ones(ids.shape)
+        if self.tensors_as_lists:
+            out = {key: value.tolist() for key, value in out.items()}
         return self._octet({"job_id": job_id, "batch": out, "metrics": {"fwd/rows": [2, 2]}, "avg_loss": 0.0})
 
     def _forward_backward(self, job_id: int, body: dict) -> web.Response:
@@ -424,6 +427,29 @@ def test_transport_only_install_reaches_a_remote_http_server():
         ray = config.model_copy(update={"backend": OnPremConfig(protocol="ray", colocate=True)})
         with pytest.raises(ArcticUnavailableError, match=r"need arctic-platform\[rl\]"):
             ArcticBackend.create(ray)
+
+
+def test_log_probs_are_tensors_whatever_the_transport_returned():
+    with RecordingArcticServer() as server:
+        server.tensors_as_lists = True
+        backend = ArcticBackend.create(_client_config(server.port, colocate=False))
+        try:
+            spec = PayloadSpec(
+                pad_token_id=PAD,
+                max_prompt_len=4,
+                max_response_len=3,
+                rollout_n=2,
+                temperature=0.8,
+                calculate_entropy=True,
+            )
+            payload = build_forward_payload(SAMPLES, spec)
+            out = dispatch.run(backend.forward(payload))
+            assert isinstance(out.logprobs_B_S, torch.Tensor) and out.logprobs_B_S.dtype == torch.float32
+            assert out.entropy_B_S is not None and out.entropy_B_S.shape == (2, 7)
+            values, _ = response_logprobs(out.logprobs_B_S, payload, spec)
+            torch.testing.assert_close(values[1], torch.tensor([-0.024, 0.0, 0.0]))
+        finally:
+            dispatch.run(backend.shutdown())
 
 
 def test_blocking_constructor_is_refused_on_an_event_loop():

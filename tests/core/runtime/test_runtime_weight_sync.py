@@ -30,6 +30,13 @@ from arctic_rl_core.weight_sync import (
     sync_after_step,
 )
 
+DEPTH = {
+    TrainingState.AWAKE: 0,
+    TrainingState.NON_LP_ASLEEP: 1,
+    TrainingState.LP_PARAMS_ASLEEP: 2,
+    TrainingState.ASLEEP: 3,
+}
+
 
 class StrictFakeBackend(Backend):
     """Records every state-changing call and refuses the ones a real engine would fail on."""
@@ -83,17 +90,12 @@ class StrictFakeBackend(Backend):
 
     async def sleep_training(self, mode: str = "all") -> None:
         self.calls.append(("sleep_training", mode))
-        offloaded = {
-            TrainingState.AWAKE: set(),
-            TrainingState.NON_LP_ASLEEP: {"non_lp"},
-            TrainingState.LP_PARAMS_ASLEEP: {"lp_params"},
-            TrainingState.ASLEEP: {"non_lp", "lp_params"},
-        }[self.training] | ({"non_lp", "lp_params"} if mode == "all" else {mode})
-        self.training = {
-            frozenset({"non_lp"}): TrainingState.NON_LP_ASLEEP,
-            frozenset({"lp_params"}): TrainingState.LP_PARAMS_ASLEEP,
-            frozenset({"non_lp", "lp_params"}): TrainingState.ASLEEP,
-        }[frozenset(offloaded)]
+        target = TrainingState(mode)
+        if DEPTH[target] < DEPTH[self.training]:
+            raise RuntimeError(
+                f"engine: sleep_training({mode!r}) while already deeper ({self.training.value})"
+            )
+        self.training = target
 
     async def wake_training(self) -> None:
         self.calls.append(("wake_training",))
@@ -198,6 +200,25 @@ def test_initial_sync_into_an_awake_colocated_sampler_skips_the_wakes():
     policy = WeightSyncPolicy(colocated=True, cuda_ipc=True, offload_optimizer_before_sync=False)
     _run(sync_after_step(backend, policy))
     assert backend.calls == [("sync_weights", True, False), ("reset_prefix_cache",)]
+
+
+def test_training_sleep_only_goes_deeper_and_is_skipped_when_already_deep_enough():
+    backend = StrictFakeBackend(
+        colocated=True, inference=InferenceState.ASLEEP, training=TrainingState.NON_LP_ASLEEP
+    )
+    policy = WeightSyncPolicy(
+        colocated=True, cuda_ipc=True, offload_optimizer_before_sync=True, sleep_training_after="lp_params"
+    )
+    _run(sync_after_step(backend, policy))
+    assert backend.calls[0] == ("wake_inference", ["weights"])  # already non_lp: no second offload
+    assert backend.calls[-1] == ("sleep_training", "lp_params")
+    assert backend.training is TrainingState.LP_PARAMS_ASLEEP
+
+    backend = StrictFakeBackend(
+        colocated=True, inference=InferenceState.ASLEEP, training=TrainingState.ASLEEP
+    )
+    _run(sync_after_step(backend, WeightSyncPolicy(colocated=True, sleep_training_after="non_lp")))
+    assert not any(call[0] == "sleep_training" for call in backend.calls)
 
 
 def test_syncing_into_sleeping_weights_is_an_error_not_a_no_op():

@@ -210,23 +210,28 @@ async def _transfer(backend: Backend, policy: WeightSyncPolicy, before: BackendS
     return version
 
 
-_SLEEP_RESULT: dict[tuple[TrainingState, str], TrainingState] = {
-    (TrainingState.AWAKE, "non_lp"): TrainingState.NON_LP_ASLEEP,
-    (TrainingState.AWAKE, "lp_params"): TrainingState.LP_PARAMS_ASLEEP,
-    (TrainingState.NON_LP_ASLEEP, "non_lp"): TrainingState.NON_LP_ASLEEP,
-    (TrainingState.NON_LP_ASLEEP, "lp_params"): TrainingState.ASLEEP,
-    (TrainingState.LP_PARAMS_ASLEEP, "lp_params"): TrainingState.LP_PARAMS_ASLEEP,
-    (TrainingState.LP_PARAMS_ASLEEP, "non_lp"): TrainingState.ASLEEP,
+# Training sleep goes deeper only: awake < non_lp (optimizer state offloaded) < lp_params < all.
+TRAINING_SLEEP_DEPTH: dict[TrainingState, int] = {
+    TrainingState.AWAKE: 0,
+    TrainingState.NON_LP_ASLEEP: 1,
+    TrainingState.LP_PARAMS_ASLEEP: 2,
+    TrainingState.ASLEEP: 3,
 }
 
 
+def training_state_after_sleep(state: TrainingState, mode: str) -> TrainingState:
+    """The trainer's state after `sleep_training(mode)` from `state` (never shallower)."""
+    target = TrainingState(mode)
+    return target if TRAINING_SLEEP_DEPTH[target] > TRAINING_SLEEP_DEPTH[state] else state
+
+
 async def _sleep_training(backend: Backend, state: BackendState, mode: str) -> BackendState:
-    """`sleep_training(mode)` and check the resulting state (offloading both halves = asleep)."""
-    if state.training is TrainingState.ASLEEP:
+    """`sleep_training(mode)` unless the trainer already sleeps at least that deep; checked."""
+    target = TrainingState(mode)
+    if TRAINING_SLEEP_DEPTH[state.training] >= TRAINING_SLEEP_DEPTH[target]:
         return state
-    expected = TrainingState.ASLEEP if mode == "all" else _SLEEP_RESULT[(state.training, mode)]
     await backend.sleep_training(mode)
-    return await _expect(backend, f"sleep_training({mode!r})", training=(expected,))
+    return await _expect(backend, f"sleep_training({mode!r})", training=(target,))
 
 
 async def _expect(

@@ -43,6 +43,7 @@ from arctic_rl_core.backends.protocol import (
     as_tensor_logprobs,
     string_keyed_to_int,
 )
+from arctic_rl_core.weight_sync import WeightSyncError, training_state_after_sleep
 
 if TYPE_CHECKING:
     from arctic_rl_core.config import ArcticRLConfig
@@ -205,8 +206,6 @@ class ArcticBackend(Backend):
 
     # -- weight sync and memory -------------------------------------------------------------------
     async def sync_weights(self, *, cuda_ipc: bool | None = None, low_memory: bool | None = None) -> int:
-        from arctic_rl_core.weight_sync import WeightSyncError
-
         self._check_open("sync_weights")
         if self._inference is InferenceState.ASLEEP:
             raise WeightSyncError(
@@ -252,7 +251,7 @@ class ArcticBackend(Backend):
                 f"sleep_training(mode={mode!r}): expected one of {', '.join(_TRAINING_SLEEP_MODES)}"
             )
         await self._call("sleep-training", self._client.sleep_training(mode))
-        self._training = _after_training_sleep(self._training, mode)
+        self._training = training_state_after_sleep(self._training, mode)
 
     async def wake_training(self) -> None:
         await self._call("wake-training", self._client.wake_training())
@@ -457,17 +456,3 @@ def _float_metrics(metrics: Any, prefix: str = "") -> dict[str, float]:
         if leaves:
             out[name] = sum(leaves) / len(leaves)
     return out
-
-
-def _after_training_sleep(state: TrainingState, mode: str) -> TrainingState:
-    if mode == "all":
-        return TrainingState.ASLEEP
-    offloaded = {
-        TrainingState.AWAKE: set(),
-        TrainingState.NON_LP_ASLEEP: {"non_lp"},
-        TrainingState.LP_PARAMS_ASLEEP: {"lp_params"},
-        TrainingState.ASLEEP: {"non_lp", "lp_params"},
-    }[state] | {mode}
-    if offloaded == {"non_lp", "lp_params"}:
-        return TrainingState.ASLEEP
-    return TrainingState.NON_LP_ASLEEP if offloaded == {"non_lp"} else TrainingState.LP_PARAMS_ASLEEP
