@@ -125,6 +125,8 @@ def test_recipe_overrides_validate_through_the_verl_adapter(launcher: Path, tmp_
         want["warmup"],
     )
     assert arctic.zorro.enable is want["zorro"]
+    # ZoRRo needs flash-attention; without ZoRRo, sdpa (the locked GPU extras have no flash-attn)
+    assert arctic.kernels.attn_implementation == ("flash_attention_2" if want["zorro"] else "sdpa")
     assert arctic.arctic_inference.fca is want["fca"]
     assert arctic.arctic_inference.speculative_model == want["spec"]
     assert arctic.deepspeed.zero_stage == want["zero"]
