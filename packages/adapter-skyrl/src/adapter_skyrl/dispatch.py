@@ -190,8 +190,6 @@ class ArcticWorkerDispatch(WorkerDispatch):
             "policy_loss": float(out.loss),
             **{f"arctic/{k}": float(v) for k, v in out.metrics.items()},
         }
-        if data.get("rollout_logprobs") is not None and data.get("action_log_probs") is not None:
-            metrics.update(_logprob_mismatch(data))
         return WorkerOutput(loss_fn_outputs=[{} for _ in range(len(samples))], metrics=metrics)
 
     def forward_backward_from_staged(
@@ -416,15 +414,3 @@ def _one_chunk(chunk_refs: list[TrainingInputBatch]) -> TrainingInputBatch:
     if len(chunk_refs) != 1:
         raise ValueError(f"expected one staged chunk per mini-batch (from stage_data), got {len(chunk_refs)}")
     return chunk_refs[0]
-
-
-def _logprob_mismatch(data: TrainingInputBatch) -> dict[str, float]:
-    """|train - rollout| log-prob over loss tokens (old log-probs are the trainer's view)."""
-    mask_B_R = data["loss_mask"] > 0
-    if not bool(mask_B_R.any()):
-        return {}
-    diff = (data["action_log_probs"][mask_B_R] - data["rollout_logprobs"][mask_B_R]).abs()
-    return {
-        "train_rollout_logprob_abs_diff_mean": float(diff.mean()),
-        "train_rollout_logprob_abs_diff_max": float(diff.max()),
-    }

@@ -1,0 +1,81 @@
+"""The generator over `Backend.generate` with the reference engine: training token ids are the
+backend's; text prompts (what the Arctic on-prem server accepts) report re-tokenisation drift."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from adapter_skyrl.generator import ArcticGenerator, to_sampling_params
+
+pytest.importorskip("arctic_rl_core.backends.reference.engine", reason="reference engine not landed yet")
+
+SAMPLING = {
+    "min_tokens": 1,
+    "skip_special_tokens": True,
+    "include_stop_str_in_output": True,
+    "max_tokens": 5,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "min_p": 0.0,
+    "logprobs": 1,
+    "stop": None,
+}
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from arctic_rl_core.backends.reference.engine import ReferenceBackend
+    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+    from arctic_rl_core.dispatch import run
+
+    model = ReferenceModelConfig(num_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                 num_key_value_heads=1)  # fmt: skip
+    engine = ReferenceBackend(ReferenceEngineSettings(model=model, seed=3, colocated=False))
+    run(engine.sync_weights())
+    run(engine.reset_prefix_cache())
+    yield engine
+    run(engine.shutdown())
+
+
+def _input(rows):
+    return {
+        "prompts": [r["prompt"] for r in rows],
+        "env_classes": [r["env_class"] for r in rows],
+        "env_extras": rows,
+        "sampling_params": SAMPLING,
+        "trajectory_ids": None,
+        "batch_metadata": None,
+    }
+
+
+@pytest.mark.parametrize("prompt_format", ["token_ids", "text"])
+def test_training_ids_are_the_backends_and_rewards_are_scored(backend, bird_train_rows, prompt_format):
+    generator = ArcticGenerator(backend, backend.tokenizer, prompt_format=prompt_format)
+    rows = bird_train_rows[:3]
+    out = asyncio.run(generator.generate(_input(rows)))
+    local = [generator._local_ids(r["prompt"]) for r in rows]
+    drift = out["rollout_metrics"]["generate/prompt_retokenization_drift"]
+    if prompt_format == "token_ids":
+        assert out["prompt_token_ids"] == local and drift == 0.0
+    else:  # the backend tokenised the chat-templated text itself; its ids are what we train on
+        assert out["prompt_token_ids"] == [backend.tokenizer.encode(generator._template(r["prompt"], tokenize=False))
+                                           for r in rows]  # fmt: skip
+        assert drift == sum(a != b for a, b in zip(out["prompt_token_ids"], local, strict=True)) / 3
+    assert all(1 <= len(ids) <= 5 for ids in out["response_ids"])
+    assert [len(lp) for lp in out["rollout_logprobs"]] == [len(ids) for ids in out["response_ids"]]
+    assert out["rewards"] == [0.0, 0.0, 0.0] or all(r in (0.0, 0.1, 1.0) for r in out["rewards"])
+    assert all("execution_success" in v for v in out["env_metrics"])
+    assert out["rollout_metrics"]["generate/weights_version"] == generator.weights_versions[-1] >= 1
+
+
+def test_sampling_params_the_backend_cannot_honour_are_rejected():
+    assert to_sampling_params(SAMPLING).logprobs is True
+    with pytest.raises(ValueError, match=r"min_p=0\.1"):
+        to_sampling_params({**SAMPLING, "min_p": 0.1})
+    with pytest.raises(ValueError, match=r"\['repetition_penalty'\]"):
+        to_sampling_params({**SAMPLING, "repetition_penalty": 1.2})
+    with pytest.raises(ValueError, match="logprobs=5"):
+        to_sampling_params({**SAMPLING, "logprobs": 5})
