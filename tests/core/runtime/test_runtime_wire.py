@@ -392,6 +392,12 @@ def _mutated(payload: WirePayload, **changes) -> WirePayload:
     return WirePayload(batch=batch, meta=meta, processing=processing)
 
 
+def _hole_in_response(t: torch.Tensor) -> torch.Tensor:
+    t = t.clone()
+    t[0, 5] = 0  # row 0: response tokens at columns 4 and 6, a gap at 5
+    return t
+
+
 def _right_padded_prompts(t: torch.Tensor) -> torch.Tensor:
     t = t.clone()
     t[0, :4] = torch.tensor([1, 1, 0, 0])
@@ -401,7 +407,23 @@ def _right_padded_prompts(t: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"batch__attention_mask": _right_padded_prompts}, "prompts must be LEFT-padded"),
+        (
+            {"batch__attention_mask": _right_padded_prompts},
+            "must be a LEFT-padded prompt followed by a RIGHT-padded",
+        ),
+        (
+            {"batch__attention_mask": _hole_in_response},
+            "must be a LEFT-padded prompt followed by a RIGHT-padded",
+        ),
+        ({"batch__attention_mask": lambda t: t * 2}, "attention_mask holds values other than 0/1"),
+        (
+            {"batch__attention_mask": lambda t: t.index_fill_(1, torch.arange(4), 0)},
+            "at least one prompt token",
+        ),
+        (
+            {"batch__advantages": lambda t: t.index_fill_(1, torch.tensor([5]), float("nan"))},
+            "advantages holds NaN",
+        ),
         (
             {
                 "batch__input_ids": lambda t: t.index_put_(
