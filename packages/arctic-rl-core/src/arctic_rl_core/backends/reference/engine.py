@@ -175,13 +175,22 @@ class ReferenceBackend(Backend):
         prompts: Sequence[str] | Sequence[Sequence[int]],
         params: SamplingParams,
         *,
-        top_logprobs: int = 0,
+        top_logprobs: int | None = None,
+        extra_stop_ids: frozenset[int] = frozenset(),
+        max_model_len: int | None = None,
     ) -> tuple[list[SampledSequence], int]:
-        """Sampled sequences (with `top_logprobs` alternatives per token) and the weights version used."""
-        return await self._run(self._sample, prompts, params, top_logprobs)
+        """Sampled sequences (with `top_logprobs` alternatives per token) and the weights version used.
+        `extra_stop_ids` also end a generation (vLLM's stop_token_ids); `max_model_len` caps prompt +
+        generation below the model's own limit."""
+        return await self._run(self._sample, prompts, params, top_logprobs, extra_stop_ids, max_model_len)
 
     def _sample(
-        self, prompts, params: SamplingParams, top_logprobs: int
+        self,
+        prompts,
+        params: SamplingParams,
+        top_logprobs: int | None,
+        extra_stop_ids: frozenset[int],
+        max_len: int | None,
     ) -> tuple[list[SampledSequence], int]:
         from arctic_rl_core.backends.reference.sampler import sample
 
@@ -193,8 +202,8 @@ class ReferenceBackend(Backend):
             ids,
             params,
             generator=self._sampler_rng,
-            stop_ids=self._stop_ids,
-            max_model_len=self.max_model_len,
+            stop_ids=self._stop_ids | extra_stop_ids,
+            max_model_len=self.max_model_len if max_len is None else min(max_len, self.max_model_len),
             top_logprobs=top_logprobs,
         )
         return sequences, self._weights_version
@@ -510,9 +519,10 @@ class ReferenceBackend(Backend):
 
     async def reference_prompt_logprobs(
         self, texts: Sequence[str], top_k: int
-    ) -> list[tuple[list[int], list[dict[int, tuple[float, int]] | None]]]:
-        """vLLM-style prompt log-probs under the reference model: per text its token ids and, per
-        position, None (first token) or {token id: (logprob, rank)} for the actual token and the top k."""
+    ) -> list[tuple[list[int], list[dict[int, tuple[float, int]] | None], int]]:
+        """vLLM-style prompt log-probs under the reference model: per text its token ids, per position
+        None (first token) or {token id: (logprob, rank)} for the actual token and the top k, and the
+        greedy next token."""
         return await self._run(self._reference_prompt_logprobs, list(texts), top_k)
 
     def _reference_prompt_logprobs(self, texts: list[str], top_k: int):
@@ -530,7 +540,7 @@ class ReferenceBackend(Backend):
             raw = torch.log_softmax(logits.float(), dim=-1)
             entries: list[dict[int, tuple[float, int]] | None] = [None]
             entries += [_top_entries(raw[t - 1], ids[t], top_k) for t in range(1, len(ids))]
-            out.append((ids, entries))
+            out.append((ids, entries, int(torch.argmax(raw[-1]))))
         return out
 
     # -- lifecycle ------------------------------------------------------------------------------

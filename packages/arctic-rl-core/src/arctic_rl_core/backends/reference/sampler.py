@@ -38,9 +38,10 @@ def sample(
     generator: torch.Generator,
     stop_ids: frozenset[int],
     max_model_len: int,
-    top_logprobs: int = 0,
+    top_logprobs: int | None = None,
 ) -> list[SampledSequence]:
-    """One completion per prompt. `generator` is used when `params.seed` is None."""
+    """One completion per prompt. `generator` is used when `params.seed` is None. `top_logprobs`
+    (vLLM's `logprobs=k`): per token the sampled token and the k most likely, with ranks."""
     import torch
 
     device = next(model.parameters()).device
@@ -91,7 +92,7 @@ def sample(
                 row = raw[i]
                 generated[i].append(token)
                 logprobs[i].append(float(row[token]))
-                if top_logprobs:
+                if top_logprobs is not None:
                     tops[i].append(_top_entries(row, token, top_logprobs))
                 step_tokens[i, 0] = token
                 finish[i], texts[i] = _finish_state(
@@ -172,7 +173,7 @@ def _choose(
 def _top_entries(row_V: torch.Tensor, token: int, k: int) -> dict[int, tuple[float, int]]:
     import torch
 
-    values, ids = torch.topk(row_V, k)
+    values, ids = torch.topk(row_V, k) if k > 0 else (row_V[:0], torch.zeros(0, dtype=torch.long))
     entries = {int(t): (float(v), rank + 1) for rank, (v, t) in enumerate(zip(values, ids, strict=True))}
     if token not in entries:
         rank = int((row_V > row_V[token]).sum()) + 1

@@ -1,0 +1,725 @@
+"""The Arctic on-prem HTTP API (arctic-platform 0.1.4's routes, bodies and response shapes) in front
+of one `ReferenceBackend`, with aiohttp and arctic-platform's DSSST1 codec for binary bodies.
+
+Jobs: `/initialize` creates `sampling`, `log_prob` and `training` jobs that share one engine (built
+on the first job, seeded from it); `model_name` is `REFERENCE_MODEL_NAME` or a local model
+directory. A training job needs `checkpoint_path` (as on the server) and may carry a `ds_config`
+whose optimizer/schedule/clipping/accumulation keys are honoured (`deepspeed_mapping`). A
+`log_prob` job with a `ds_config` is a DeepSpeed reference engine (`/forward`, tensor `/log-probs`);
+without one it is vLLM-like (`/log-probs` returns prompt log-probs); both use the frozen initial
+weights. Every data route takes `?job_id=`. Errors come back as JSON `{"detail": ...}`: 400 bad
+input, 404 unknown job, 409 wrong state, 422 unreadable body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import re
+import shutil
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from arctic_rl_core.backends.protocol import SamplingParams
+from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from arctic_rl_core.backends.reference.engine import ReferenceBackend
+
+logger = logging.getLogger(__name__)
+
+REFERENCE_MODEL_NAME = "arctic-rl/reference-tiny"
+JOB_TYPES = ("training", "sampling", "log_prob")
+MAX_BODY_BYTES = 1 << 30
+VLLM_DEFAULT_MAX_TOKENS = 16
+# vLLM sampling keys accepted only at their default (no effect), so that clients sending a full dict work.
+VLLM_NEUTRAL: dict[str, Any] = {
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "min_p": 0.0,
+    "min_tokens": 0,
+    "ignore_eos": False,
+    "skip_special_tokens": True,
+    "spaces_between_special_tokens": True,
+    "include_stop_str_in_output": False,
+    "detokenize": True,
+    "prompt_logprobs": None,
+    "logit_bias": None,
+    "best_of": None,
+    "truncate_prompt_tokens": None,
+}
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+@dataclass
+class Job:
+    job_id: int
+    job_type: str
+    info: dict[str, Any]
+    cuda_ipc: bool = False
+    low_memory: bool = False
+    deepspeed: bool = False  # log_prob job: DeepSpeed reference engine (else vLLM-like)
+    max_model_len: int | None = None  # sampling job: vllm_config.max_model_len
+
+
+@dataclass
+class ServerState:
+    jobs: dict[int, Job] = field(default_factory=dict)
+    next_job_id: int = 1
+    engine: ReferenceBackend | None = None
+    engine_seed: int | None = None
+    engine_model: str | None = None
+
+
+class ReferenceServer:
+    """Routes of the on-prem server over one reference engine (`application()` builds the aiohttp app)."""
+
+    def __init__(self, settings: ReferenceEngineSettings | None = None) -> None:
+        self.settings = settings or ReferenceEngineSettings()
+        self.state = ServerState()
+        self._lock = asyncio.Lock()
+
+    def application(self) -> web.Application:
+        from aiohttp import web
+
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        routes: list[tuple[str, str, Callable[[web.Request], Awaitable[Any]]]] = [
+            ("GET", "/health", self.health),
+            ("GET", "/status", self.status),
+            ("GET", "/job/{job_id}", self.job),
+            ("POST", "/initialize", self.initialize),
+            ("POST", "/destroy", self.destroy),
+            ("POST", "/forward-backward", self.forward_backward),
+            ("POST", "/forward", self.forward),
+            ("POST", "/step", self.step),
+            ("POST", "/generate", self.generate),
+            ("POST", "/log-probs", self.log_probs),
+            ("POST", "/operation", self.operation),
+            ("POST", "/weight-sync", self.weight_sync),
+            ("POST", "/reset-prefix-cache", self.reset_prefix_cache),
+            ("POST", "/sleep-inference", self.sleep_inference),
+            ("POST", "/wake-inference", self.wake_inference),
+            ("POST", "/sleep-training", self.sleep_training),
+            ("POST", "/wake-training", self.wake_training),
+            ("POST", "/save", self.save),
+            ("POST", "/load-checkpoint", self.load_checkpoint),
+            ("POST", "/weight-norm", self.weight_norm),
+        ]
+        for method, path, handler in routes:
+            app.router.add_route(method, path, _guarded(handler))
+        app.on_cleanup.append(lambda _app: self.close())
+        return app
+
+    async def close(self) -> None:
+        engine, self.state.engine = self.state.engine, None
+        if engine is not None:
+            await engine.shutdown()
+
+    # -- jobs -----------------------------------------------------------------------------------
+    async def health(self, request: web.Request) -> Any:
+        return {"status": "OK"}
+
+    async def status(self, request: web.Request) -> Any:
+        return {
+            "engine": None if self.state.engine is None else self.settings.model_dump(mode="json"),
+            "jobs": {str(jid): job.info for jid, job in self.state.jobs.items()},
+        }
+
+    async def job(self, request: web.Request) -> Any:
+        try:
+            job_id = int(request.match_info["job_id"])
+        except ValueError:
+            raise HTTPError(422, f"job id {request.match_info['job_id']!r} is not an integer") from None
+        return self._job(job_id, JOB_TYPES).info
+
+    async def initialize(self, request: web.Request) -> Any:
+        body = await _json_body(request, required=True)
+        if not isinstance(body, Mapping) or not isinstance(body.get("model_name"), str):
+            raise HTTPError(422, "/initialize needs a JSON object with model_name (str) and job_type")
+        job_type = body.get("job_type", "training")
+        if job_type not in JOB_TYPES:
+            raise HTTPError(400, f"Unknown job type: {job_type}")
+        for other in self.state.jobs.values():
+            if other.job_type == job_type:
+                raise HTTPError(409, f"{job_type.capitalize()} job already running")
+        if body.get("training_config") is not None:
+            raise HTTPError(400, "training_config is not supported by the reference server: send ds_config")
+        seed = body.get("seed")
+        seed = 42 if seed is None else seed
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise HTTPError(422, f"seed={seed!r}: must be an integer")
+        async with self._lock:
+            engine = await self._engine_for(body["model_name"], seed)
+            job_id = self.state.next_job_id
+            job = Job(job_id, job_type, {})
+            info: dict[str, Any] = {
+                "job_id": job_id,
+                "job_type": job_type,
+                "model_name": body["model_name"],
+                "status": "RUNNING",
+                "checkpoint_path": None,
+                "sync_path": None,
+                "sp_size": 1,
+            }
+            if job_type == "training":
+                await self._init_training(engine, body, job, info)
+            elif job_type == "sampling":
+                job.max_model_len = _max_model_len(body.get("vllm_config"), engine.max_model_len)
+            else:
+                job.deepspeed = body.get("ds_config") is not None
+                info["engine"] = "deepspeed" if job.deepspeed else "vllm"
+            job.info = info
+            self.state.jobs[job_id] = job
+            self.state.next_job_id += 1
+        return {"job_id": job_id, "job_type": job_type, "running": True}
+
+    async def _engine_for(self, model_name: str, seed: int) -> ReferenceBackend:
+        from arctic_rl_core.backends.reference.engine import ReferenceBackend
+
+        if self.state.engine is not None:
+            if model_name != self.state.engine_model or seed != self.state.engine_seed:
+                raise HTTPError(
+                    400,
+                    f"model_name={model_name!r} seed={seed} but the running jobs share one reference engine with "
+                    f"model_name={self.state.engine_model!r} seed={self.state.engine_seed}: use the same values",
+                )
+            return self.state.engine
+        settings = self.settings.model_copy(update={"seed": seed})
+        if model_name != REFERENCE_MODEL_NAME:
+            if not Path(model_name).is_dir():
+                raise HTTPError(
+                    400,
+                    f"model_name={model_name!r}: the reference server serves {REFERENCE_MODEL_NAME!r} (its configured "
+                    "tiny model) or a local model directory; it never downloads",
+                )
+            model = settings.model.model_copy(update={"model_path": model_name})
+            settings = settings.model_copy(update={"model": model})
+        engine = await asyncio.to_thread(ReferenceBackend, settings)
+        self.state.engine, self.state.engine_seed, self.state.engine_model = engine, seed, model_name
+        return engine
+
+    async def _init_training(
+        self, engine: ReferenceBackend, body: Mapping[str, Any], job: Job, info: dict
+    ) -> None:
+        from arctic_rl_core.backends.reference.deepspeed_mapping import training_overrides
+
+        if body.get("checkpoint_path") is None:
+            raise HTTPError(400, "checkpoint_path is required for training jobs")
+        ds_config = body.get("ds_config")
+        if ds_config is not None:
+            if not isinstance(ds_config, Mapping):
+                raise HTTPError(422, "ds_config must be a JSON object")
+            overrides = training_overrides(
+                ds_config, dp_size=engine.settings.dp_size, defaults=engine.settings.optimizer
+            )
+            await engine.configure_training(
+                optimizer=overrides.optimizer,
+                schedule=overrides.schedule,
+                grad_accum_steps=overrides.grad_accum_steps,
+            )
+        directory = Path(body["checkpoint_path"]) / f"arctic_rl_job_{job.job_id}"
+        directory.mkdir(parents=True, exist_ok=True)
+        info["checkpoint_path"] = str(directory)
+        info["sync_path"] = str(directory / "weight_sync.pt")
+        job.cuda_ipc, job.low_memory = bool(body.get("cuda_ipc", False)), bool(body.get("low_memory", False))
+        info["cuda_ipc"], info["low_memory"] = job.cuda_ipc, job.low_memory
+
+    async def destroy(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        await _json_body(request, required=False)
+        async with self._lock:
+            if self.state.jobs.pop(job_id, None) is None:
+                raise HTTPError(404, f"Job {job_id} not found")
+            if not self.state.jobs:
+                await self.close()
+        return {"job_id": job_id}
+
+    def _job(self, job_id: int, types: tuple[str, ...] | str) -> Job:
+        types = (types,) if isinstance(types, str) else types
+        job = self.state.jobs.get(job_id)
+        if job is None:
+            raise HTTPError(404, f"Job {job_id} not found")
+        if job.job_type not in types:
+            raise HTTPError(400, f"Job {job_id} is not a {', '.join(types)} job")
+        assert self.state.engine is not None
+        return job
+
+    @property
+    def engine(self) -> ReferenceBackend:
+        assert self.state.engine is not None
+        return self.state.engine
+
+    # -- training ---------------------------------------------------------------------------------
+    async def forward_backward(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        self._job(job_id, "training")
+        payload = await _wire_body(request)
+        result = await self.engine.train(payload)
+        response: dict[str, Any] = {
+            "job_id": job_id,
+            "metrics": result.output.metrics,
+            "avg_loss": result.output.loss,
+        }
+        if result.logprobs_B_S is not None:
+            response["batch"] = {"logprobs": result.logprobs_B_S}
+            if result.entropy_B_S is not None:
+                response["batch"]["entropy"] = result.entropy_B_S
+        return _Wire(response)
+
+    async def forward(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        job = self._job(job_id, ("training", "log_prob"))
+        if job.job_type == "log_prob" and not job.deepspeed:
+            raise HTTPError(
+                400, f"Job {job_id} (log_prob) has no DeepSpeed workers: create it with a ds_config"
+            )
+        payload = await _wire_body(request)
+        out = await self.engine.forward(payload, reference_model=job.job_type == "log_prob")
+        batch: dict[str, Any] = {"logprobs": out.logprobs_B_S}
+        if out.entropy_B_S is not None:
+            batch["entropy"] = out.entropy_B_S
+        return _Wire({"job_id": job_id, "batch": batch, "metrics": {}, "avg_loss": 0.0})
+
+    async def step(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        self._job(job_id, "training")
+        body = await _json_body(request, required=False) or {}
+        unknown = sorted(set(body) - {"learning_rate"})
+        if unknown:
+            raise HTTPError(422, f"/step body has unknown keys {unknown}")
+        out = await self.engine.step(body.get("learning_rate"))
+        metrics = {"last_lr": out.learning_rate, "grad_norm": out.grad_norm}
+        return {"job_id": job_id, "metrics": _per_rank(metrics, self.engine.settings.dp_size), "batch": {}}
+
+    async def save(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        job = self._job(job_id, "training")
+        body = await _json_body(request, required=False) or {}
+        allowed = {
+            "checkpoint_id",
+            "checkpoint_type",
+            "path",
+            "step",
+            "export_hf",
+            "save_total_limit",
+            "stage_info",
+        }
+        unknown = sorted(set(body) - allowed)
+        if unknown:
+            raise HTTPError(422, f"/save body has unknown keys {unknown}")
+        if body.get("checkpoint_type", "resumable") != "resumable":
+            raise HTTPError(
+                400, f"checkpoint_type={body['checkpoint_type']!r}: the reference saves 'resumable' only"
+            )
+        root = Path(body.get("path") or job.info["checkpoint_path"])
+        step = body.get("step")
+        path = root / f"checkpoint-{int(step)}" if step is not None else root
+        extra = {"checkpoint_id": body.get("checkpoint_id"), "stage_info": body.get("stage_info")}
+        export_hf = bool(body.get("export_hf", False))
+        global_step = await self.engine.save_to(path, export_hf=export_hf, extra=extra)
+        if step is not None:
+            (root / "latest").write_text(str(int(step)), encoding="utf-8")
+        limit = body.get("save_total_limit")
+        if limit is not None and int(limit) > 0:
+            _prune_checkpoints(root, int(limit))
+        hf_path = str(path / "hf") if export_hf else None
+        return {"job_id": job_id, "path": str(path), "hf_path": hf_path, "global_step": global_step}
+
+    async def load_checkpoint(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        job = self._job(job_id, "training")
+        body = await _json_body(request, required=False) or {}
+        unknown = sorted(set(body) - {"path", "step"})
+        if unknown:
+            raise HTTPError(422, f"/load-checkpoint body has unknown keys {unknown}")
+        path = Path(body.get("path") or job.info["checkpoint_path"])
+        if body.get("step") is not None:
+            path = path / f"checkpoint-{int(body['step'])}"
+        elif body.get("path") is None and (path / "latest").is_file():
+            path = path / f"checkpoint-{int((path / 'latest').read_text().strip())}"
+        global_step = await self.engine.load_from(path)
+        return {"job_id": job_id, "path": str(path), "global_step": global_step}
+
+    # -- sampling ---------------------------------------------------------------------------------
+    async def generate(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        job = self._job(job_id, "sampling")
+        body = await _wire_body(request)
+        unknown = sorted(set(body) - {"prompts", "sampling_params", "routing_key", "strict"})
+        if unknown:
+            raise HTTPError(422, f"/generate body has unknown keys {unknown}")
+        prompts = body.get("prompts")
+        if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+            raise HTTPError(
+                422, "prompts must be a list of strings (the on-prem server takes text prompts only)"
+            )
+        params, top, stop_ids = vllm_sampling(body.get("sampling_params"), job.max_model_len or 0)
+        sequences, version = await self.engine.sample(
+            prompts, params, top_logprobs=top, extra_stop_ids=stop_ids, max_model_len=job.max_model_len
+        )
+        results = []
+        for seq in sequences:
+            result: dict[str, Any] = {
+                "text": seq.text,
+                "token_ids": list(seq.token_ids),
+                "finish_reason": seq.finish_reason.value,
+                "prompt_len": len(seq.prompt_ids),
+                "generation_len": len(seq.token_ids),
+                "prefix_cache_len": 0,
+                "weights_version": version,
+            }
+            if top is not None:
+                result["logprobs"] = [_logprob_entries(entries) for entries in seq.top_logprobs]
+            results.append(result)
+        return _Wire({"job_id": job_id, "results": results})
+
+    async def log_probs(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        job = self._job(job_id, "log_prob")
+        body = await _json_body(request, required=True)
+        prompts, completions = body.get("prompts"), body.get("completions")
+        if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+            raise HTTPError(422, "prompts must be a list of strings")
+        if completions is not None and (
+            not isinstance(completions, list) or len(completions) != len(prompts)
+        ):
+            raise HTTPError(422, "completions must be a list of strings, one per prompt")
+        texts = (
+            [p + c for p, c in zip(prompts, completions, strict=True)] if completions is not None else prompts
+        )
+        if job.deepspeed:
+            results: Any = await self.engine.reference_token_logprobs(texts)
+        else:
+            top_k = int(body.get("top_k", 1))
+            results = []
+            for ids, entries, next_token in await self.engine.reference_prompt_logprobs(texts, top_k):
+                results.append(
+                    {
+                        "text": self.engine.tokenizer.decode([next_token], skip_special_tokens=True),
+                        "token_ids": [next_token],
+                        "finish_reason": "length",
+                        "prompt_len": len(ids),
+                        "generation_len": 1,
+                        "prefix_cache_len": 0,
+                        "prompt_logprobs": [None if e is None else _logprob_entries(e) for e in entries],
+                    }
+                )
+        return _Wire({"job_id": job_id, "results": results})
+
+    # -- weight sync, caches, sleep/wake ------------------------------------------------------------
+    async def operation(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        body = await _json_body(request, required=True)
+        if not isinstance(body, Mapping) or "operation_type" not in body:
+            raise HTTPError(422, "/operation needs a JSON object with operation_type")
+        payload = body.get("payload") or {}
+        kind = body["operation_type"]
+        if kind == "weight-sync":
+            return await self._weight_sync(job_id, payload)
+        if kind == "reset-prefix-cache":
+            return await self._reset_prefix_cache(job_id)
+        if kind == "sleep-inference":
+            return await self._sleep_inference(job_id, payload.get("level", 1))
+        if kind == "wake-inference":
+            return await self._wake_inference(job_id, payload.get("tags"))
+        raise HTTPError(400, f"unknown operation_type {kind!r}")
+
+    async def weight_sync(self, request: web.Request) -> Any:
+        return await self._weight_sync(_job_id(request), await _json_body(request, required=True))
+
+    async def _weight_sync(self, job_id: int, payload: Mapping[str, Any]) -> Any:
+        unknown = sorted(set(payload) - {"source_sub_job_id", "target_sub_job_ids", "cuda_ipc", "low_memory"})
+        if unknown:
+            raise HTTPError(422, f"weight-sync payload has unknown keys {unknown}")
+        try:
+            source, targets = int(payload["source_sub_job_id"]), list(payload["target_sub_job_ids"])
+        except (KeyError, TypeError, ValueError):
+            raise HTTPError(422, "weight-sync needs source_sub_job_id and target_sub_job_ids") from None
+        training = self._job(source, "training")
+        for target in targets:
+            self._job(int(target), "sampling")
+        cuda_ipc = payload.get("cuda_ipc")
+        low_memory = payload.get("low_memory")
+        report = await self.engine.sync_weights_detailed(
+            cuda_ipc=training.cuda_ipc if cuda_ipc is None else bool(cuda_ipc),
+            low_memory=training.low_memory if low_memory is None else bool(low_memory),
+        )
+        del job_id
+        return {
+            "job_id": source,
+            "status": "ok",
+            "weights_version": report.weights_version,
+            "num_buckets": report.transfer.num_buckets,
+            "num_bytes": report.transfer.num_bytes,
+        }
+
+    async def reset_prefix_cache(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        await _json_body(request, required=False)
+        return await self._reset_prefix_cache(job_id)
+
+    async def _reset_prefix_cache(self, job_id: int) -> Any:
+        self._job(job_id, "sampling")
+        await self.engine.reset_prefix_cache()
+        return {"job_id": job_id, "sampling": {"status": "ok"}}
+
+    async def sleep_inference(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        body = await _json_body(request, required=False)
+        level = request.query.get("level", 1)
+        if isinstance(body, Mapping) and body.get("level") is not None:
+            level = body["level"]
+        return await self._sleep_inference(job_id, level)
+
+    async def _sleep_inference(self, job_id: int, level: Any) -> Any:
+        self._job(job_id, "sampling")
+        try:
+            level = int(level)
+        except (TypeError, ValueError):
+            raise HTTPError(422, f"level={level!r}: must be 1 or 2") from None
+        await self.engine.sleep_inference(level)
+        return {"job_id": job_id, "sampling": {"state": "asleep", "level": level}}
+
+    async def wake_inference(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        body = await _json_body(request, required=False)
+        tags = body.get("tags") if isinstance(body, Mapping) else body
+        return await self._wake_inference(job_id, tags)
+
+    async def _wake_inference(self, job_id: int, tags: Any) -> Any:
+        self._job(job_id, "sampling")
+        if tags is not None and (not isinstance(tags, list) or not all(isinstance(t, str) for t in tags)):
+            raise HTTPError(422, f"tags={tags!r}: send a list of 'weights' / 'kv_cache', or no body")
+        await self.engine.wake_inference(tags)
+        state = await self.engine.state()
+        return {"job_id": job_id, "sampling": {"state": state.inference.value, "tags": tags}}
+
+    async def sleep_training(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        self._job(job_id, "training")
+        body = await _json_body(request, required=False)
+        mode = request.query.get("mode", "all")
+        if isinstance(body, Mapping) and body.get("mode") is not None:
+            mode = str(body["mode"])
+        await self.engine.sleep_training(mode)
+        return {"job_id": job_id, "workers": [{"state": mode}] * self.engine.settings.dp_size}
+
+    async def wake_training(self, request: web.Request) -> Any:
+        job_id = _job_id(request)
+        self._job(job_id, "training")
+        await _json_body(request, required=False)
+        await self.engine.wake_training()
+        return {"job_id": job_id, "workers": [{"state": "awake"}] * self.engine.settings.dp_size}
+
+    async def weight_norm(self, request: web.Request) -> Any:
+        body = await _json_body(request, required=True)
+        self._job(int(body["training_job_id"]), "training")
+        self._job(int(body["sampling_job_id"]), "sampling")
+        trainer, sampler = self.engine.trainer_parameters(), self.engine.sampler_parameters()
+        return {
+            "training_norm": math.sqrt(sum(float((p.double() ** 2).sum()) for p in trainer.values())),
+            "sampling_norm": math.sqrt(sum(float((p.double() ** 2).sum()) for p in sampler.values())),
+            "training_num_params": sum(p.numel() for p in trainer.values()),
+            "sampling_num_params": sum(p.numel() for p in sampler.values()),
+        }
+
+
+# ------------------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Wire:
+    """A response body to send as DSSST1 octet-stream."""
+
+    obj: Any
+
+
+def _guarded(
+    handler: Callable[[web.Request], Awaitable[Any]],
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def route(request: web.Request) -> web.Response:
+        from aiohttp import web
+        from arctic_platform import wire
+
+        from arctic_rl_core.backends.reference.sleep_state import BackendStateError
+
+        try:
+            result = await handler(request)
+        except HTTPError as err:
+            return web.json_response({"detail": err.detail}, status=err.status)
+        except BackendStateError as err:
+            return web.json_response({"detail": str(err)}, status=409)
+        except FileNotFoundError as err:
+            return web.json_response({"detail": str(err)}, status=404)
+        except (ValueError, RuntimeError) as err:
+            return web.json_response({"detail": str(err)}, status=400)
+        except Exception as err:  # report, never kill the server
+            logger.exception("%s %s failed", request.method, request.path)
+            return web.json_response({"detail": f"{type(err).__name__}: {err}"}, status=500)
+        if isinstance(result, _Wire):
+            return web.Response(body=wire.dumps(result.obj), content_type="application/octet-stream")
+        return web.json_response(result)
+
+    return route
+
+
+def _job_id(request: web.Request) -> int:
+    raw = request.query.get("job_id")
+    if raw is None:
+        raise HTTPError(422, f"{request.path} needs the job_id query parameter")
+    try:
+        return int(raw)
+    except ValueError:
+        raise HTTPError(422, f"job_id={raw!r} is not an integer") from None
+
+
+async def _json_body(request: web.Request, *, required: bool) -> Any:
+    raw = await request.read()
+    if not raw:
+        if required:
+            raise HTTPError(422, f"{request.path} needs a JSON body")
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise HTTPError(422, f"{request.path}: the body is not JSON") from None
+
+
+async def _wire_body(request: web.Request) -> Any:
+    from arctic_platform import wire
+
+    raw = await request.read()
+    try:
+        body = wire.loads(raw)
+    except Exception as err:
+        raise HTTPError(422, f"{request.path}: the body is not a DSSST1 frame ({err})") from None
+    if not isinstance(body, dict):
+        raise HTTPError(422, f"{request.path}: the body must decode to a dict")
+    return body
+
+
+def vllm_sampling(
+    params: Mapping[str, Any] | None, max_model_len: int
+) -> tuple[SamplingParams, int | None, frozenset[int]]:
+    """A vLLM `sampling_params` dict -> (SamplingParams, logprobs k or None, extra stop token ids)."""
+    params = dict(params or {})
+    known = {"n", "max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "logprobs", "stop_token_ids"}
+    for key, value in params.items():
+        if key in known:
+            continue
+        if key in VLLM_NEUTRAL:
+            if value != VLLM_NEUTRAL[key] and not (key == "best_of" and value == 1):
+                raise HTTPError(
+                    400, f"sampling_params.{key}={value!r} is not supported by the reference sampler"
+                )
+            continue
+        raise HTTPError(
+            400, f"sampling_params.{key} is not a vLLM sampling parameter the reference sampler knows"
+        )
+    if params.get("n") not in (None, 1):
+        raise HTTPError(
+            400,
+            f"sampling_params.n={params['n']}: the server returns one output per prompt; replicate prompts",
+        )
+    max_tokens = params.get("max_tokens", VLLM_DEFAULT_MAX_TOKENS)
+    if max_tokens is None:
+        max_tokens = max(1, max_model_len)
+    temperature = float(params.get("temperature", 1.0) if params.get("temperature") is not None else 1.0)
+    top_k = params.get("top_k")
+    stop = params.get("stop")
+    stop = () if stop is None else (stop,) if isinstance(stop, str) else tuple(stop)
+    logprobs = params.get("logprobs")
+    try:
+        sampling = SamplingParams(
+            max_tokens=int(max_tokens),
+            temperature=0.0 if temperature < 1e-5 else temperature,
+            top_p=1.0 if params.get("top_p") is None else float(params["top_p"]),
+            top_k=-1 if top_k in (None, 0, -1) else int(top_k),
+            stop=stop,
+            seed=params.get("seed"),
+            logprobs=logprobs is not None,
+        )
+    except ValueError as err:
+        raise HTTPError(400, f"sampling_params: {err}") from None
+    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
+        raise HTTPError(400, f"sampling_params.logprobs={logprobs!r}: must be an integer >= 0")
+    stop_ids = frozenset(int(t) for t in (params.get("stop_token_ids") or ()))
+    return sampling, logprobs, stop_ids
+
+
+def _logprob_entries(entries: Mapping[int, tuple[float, int]]) -> dict[int, dict[str, float | int]]:
+    return {token: {"logprob": lp, "rank": rank} for token, (lp, rank) in entries.items()}
+
+
+def _max_model_len(vllm_config: Any, model_limit: int) -> int | None:
+    if not isinstance(vllm_config, Mapping) or vllm_config.get("max_model_len") is None:
+        return None
+    value = int(vllm_config["max_model_len"])
+    if value > model_limit:
+        raise HTTPError(
+            400,
+            f"vllm_config.max_model_len={value} exceeds the reference model's max_position_embeddings={model_limit}",
+        )
+    return value
+
+
+def _per_rank(metrics: dict[str, float], dp_size: int) -> dict[str, Any]:
+    """The server merges per-rank step metrics: scalars with one rank, lists with several."""
+    return metrics if dp_size == 1 else {k: [v] * dp_size for k, v in metrics.items()}
+
+
+def _prune_checkpoints(root: Path, keep: int) -> None:
+    found = sorted(
+        (int(m.group(1)), child)
+        for child in root.iterdir()
+        if child.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", child.name))
+    )
+    for _, child in found[:-keep]:
+        shutil.rmtree(child, ignore_errors=True)
+
+
+async def serve(
+    settings: ReferenceEngineSettings,
+    host: str,
+    port: int,
+    *,
+    on_ready: Callable[[str, int], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the server until `stop` is set (or SIGINT/SIGTERM when `stop` is None)."""
+    import signal
+
+    from aiohttp import web
+
+    server = ReferenceServer(settings)
+    runner = web.AppRunner(server.application(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+    if on_ready is not None:
+        on_ready(host, bound)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()

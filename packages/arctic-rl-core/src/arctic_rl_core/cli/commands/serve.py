@@ -1,0 +1,83 @@
+"""`arctic-rl serve --reference`: the CPU reference engine behind the Arctic on-prem HTTP API, so the
+real arctic-platform client (or any adapter) can drive it. Binds to loopback unless told otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="Serve the reference backend over the Arctic on-prem HTTP API.",
+        description=(
+            "Serve the reference backend (tiny CPU model) with the Arctic on-prem server's routes. Jobs name the "
+            "model 'arctic-rl/reference-tiny' (or a local model directory). --port 0 picks a free port; the "
+            "'listening on' line says which."
+        ),
+    )
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="serve the reference backend (the only server this command runs)",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=8000, help="port to bind; 0 picks a free one (default: 8000)"
+    )
+    parser.add_argument(
+        "--config", default=None, help="an arctic-rl config file (YAML/TOML) for the engine settings"
+    )
+    parser.add_argument(
+        "--dp-size", type=int, default=None, help="simulated data-parallel ranks (overrides the config)"
+    )
+    parser.add_argument(
+        "--num-threads", type=int, default=None, help="torch CPU threads of the server process"
+    )
+    parser.add_argument(
+        "overrides", nargs="*", default=[], help="config overrides, key=value (with --config or alone)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.reference:
+        print(
+            "arctic-rl serve: only --reference is implemented (the Arctic server itself is "
+            "`python -m arctic_platform.common.http_server` on a GPU node)",
+            file=sys.stderr,
+        )
+        return 2
+    import asyncio
+
+    from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, serve
+    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+
+    if args.config is not None or args.overrides:
+        from arctic_rl_core.config import ConfigError, load_config
+
+        try:
+            settings = ReferenceEngineSettings.from_config(load_config(args.config, args.overrides))
+        except ConfigError as err:
+            print(f"arctic-rl serve: {err}", file=sys.stderr)
+            return 2
+    else:
+        settings = ReferenceEngineSettings()
+    update = {}
+    if args.dp_size is not None:
+        update["dp_size"] = args.dp_size
+    if args.num_threads is not None:
+        update["num_threads"] = args.num_threads
+    settings = ReferenceEngineSettings.model_validate({**settings.model_dump(), **update})
+
+    def ready(host: str, port: int) -> None:
+        print(
+            f"arctic-rl reference server ({REFERENCE_MODEL_NAME}) listening on http://{host}:{port}",
+            flush=True,
+        )
+
+    asyncio.run(serve(settings, args.host, args.port, on_ready=ready))
+    return 0
