@@ -300,6 +300,7 @@ class ArcticBackend(Backend):
         finally:
             if self._owns_jobs:
                 await asyncio.to_thread(arctic_compat.destroy_jobs, self._client)
+            await asyncio.to_thread(arctic_compat.release_connections, self._client)
 
     @property
     def owns_jobs(self) -> bool:

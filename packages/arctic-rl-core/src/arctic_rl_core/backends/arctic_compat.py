@@ -198,6 +198,20 @@ def destroy_jobs(client: Any) -> None:
     client.transport.shutdown()
 
 
+def release_connections(client: Any) -> None:
+    """Free the client's connections without destroying any job. BLOCKING.
+
+    A reattached Ray transport's `shutdown()` only closes its private loop (0.1.4 skips the
+    destroy in reconnect mode); HTTP transports keep a `requests` session to close. Other
+    transports' `shutdown()` would destroy the jobs, so it is not called here."""
+    transport = client.transport
+    if getattr(transport, "_reconnect", False):
+        transport.shutdown()
+    session = getattr(transport, "session", None)
+    if session is not None and callable(getattr(session, "close", None)):
+        session.close()
+
+
 def reconnect_config(client: Any) -> Any:
     """A config that reattaches to the client's jobs (job ids set: no job creation, no HTTP)."""
     return client.reconnect_config()
