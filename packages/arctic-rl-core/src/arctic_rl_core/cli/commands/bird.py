@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -39,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-descriptions", action="store_true", help="leave column descriptions out of the schema (shorter)"
     )
     prep.add_argument("--env-class", default="bird", help="env_class column value for SkyRL (default: bird)")
-    prep.set_defaults(func=_preprocess)
+    prep.set_defaults(func=_clean_errors("preprocess", _preprocess))
 
     ev = actions.add_parser("eval", help="Official execution accuracy (EX) of predicted SQL, by difficulty.")
     ev.add_argument("--pred", required=True, help="predictions: official JSON or JSONL {question_id, sql}")
@@ -53,13 +54,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-rows", type=int, default=1_000_000, help="most distinct rows per result (default 1e6)"
     )
     ev.add_argument("--json", default=None, help="write the report with per-question verdicts here")
-    ev.set_defaults(func=_evaluate)
+    ev.set_defaults(func=_clean_errors("eval", _evaluate))
 
     sample = actions.add_parser(
         "sample", help="Copy the bundled BIRD-format sample (3 databases, 26 questions)."
     )
     sample.add_argument("--out", required=True, help="new directory to write the sample into")
-    sample.set_defaults(func=_sample)
+    sample.set_defaults(func=_clean_errors("sample", _sample))
+
+
+def _clean_errors(
+    action: str, run: Callable[[argparse.Namespace], int]
+) -> Callable[[argparse.Namespace], int]:
+    """Bad input (missing files, malformed data, invalid settings) ends with its message, not a traceback."""
+
+    def wrapped(args: argparse.Namespace) -> int:
+        from pydantic import ValidationError
+
+        from arctic_rl_core.envs.bird.dataset import BirdDataError
+
+        try:
+            return run(args)
+        except (BirdDataError, ValidationError, FileNotFoundError, FileExistsError) as error:
+            raise SystemExit(f"arctic-rl bird {action}: {error}") from error
+
+    return wrapped
 
 
 def _preprocess(args: argparse.Namespace) -> int:
@@ -158,7 +177,7 @@ def _sample(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     if out.exists():
-        raise SystemExit(f"arctic-rl bird sample: --out {out} already exists; pass a new directory")
+        raise FileExistsError(f"--out {out} already exists; pass a new directory")
     shutil.copytree(sample_dir(), out, ignore=shutil.ignore_patterns("SAMPLE_KEY"))
     print(out)
     return 0
