@@ -2,7 +2,7 @@
 
 Public entry points (imported on first use, so `import arctic_rl_core.envs.bird` stays cheap):
 `compute_score`, `compute_score_batch`, `score_batch`, `ScoreRequest`, `BatchScores`,
-`BirdScorer` (from `reward`), `SQLExecutor`, `ExecutorSettings` (from `executor`), and the
+`BirdScorer`, `GoldCache` (from `reward`), `SQLExecutor`, `ExecutorSettings` (from `executor`), and the
 bundled sample in `arctic_rl_core.envs.bird.sample` (`sample_dir()`).
 """
 
@@ -18,6 +18,7 @@ _EXPORTS = {
     "ScoreRequest": "reward",
     "BatchScores": "reward",
     "BirdScorer": "reward",
+    "GoldCache": "reward",
     "Verdict": "reward",
     "SQLExecutor": "executor",
     "ExecutorSettings": "executor",
