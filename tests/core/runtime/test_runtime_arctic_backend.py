@@ -387,6 +387,12 @@ def test_server_error_bodies_are_surfaced():
         # payloads are checked before they are sent
         with pytest.raises(ValueError, match=r"forward\(\) needs processing.loss_fn=None"):
             dispatch.run(backend.forward(bogus))
+        no_ref = ArcticBackend.create(
+            _client_config(server.port, colocate=False).model_copy(update={"log_prob_gpus": 0})
+        )
+        with pytest.raises(ValueError, match="needs a log-prob job: allocate log_prob_gpus > 0"):
+            dispatch.run(no_ref.forward(build_forward_payload(SAMPLES, SPEC), reference_model=True))
+        dispatch.run(no_ref.shutdown())
         dispatch.run(backend.shutdown())
 
 

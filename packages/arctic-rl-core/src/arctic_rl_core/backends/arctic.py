@@ -159,6 +159,11 @@ class ArcticBackend(Backend):
                 f"forward() needs processing.loss_fn=None, got {payload.processing['loss_fn']!r}: "
                 "build it with wire.build_forward_payload"
             )
+        if reference_model and getattr(self._client.jobs, "log_prob", None) is None:
+            raise ValueError(
+                "forward(reference_model=True) needs a log-prob job: allocate log_prob_gpus > 0 "
+                "(reference log-probs are computed on a frozen copy of the initial model)"
+            )
         body = {"batch": payload.batch, "meta": payload.meta}
         out = await self._call(
             "forward",
