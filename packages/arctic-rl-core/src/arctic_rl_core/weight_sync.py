@@ -205,8 +205,6 @@ async def _transfer(backend: Backend, policy: WeightSyncPolicy, before: BackendS
             f"{after.weights_version}, trainer_version={after.trainer_version}: the sampler did not take "
             "the trainer's weights"
         )
-    if version < before.weights_version:
-        raise WeightSyncError(f"weights version went backwards: {before.weights_version} -> {version}")
     return version
 
 
