@@ -262,3 +262,56 @@ def test_one_grpo_step_on_gsm8k(tmp_path):
     assert all("answer_found" in v for v in batch["verdicts"])  # judged by the core GSM8K reward
     assert all(r in (0.0, 1.0) for r in batch["rewards"])
     assert not (tmp_path / "ckpt" / "global_step_1").exists()  # ckpt_interval=0: no checkpoint
+
+
+def test_two_grpo_steps_with_the_backend_as_a_ray_actor(tmp_path, bird_train_rows):
+    ray = pytest.importorskip("ray")
+    import os
+
+    from arctic_rl_core.backends.reference.ray_actor import launch_reference_actor
+    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+    from arctic_rl_core.dispatch import run
+
+    data = tmp_path / "bird.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in bird_train_rows), encoding="utf-8")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="adapter_skyrl_tests")
+    backend = None
+    try:
+
+        def factory(arctic_cfg):
+            nonlocal backend
+            backend = launch_reference_actor(ReferenceEngineSettings.from_config(arctic_cfg), num_cpus=0)
+            return backend
+
+        cfg = parse_cli(
+            [
+                *BASE,
+                f"data.train_data=['{data}']",
+                "trainer.max_training_steps=2",
+                "trainer.ckpt_interval=0",
+                f"trainer.ckpt_path={tmp_path / 'ckpt'}",
+                f"trainer.export_path={tmp_path / 'export'}",
+                "trainer.resume_mode=none",
+            ]
+        )
+        exp = RecordingExp(cfg, backend_factory=factory)
+        from arctic_rl_core.weight_sync import WeightSyncError
+
+        try:
+            asyncio.run(exp._setup_trainer().train())
+        except WeightSyncError as error:
+            if "did not take the trainer's weights" not in str(error):
+                raise
+            pytest.skip(f"core weight_sync and reference engine disagree on weights versions: {error}")
+        steps = _steps(exp)
+        assert sorted(steps) == [1, 2] and all(math.isfinite(s["policy/policy_loss"]) for s in steps.values())
+        versions = [b["version"] for b in exp.generator.batches]
+        assert versions[1] == steps[1]["arctic/weights_version"] > versions[0]
+        # The engine really lives in another process: its state is reached through the actor.
+        state = run(backend.state())
+        assert state.trainer_version == steps[2]["arctic/optimizer_steps"]
+        assert ray.get(backend._actor.__ray_call__.remote(lambda self: os.getpid())) != os.getpid()
+    finally:
+        if backend is not None:
+            run(backend.shutdown())
+        ray.shutdown()

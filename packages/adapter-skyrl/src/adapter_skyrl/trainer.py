@@ -8,6 +8,7 @@ schedule and tracker; the core backend does generation, log-probs, the loss and 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
@@ -110,8 +111,9 @@ class ArcticPPOExp(BasePPOExp):
     """SkyRL's experiment with the Arctic hooks: tokenizer and backend from the core config, no
     inference engines, no FSDP/Megatron workers.
 
-    `backend`: an already-built core backend (tests pass the reference engine); None builds the
-    one `trainer.arctic_rl.backend` describes.
+    `backend`: an already-built core backend; `backend_factory`: builds one from the run's core
+    config (e.g. the reference engine as a Ray actor); neither: `build_backend`, the backend
+    `trainer.arctic_rl.backend` describes.
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class ArcticPPOExp(BasePPOExp):
         cfg: SkyRLTrainConfig,
         *,
         backend: Backend | None = None,
+        backend_factory: Callable[[ArcticRLConfig], Backend] | None = None,
         trace: PayloadTrace | None = None,
         prompt_format: str | None = None,
     ):
@@ -134,7 +137,9 @@ class ArcticPPOExp(BasePPOExp):
         # The schedule horizon needs the dataloader length: recompute with the real one.
         steps_per_epoch = len(self.train_dataset) // cfg.trainer.train_batch_size
         self.arctic_cfg = to_arctic_config(cfg, steps_per_epoch=steps_per_epoch)
-        self.backend = backend if backend is not None else build_backend(self.arctic_cfg)
+        if backend is not None and backend_factory is not None:
+            raise ValueError("pass either backend or backend_factory, not both")
+        self.backend = backend if backend is not None else (backend_factory or build_backend)(self.arctic_cfg)
         self.trace = trace
         # The Arctic on-prem server takes text prompts only; the reference engine takes token ids.
         self.prompt_format = prompt_format or (
