@@ -79,3 +79,30 @@ def test_sampling_params_the_backend_cannot_honour_are_rejected():
         to_sampling_params({**SAMPLING, "repetition_penalty": 1.2})
     with pytest.raises(ValueError, match="logprobs=5"):
         to_sampling_params({**SAMPLING, "logprobs": 5})
+
+
+class _OnPremShaped:
+    """The reference engine's completions as the on-prem server returns them: no prompt ids,
+    only `prompt_len` (here one token more than the local tokenisation, as a drifting server)."""
+
+    def __init__(self, engine, extra: int):
+        self.engine, self.extra = engine, extra
+
+    async def generate(self, prompts, params):
+        import dataclasses
+
+        out = await self.engine.generate(prompts, params)
+        completions = [
+            dataclasses.replace(c, prompt_token_ids=None, prompt_len=c.prompt_len + self.extra)
+            for c in out.completions
+        ]
+        return dataclasses.replace(out, completions=completions)
+
+
+@pytest.mark.parametrize(("extra", "drift"), [(0, 0.0), (1, 1.0)])
+def test_drift_from_the_servers_prompt_length_when_it_returns_no_ids(backend, bird_train_rows, extra, drift):
+    generator = ArcticGenerator(_OnPremShaped(backend, extra), backend.tokenizer, prompt_format="text")
+    rows = bird_train_rows[:2]
+    out = asyncio.run(generator.generate(_input(rows)))
+    assert out["rollout_metrics"]["generate/prompt_retokenization_drift"] == drift
+    assert out["prompt_token_ids"] == [generator._local_ids(r["prompt"]) for r in rows]

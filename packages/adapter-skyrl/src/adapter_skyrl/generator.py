@@ -3,8 +3,10 @@ environments (the Arctic ones score through the core rewards).
 
 Token ids used for training are the ones the backend reports: the prompt as the backend tokenised
 it (`Completion.prompt_token_ids`, when it says) and the generated `token_ids`. With text prompts
-(the Arctic on-prem server accepts text only) the chat-templated text is sent and the drift between
-the local tokenisation and the backend's is measured (`generate/prompt_retokenization_drift`).
+(the Arctic on-prem server accepts text only) the chat-templated text is sent and the fraction of
+prompts whose backend tokenisation differs from the local one is reported
+(`generate/prompt_retokenization_drift`; when the server returns only `prompt_len`, a length
+mismatch is what can be detected, and the local ids are trained on).
 """
 
 from __future__ import annotations
@@ -106,8 +108,12 @@ class ArcticGenerator(GeneratorInterface):
 
         prompt_ids, drifted = [], 0
         for local, completion in zip(local_ids, out.completions, strict=True):
-            ids = list(completion.prompt_token_ids) if completion.prompt_token_ids is not None else local
-            drifted += ids != local
+            if completion.prompt_token_ids is not None:
+                ids = list(completion.prompt_token_ids)
+                drifted += ids != local
+            else:  # the on-prem server reports only the length of its tokenisation of the text
+                ids = local
+                drifted += bool(completion.prompt_len) and completion.prompt_len != len(local)
             prompt_ids.append(ids)
         response_ids = [_response_ids(c) for c in out.completions]
         texts = [c.text for c in out.completions]
