@@ -123,6 +123,10 @@ class ReferenceBackend(Backend):
         return int(self.tokenizer.pad_token_id)
 
     @property
+    def device(self) -> torch.device:
+        return next(self._trainer.parameters()).device
+
+    @property
     def global_step(self) -> int:
         return self._global_step
 
@@ -247,7 +251,7 @@ class ReferenceBackend(Backend):
             honour_clip_ratios=self.settings.honour_clip_ratios,
         )
         model = self._reference if reference_model else self._trainer
-        micros = parsed.micro_batches_in_row_order()
+        micros = parsed.to(self.device).micro_batches_in_row_order()
         seq_len = int(micros[0].tensors["input_ids"].shape[1])
         logprobs = torch.zeros((parsed.num_rows, seq_len), dtype=torch.float32)
         entropy = None
@@ -291,6 +295,7 @@ class ReferenceBackend(Backend):
             vocab_size=self.vocab_size,
             honour_clip_ratios=self.settings.honour_clip_ratios,
         )
+        parsed = parsed.to(self.device)
         keep = parsed.return_fwd_batch and parsed.loss_fn == "verl_grpo"
         seq_len = int(parsed.shards[0][0].tensors["input_ids"].shape[1])
         logprobs = torch.zeros((parsed.num_rows, seq_len)) if keep else None
@@ -510,12 +515,13 @@ class ReferenceBackend(Backend):
         import torch
 
         encoded = self.tokenizer(texts, return_tensors="pt", padding=True, padding_side="right")
+        input_ids = encoded["input_ids"].to(self.device)
         with torch.no_grad():
             logits = self._reference(
-                input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"]
+                input_ids=input_ids, attention_mask=encoded["attention_mask"].to(self.device)
             ).logits
         logprobs = torch.log_softmax(logits.float(), dim=-1)[:, :-1]
-        return logprobs.gather(-1, encoded["input_ids"][:, 1:].unsqueeze(-1)).squeeze(-1)
+        return logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1).cpu()
 
     async def reference_prompt_logprobs(
         self, texts: Sequence[str], top_k: int
@@ -536,8 +542,8 @@ class ReferenceBackend(Backend):
             if not ids:
                 raise ValueError("log-probs of an empty text: give at least one token")
             with torch.no_grad():
-                logits = self._reference(input_ids=torch.tensor([ids])).logits[0]
-            raw = torch.log_softmax(logits.float(), dim=-1)
+                logits = self._reference(input_ids=torch.tensor([ids], device=self.device)).logits[0]
+            raw = torch.log_softmax(logits.float(), dim=-1).cpu()
             entries: list[dict[int, tuple[float, int]] | None] = [None]
             entries += [_top_entries(raw[t - 1], ids[t], top_k) for t in range(1, len(ids))]
             out.append((ids, entries, int(torch.argmax(raw[-1]))))

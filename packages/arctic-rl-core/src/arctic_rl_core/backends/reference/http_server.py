@@ -162,28 +162,37 @@ class ReferenceServer:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise HTTPError(422, f"seed={seed!r}: must be an integer")
         async with self._lock:
-            engine = await self._engine_for(body["model_name"], seed)
-            job_id = self.state.next_job_id
-            job = Job(job_id, job_type, {})
-            info: dict[str, Any] = {
-                "job_id": job_id,
-                "job_type": job_type,
-                "model_name": body["model_name"],
-                "status": "RUNNING",
-                "checkpoint_path": None,
-                "sync_path": None,
-                "sp_size": 1,
-            }
-            if job_type == "training":
-                await self._init_training(engine, body, job, info)
-            elif job_type == "sampling":
-                job.max_model_len = _max_model_len(body.get("vllm_config"), engine.max_model_len)
-            else:
-                job.deepspeed = body.get("ds_config") is not None
-                info["engine"] = "deepspeed" if job.deepspeed else "vllm"
-            job.info = info
-            self.state.jobs[job_id] = job
-            self.state.next_job_id += 1
+            fresh = self.state.engine is None
+            try:
+                return await self._create_job(body, job_type, seed)
+            except BaseException:
+                if fresh:  # a failed first job leaves no engine behind
+                    await self.close()
+                raise
+
+    async def _create_job(self, body: Mapping[str, Any], job_type: str, seed: int) -> dict[str, Any]:
+        engine = await self._engine_for(body["model_name"], seed)
+        job_id = self.state.next_job_id
+        job = Job(job_id, job_type, {})
+        info: dict[str, Any] = {
+            "job_id": job_id,
+            "job_type": job_type,
+            "model_name": body["model_name"],
+            "status": "RUNNING",
+            "checkpoint_path": None,
+            "sync_path": None,
+            "sp_size": 1,
+        }
+        if job_type == "training":
+            await self._init_training(engine, body, job, info)
+        elif job_type == "sampling":
+            job.max_model_len = _max_model_len(body.get("vllm_config"), engine.max_model_len)
+        else:
+            job.deepspeed = body.get("ds_config") is not None
+            info["engine"] = "deepspeed" if job.deepspeed else "vllm"
+        job.info = info
+        self.state.jobs[job_id] = job
+        self.state.next_job_id += 1
         return {"job_id": job_id, "job_type": job_type, "running": True}
 
     async def _engine_for(self, model_name: str, seed: int) -> ReferenceBackend:

@@ -118,11 +118,11 @@ def wire_view(values_B_S: torch.Tensor, micro: MicroBatch, parsed: ParsedPayload
     ZoRRo token-aligned with zeros (float32, detached, CPU)."""
     import torch
 
-    values = values_B_S.detach().to(device="cpu", dtype=torch.float32)
+    values = values_B_S.detach().to(torch.float32)
     if parsed.zorro:
-        return token_aligned(values, micro)
-    attention = micro.tensors["attention_mask"].to("cpu").bool()
-    return torch.where(attention, values, torch.full_like(values, float(parsed.pad_token_id)))
+        return token_aligned(values, micro).cpu()
+    attention = micro.tensors["attention_mask"].bool()
+    return torch.where(attention, values, torch.full_like(values, float(parsed.pad_token_id))).cpu()
 
 
 @dataclass(frozen=True)

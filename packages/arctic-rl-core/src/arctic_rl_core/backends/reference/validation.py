@@ -91,6 +91,19 @@ class ParsedPayload:
     def micro_batches_in_row_order(self) -> list[MicroBatch]:
         return sorted((mb for shard in self.shards for mb in shard), key=lambda mb: mb.first_row)
 
+    def to(self, device: torch.device) -> ParsedPayload:
+        """The same payload with every micro-batch tensor on `device`."""
+        import dataclasses
+
+        shards = tuple(
+            tuple(
+                MicroBatch({k: v.to(device) for k, v in mb.tensors.items()}, mb.first_row, mb.prompt_width)
+                for mb in shard
+            )
+            for shard in self.shards
+        )
+        return dataclasses.replace(self, shards=shards)
+
 
 def parse_payload(
     payload: WirePayload | Mapping[str, Any],
