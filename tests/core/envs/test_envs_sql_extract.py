@@ -77,6 +77,11 @@ def test_format_check(response: str, ok: bool) -> None:
         ("SELECT a FROM t WHERE b = '--'", "SELECT a FROM t WHERE b = ''", False),
         ("SELECT a FROM t", "select a from t", False),  # case is kept (conservative)
         ("SELECT 1", "SELECT 1\x00", False),
+        ("SELECT [a  b] FROM t", "SELECT [a b] FROM t", False),
+        ("SELECT 'it''s  x'", "SELECT 'it''s x'", False),  # doubled quote is an escape, not an end
+        ("SELECT a--c\nFROM t", "SELECT a FROM t", True),
+        ("SELECT a/**/FROM t", "SELECT a FROM t", True),
+        ("SELECT 'open  ", "SELECT 'open ", False),  # unterminated literal runs to the end
     ],
 )
 def test_execution_key(left: str, right: str, same: bool) -> None:
@@ -100,4 +105,36 @@ def test_equal_keys_give_equal_results() -> None:
         by_key.setdefault(execution_key(sql), set()).add(frozenset(rows))
     assert len(by_key) == 2
     assert all(len(results) == 1 for results in by_key.values())
+    connection.close()
+
+
+def test_random_texts_with_equal_keys_behave_identically() -> None:
+    import random
+
+    rng = random.Random(7)
+    fragments = ["SELECT", "a", "FROM", "t", "WHERE", "b", "=", "'x  y'", "'--'", "''", '"a"', "[a]", "1"]
+    gaps = [" ", "  ", "\n", "\t", " -- c\n", "/* c */", " /* ; */ "]
+    connection = sqlite3.connect(":memory:")
+    connection.execute("CREATE TABLE t (a INTEGER, b TEXT)")
+    connection.execute("INSERT INTO t VALUES (1, 'x  y'), (2, '--'), (3, '')")
+
+    def outcome(sql: str) -> object:
+        try:
+            return frozenset(connection.execute(sql).fetchall())
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+
+    base = ["SELECT a FROM t WHERE b = 'x  y'", "SELECT a FROM t WHERE b = '--'", "SELECT [a] FROM t"]
+    texts = []
+    for _ in range(300):
+        words = (
+            rng.choice(base).split(" ") if rng.random() < 0.5 else rng.choices(fragments, k=rng.randint(1, 6))
+        )
+        text = "".join(word + rng.choice(gaps) for word in words)
+        texts.append(text + rng.choice(["", ";", " ;", ";;", "; -- end"]))
+    by_key: dict[str, set] = {}
+    for text in texts:
+        by_key.setdefault(execution_key(text), set()).add(outcome(text))
+    assert len(by_key) < len(texts)  # keys do merge texts
+    assert all(len(outcomes) == 1 for outcomes in by_key.values())
     connection.close()

@@ -179,10 +179,18 @@ class BirdScorer:
         # Per rollout: its SQL's execution key (None: no SQL), or the exception that stopped it.
         predicted_keys: list[tuple[str, str] | Exception | None] = []
         first_text: dict[tuple[str, str], str] = {}
+        key_of_text: dict[str, str] = {}  # rollouts repeat texts: compute each key once
+
+        def key_for(db_path: str, sql: str) -> tuple[str, str]:
+            key = key_of_text.get(sql)
+            if key is None:
+                key = key_of_text[sql] = execution_key(sql)
+            return (db_path, key)
+
         for request in requests:
             try:
                 sql = extract_sql(request.solution_str).sql
-                key = None if sql is None else (request.db_path, execution_key(sql))
+                key = None if sql is None else key_for(request.db_path, sql)
                 if key is not None:
                     first_text.setdefault(key, sql)
                 predicted_keys.append(key)
@@ -204,7 +212,7 @@ class BirdScorer:
         cache_hits = 0
         for request in requests:
             for gold_sql in (request.gold_sql, *request.alternative_answers):
-                key = (request.db_path, execution_key(gold_sql))
+                key = key_for(request.db_path, gold_sql)
                 if key in results or key in gold_to_run:
                     continue
                 cache_key = (*key, db_versions[request.db_path])
@@ -234,7 +242,7 @@ class BirdScorer:
                     raise key
                 predicted = None if key is None else results[key]
                 golds = [
-                    results[(request.db_path, execution_key(gold))]
+                    results[key_for(request.db_path, gold)]
                     for gold in (request.gold_sql, *request.alternative_answers)
                 ]
                 verdict = judge(request.solution_str, predicted, golds)

@@ -10,61 +10,37 @@ module rejects it).
 
 from __future__ import annotations
 
-_WHITESPACE = frozenset(" \t\n\r\f")
-_QUOTE_CLOSERS = {"'": "'", '"': '"', "`": "`", "[": "]"}
+import re
 
-
-def _quoted_end(sql: str, start: int) -> int:
-    """Index just past the quoted token that opens at `start` (doubled closers are escapes)."""
-    closer = _QUOTE_CLOSERS[sql[start]]
-    position = start + 1
-    while True:
-        found = sql.find(closer, position)
-        if found < 0:
-            return len(sql)
-        if closer != "]" and sql.startswith(closer * 2, found):
-            position = found + 2
-            continue
-        return found + 1
+# One alternative per lexical unit that matters here. Quoted units run to their closer (a
+# doubled closer is an escape; [...] has none) or, unterminated, to the end of the text.
+_UNITS = re.compile(
+    r"""
+      (?P<quoted> '(?:[^']|'')*'? | "(?:[^"]|"")*"? | `(?:[^`]|``)*`? | \[[^\]]*\]? )
+    | (?P<gap> (?: [ \t\n\r\f]+ | --[^\n]*(?:\n|\Z) | /\*.*?(?:\*/|\Z) )+ )
+    """,
+    re.VERBOSE | re.DOTALL,
+)
 
 
 def execution_key(sql: str) -> str:
     if "\x00" in sql:
         return sql
     pieces: list[str] = []
-    separator_pending = False
-    index = 0
-    length = len(sql)
-    while index < length:
-        char = sql[index]
-        if char in _WHITESPACE:
-            separator_pending = True
-            index += 1
-            continue
-        if sql.startswith("--", index):
-            newline = sql.find("\n", index)
-            index = length if newline < 0 else newline + 1
-            separator_pending = True
-            continue
-        if sql.startswith("/*", index):
-            close = sql.find("*/", index + 2)
-            index = length if close < 0 else close + 2
-            separator_pending = True
-            continue
-        if separator_pending and pieces:
+    position = 0
+    for match in _UNITS.finditer(sql):
+        pieces.append(sql[position : match.start()])
+        if match.group("quoted") is not None:
+            pieces.append(match.group("quoted"))
+        elif 0 < match.start() and match.end() < len(sql):  # a gap at either end is dropped
             pieces.append(" ")
-        separator_pending = False
-        if char in _QUOTE_CLOSERS:
-            end = _quoted_end(sql, index)
-            pieces.append(sql[index:end])
-            index = end
-        else:
-            pieces.append(char)
-            index += 1
+        position = match.end()
+    pieces.append(sql[position:])
     key = "".join(pieces)
     # One trailing semicolon ends the statement and changes nothing ("SELECT 1;" runs as
     # "SELECT 1"); a second one is an empty statement that the sqlite3 module rejects, so
-    # "SELECT 1;;" keeps its own key.
-    if key.endswith(";") and not key[:-1].rstrip().endswith(";"):
-        key = key[:-1].rstrip()
+    # "SELECT 1;;" keeps its own key. (A space right before it can only be a gap: quoted units
+    # end with their closer, or at the end of the text.)
+    if key.endswith(";") and not key[:-1].rstrip(" ").endswith(";"):
+        key = key[:-1].rstrip(" ")
     return key
