@@ -1,0 +1,138 @@
+"""The Arctic dispatch against the reference engine: SkyRL-shaped log-probs, training steps,
+checkpoints, and clear errors for what it does not serve."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from adapter_skyrl.dispatch import CHECKPOINT_MARKER, ArcticWorkerDispatch
+from adapter_skyrl.payload_spec import payload_spec
+from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
+from skyrl.train.dataset.preprocess import convert_prompts_responses_to_batch_tensors
+
+pytest.importorskip("arctic_rl_core.backends.reference.engine", reason="reference engine not landed yet")
+
+SKYRL = [
+    "trainer.placement.colocate_all=false",
+    "generator.inference_engine.enable_ray_prometheus_stats=false",
+    "trainer.algorithm.policy_loss_type=dual_clip",
+    "trainer.arctic_rl.backend.kind=reference",
+    "trainer.arctic_rl.backend.reference.num_layers=1",
+    "trainer.arctic_rl.backend.reference.hidden_size=32",
+    "trainer.arctic_rl.backend.reference.intermediate_size=64",
+    "trainer.arctic_rl.backend.reference.num_attention_heads=2",
+    "trainer.arctic_rl.backend.reference.num_key_value_heads=1",
+    "trainer.train_batch_size=2",
+    "trainer.policy_mini_batch_size=2",
+    "generator.n_samples_per_prompt=2",
+    "trainer.max_prompt_length=32",
+    "generator.sampling_params.max_generate_length=6",
+    "trainer.policy.optimizer_config.lr=0.01",
+]
+
+
+@pytest.fixture
+def setup():
+    from adapter_skyrl.config import parse_cli, to_arctic_config
+    from adapter_skyrl.trainer import build_backend
+    from arctic_rl_core.backends.protocol import SamplingParams
+    from arctic_rl_core.dispatch import run
+    from arctic_rl_core.weight_sync import WeightSyncPolicy
+
+    cfg = parse_cli(SKYRL)
+    arctic = to_arctic_config(cfg, steps_per_epoch=4)
+    backend = build_backend(arctic)
+    spec = payload_spec(arctic, pad_token_id=backend.pad_token_id)
+    dispatch = ArcticWorkerDispatch(cfg, backend, spec, WeightSyncPolicy.from_config(arctic))
+    prompts = [backend.tokenizer.encode(t) for t in ("count the schools", "list movies", "how many", "bikes")]
+    out = run(backend.generate(prompts, SamplingParams(max_tokens=6, temperature=1.0, logprobs=True)))
+    responses = [list(c.token_ids) for c in out.completions]
+    seqs, attn, resp_mask, _r, loss_mask, rollout_lp, _e, _s = convert_prompts_responses_to_batch_tensors(
+        backend.pad_token_id, prompts, responses, [[0.0] * len(r) for r in responses],
+        [[1] * len(r) for r in responses], [list(c.logprobs) for c in out.completions],
+    )  # fmt: skip
+    data = TrainingInputBatch(
+        {"sequences": seqs, "attention_mask": attn, "response_mask": resp_mask, "loss_mask": loss_mask,
+         "rollout_logprobs": rollout_lp}
+    )  # fmt: skip
+    data.metadata = {"response_length": resp_mask.shape[1]}
+    yield dispatch, data
+    run(backend.shutdown())
+
+
+def _logprobs(dispatch, model, data):
+    from skyrl.backends.skyrl_train.distributed.dispatch import loss_fn_outputs_to_tensor
+
+    return loss_fn_outputs_to_tensor(dispatch.forward(model, data).loss_fn_outputs)
+
+
+def test_forward_log_probs_match_the_samplers_in_skyrls_layout(setup):
+    dispatch, data = setup
+    policy = _logprobs(dispatch, "policy", data)
+    assert policy.shape == data["response_mask"].shape
+    mask = data["loss_mask"] > 0
+    # The engine's sampler served the same (initial) weights: identical up to float rounding.
+    assert torch.allclose(policy[mask], data["rollout_logprobs"][mask], atol=1e-4)
+    assert torch.all(policy[~mask] == 0)  # SkyRL's zero fill in front of shorter responses
+    assert torch.equal(_logprobs(dispatch, "ref", data), policy)  # reference = initial weights
+
+
+def test_mini_batch_step_trains_and_counts(setup):
+    dispatch, data = setup
+    old = _logprobs(dispatch, "policy", data)
+    data["action_log_probs"] = old
+    data["base_action_log_probs"] = _logprobs(dispatch, "ref", data)
+    data["advantages"] = torch.where(data["loss_mask"] > 0, torch.tensor([[1.0], [-1.0], [1.0], [-1.0]]), 0.0)
+    (chunk,) = dispatch.stage_data("policy", data, [(0, 4)])
+    out = dispatch.forward_backward_from_staged("policy", chunk)
+    grad_norm = dispatch.optim_step("policy")
+    assert math.isfinite(out.metrics["policy_loss"]) and grad_norm > 0
+    metrics = dispatch.pop_metrics()
+    assert metrics["optimizer_steps"] == 1 and metrics["lr"] == pytest.approx(0.01)
+    assert not torch.equal(_logprobs(dispatch, "policy", data), old)  # the policy moved
+    assert torch.equal(
+        _logprobs(dispatch, "ref", data), data["base_action_log_probs"]
+    )  # the reference did not
+    assert dispatch.get_timing_metrics()["arctic/forward_backward"] > 0
+
+
+def test_checkpoint_round_trip_restores_the_policy(setup, tmp_path):
+    dispatch, data = setup
+    data["action_log_probs"] = _logprobs(dispatch, "policy", data)
+    data["base_action_log_probs"] = _logprobs(dispatch, "ref", data)
+    data["advantages"] = torch.where(data["loss_mask"] > 0, torch.tensor([[1.0], [-1.0], [1.0], [-1.0]]), 0.0)
+    dispatch.forward_backward("policy", data)
+    dispatch.optim_step("policy")
+    dispatch.save_checkpoint("policy", str(tmp_path / "policy"))
+    saved = _logprobs(dispatch, "policy", data)
+    marker = json.loads((tmp_path / "policy" / CHECKPOINT_MARKER).read_text())
+    assert marker["step"] == 1 and marker["backend_subdir"] == "backend"
+    dispatch.forward_backward("policy", data)
+    dispatch.optim_step("policy")
+    assert not torch.equal(_logprobs(dispatch, "policy", data), saved)
+    dispatch.load_checkpoint("policy", str(tmp_path / "policy"))
+    assert torch.equal(_logprobs(dispatch, "policy", data), saved) and dispatch.optimizer_steps == 1
+    with pytest.raises(ValueError, match="load_optimizer_states=False"):
+        dispatch.load_checkpoint("policy", str(tmp_path / "policy"), load_optimizer_states=False)
+
+
+def test_what_the_dispatch_does_not_serve_is_an_error_naming_the_fix(setup):
+    dispatch, data = setup
+    with pytest.raises(ValueError, match=r"trainer\.critic\.model\.path"):
+        dispatch.forward("critic", data)
+    with pytest.raises(NotImplementedError, match="loss_fn"):
+        dispatch.forward_backward("policy", data, loss_fn="cross_entropy")
+    with pytest.raises(NotImplementedError, match="hf_save_interval=-1"):
+        dispatch.save_hf_model("policy", "/tmp/x", None)
+    with pytest.raises(ValueError, match="do not split"):
+        ArcticWorkerDispatch.stage_data(_with_rows_multiple(dispatch, 3), "policy", data, [(0, 4)])
+
+
+def _with_rows_multiple(dispatch, rows: int):
+    import dataclasses
+
+    dispatch.spec = dataclasses.replace(dispatch.spec, grad_accum_steps=rows)
+    return dispatch
