@@ -16,6 +16,7 @@ same read-only execution and verdict code; the verdicts must be identical or the
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sqlite3
 import tempfile
@@ -201,6 +202,7 @@ def run(args: argparse.Namespace) -> BenchResult:
             raise SystemExit(
                 f"arctic-rl bench {NAME}: --{name} must be at least 1, got {getattr(args, name)}"
             )
+    load_before = os.getloadavg()[0]
     rng = random.Random(args.seed)
     settings = ExecutorSettings(num_workers=args.workers)
     with tempfile.TemporaryDirectory(prefix="arctic-rl-bird-bench-") as tmp:
@@ -253,6 +255,8 @@ def run(args: argparse.Namespace) -> BenchResult:
         ],
         notes=[
             f"verdicts identical for all {len(requests)} rollouts; errors {batch.error_counts}",
-            f"fastest of {args.repeats} repeats each; database: {args.orders} orders",
+            f"fastest of {args.repeats} interleaved repeats each; database: {args.orders} orders",
+            f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, on "
+            f"{os.cpu_count()} CPUs (other load takes CPU from the worker pool first)",
         ],
     )
