@@ -183,9 +183,9 @@ def test_real_client_drives_the_reference_server(server, tmp_path, monkeypatch):
         synced = (
             await client.sync_weights()
         )  # wake weights -> operation -> wake kv_cache -> reset prefix cache
-        assert synced["status"] == "ok" and synced["weights_version"] == 1
+        assert synced["status"] == "ok" and synced["weights_version"] == 4  # the trainer's step
         after = await client.generate(PROMPTS[:2], {"max_tokens": 3, "temperature": 0.0})
-        assert [r["weights_version"] for r in after] == [1, 1]
+        assert [r["weights_version"] for r in after] == [4, 4]
 
         saved = await client.save_checkpoint(step=4)
         assert saved["global_step"] == 4 and saved["path"].endswith("checkpoint-4")

@@ -42,18 +42,26 @@ def _use_from_another_process(handle, prompt: str):
 def test_actor_reached_from_a_ray_task(ray_cluster):
     import os
 
+    from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_train_payload
+
     backend = launch_reference_actor(ReferenceEngineSettings(seed=4, num_threads=1))
     try:
         params = SamplingParams(max_tokens=5, temperature=0.0)
         local = asyncio.run(backend.generate(["SELECT name"], params))
-        pid, tokens, used_version, new_version = ray.get(
-            _use_from_another_process.remote(backend.handle(), "SELECT name")
+        spec = PayloadSpec(pad_token_id=0, max_prompt_len=4, max_response_len=3, rollout_n=1, temperature=1.0)
+        sample = RolloutSample(
+            prompt_ids=[11, 12], response_ids=[13, 14], advantages=1.0, old_logprobs=[-7.0, -7.0]
         )
+        train = asyncio.run(backend.forward_backward(build_train_payload([sample], spec)))
+        assert train.loss < 0
+        assert asyncio.run(backend.step()).step == 1
+        task = _use_from_another_process.remote(backend.handle(), "SELECT name")
+        pid, tokens, used_version, new_version = ray.get(task)
         assert pid != os.getpid()
-        assert tokens == local.completions[0].token_ids and used_version == 0
-        assert new_version == 1
+        assert tokens == local.completions[0].token_ids and used_version == 0  # generated before the sync
+        assert new_version == 1  # the trainer's step
         state = asyncio.run(backend.state())  # the actor outlived the borrower's shutdown
-        assert state.weights_version == 1
+        assert (state.weights_version, state.trainer_version) == (1, 1)
     finally:
         asyncio.run(backend.shutdown())
     with pytest.raises(RuntimeError, match="no reference actor"):

@@ -83,7 +83,7 @@ def test_colocated_cycle_with_training_sleep(engine_factory, ref):
     with pytest.raises(BackendStateError, match="CUDA IPC reads the trainer"):
         ref.run(engine.sync_weights())
     assert (
-        ref.run(engine.sync_weights(cuda_ipc=False)) == 2
+        ref.run(engine.sync_weights(cuda_ipc=False)) == 1
     )  # the CPU-file path works with offloaded training
     with pytest.raises(BackendStateError, match="call wake_training"):
         ref.run(engine.forward_backward(build_train_payload(ref.samples(4), ref.spec(engine))))
@@ -104,7 +104,7 @@ def test_generate_needs_an_awake_sampler_with_fresh_weights_and_cache(engine_fac
     with pytest.raises(BackendStateError, match="without reset_prefix_cache"):
         ref.run(engine.generate(["x"], params))
     ref.run(engine.reset_prefix_cache())
-    assert ref.run(engine.generate(["x"], params)).weights_version == 1
+    assert ref.run(engine.generate(["x"], params)).weights_version == 0  # the trainer has not stepped
 
 
 def test_cuda_ipc_needs_colocation(engine_factory, ref):
@@ -113,7 +113,7 @@ def test_cuda_ipc_needs_colocation(engine_factory, ref):
         ref.run(engine.sync_weights(cuda_ipc=True))
     with pytest.raises(BackendStateError, match="non-colocated"):
         ref.run(engine.sleep_inference())
-    assert _policy_sync(engine, ref) == 1  # waking an awake sampler is a no-op, as in vLLM
+    assert _policy_sync(engine, ref) == 0  # waking an awake sampler is a no-op, as in vLLM
 
 
 def test_state_machine_transitions():
@@ -145,3 +145,34 @@ def test_state_machine_transitions():
     machine.sleep_training("all")
     machine.wake_training()
     assert machine.training == TrainingState.AWAKE
+
+
+@pytest.mark.parametrize(
+    "policy_fields",
+    [
+        dict(colocated=True, cuda_ipc=True, offload_optimizer_before_sync=True, sleep_training_after="all"),
+        dict(colocated=True, cuda_ipc=True, low_memory=True),
+        dict(colocated=True, sleep_training_after="lp_params"),
+        dict(colocated=False),
+    ],
+)
+def test_the_core_weight_sync_policy_runs_on_the_reference_engine(engine_factory, ref, policy_fields):
+    from arctic_rl_core.weight_sync import WeightSyncPolicy, prepare_for_training, sync_after_step
+
+    policy = WeightSyncPolicy(**policy_fields)
+    engine = engine_factory(colocated=policy.colocated, optimizer={"lr": 1e-2})
+    for step in (1, 2):
+        ref.run(prepare_for_training(engine, policy))
+        _train_one_step(engine, ref, seed=step)
+        assert ref.run(sync_after_step(engine, policy)) == step
+        out = ref.run(engine.generate(["SELECT"], SamplingParams(max_tokens=3)))
+        assert out.weights_version == step
+        trainer, sampler = engine.trainer_parameters(), engine.sampler_parameters()
+        assert all(torch.equal(trainer[n], sampler[n]) for n in trainer)
+    state = ref.run(engine.state())
+    expected = (
+        TrainingState(policy.sleep_training_after) if policy.sleep_training_after else TrainingState.AWAKE
+    )
+    if policy.offload_optimizer_before_sync and policy.sleep_training_after is None:
+        expected = TrainingState.NON_LP_ASLEEP
+    assert (state.inference, state.training) == (InferenceState.AWAKE, expected)

@@ -2,7 +2,8 @@
 
 Three copies of the model: the trainer (AdamW), the sampler (receives the trainer's weights only
 through `sync_weights`, bucket by bucket) and a frozen reference (the initial weights, for
-`forward(reference_model=True)`). All compute runs on one worker thread per engine, in call order,
+`forward(reference_model=True)`). The weights version is the trainer step whose weights the sampler
+serves: 0 at start, the trainer's step count after each sync (what `weight_sync` checks). All compute runs on one worker thread per engine, in call order,
 so the event loop stays free and results are deterministic. See `validation` for the payload rules,
 `pipeline` for the forward/loss semantics, `sleep_state` for the sleep/wake rules.
 """
@@ -419,7 +420,7 @@ class ReferenceBackend(Backend):
         report = transfer_weights(
             self._trainer, self._sampler, bucket_bytes
         )  # 1 byte: one parameter per bucket
-        self._weights_version += 1
+        self._weights_version = self._global_step  # the trainer step whose weights the sampler now serves
         self._state.synced()
         return SyncReport(self._weights_version, report, ipc, low)
 
