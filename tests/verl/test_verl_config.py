@@ -98,6 +98,7 @@ def test_settings_arctic_cannot_honour_are_all_rejected_at_once(compose):
         "algorithm.use_kl_in_reward=true",
         "+remote_backend.core.loss.kl_loss_coef=0.1",
         "+remote_backend.core.batch.epochs=3",
+        "trainer.max_actor_ckpt_to_keep=2",
     )
     with pytest.raises(UnsupportedVerlSettingError) as info:
         settings_from_verl(cfg, total_training_steps=5)
@@ -112,9 +113,10 @@ def test_settings_arctic_cannot_honour_are_all_rejected_at_once(compose):
         "algorithm.use_kl_in_reward=True",
         "remote_backend.core.loss.kl_loss_coef=0.1: verl owns it: set actor_rollout_ref.actor.kl_loss_coef",
         "remote_backend.core.batch.epochs=3: verl owns it: set actor_rollout_ref.actor.ppo_epochs",
+        "trainer.max_actor_ckpt_to_keep=2: the backend keeps every checkpoint",
     ):
         assert expected in text
-    assert len(info.value.problems) == 9
+    assert len(info.value.problems) == 10
 
 
 def test_verl_default_estimator_is_rejected_so_grpo_must_be_explicit(compose):

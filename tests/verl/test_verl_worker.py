@@ -39,6 +39,7 @@ def arctic_cfg():
                 "max_response_length": MAX_RESPONSE,
             },
             "optimizer": {"lr": 1e-3},
+            "placement": {"colocate": True},
             "loss": {"temperature": 0.9, "entropy_coeff": 0.01, "use_kl_loss": True, "kl_loss_coef": 0.1},
         }
     )
@@ -200,7 +201,7 @@ def test_checkpoint_round_trip_through_verl_paths(worker, backend, run_dir):
         worker.load_checkpoint(str(run_dir / "elsewhere"))
 
 
-def test_rollout_server_reports_weights_version_and_defaults_max_tokens(session, backend):
+def test_rollout_server_reports_weights_version_and_defaults_max_tokens(session, backend, worker):
     from adapter_verl.replica import ArcticRolloutServer
     from adapter_verl.trace import read_trace
 
@@ -213,15 +214,25 @@ def test_rollout_server_reports_weights_version_and_defaults_max_tokens(session,
             "r1", prompt_ids=[11, 12, 13], sampling_params={"temperature": 1.0, "top_k": 0}
         )
         version_before = (await backend.state()).weights_version
+        await asyncio.to_thread(worker.update_actor, _train_batch(worker, backend))  # the trainer moves on
         await backend.sync_weights()
         await backend.reset_prefix_cache()
         second = await server.generate(
             "r2", prompt_ids=[11, 12, 13], sampling_params={"temperature": 1.0, "logprobs": True}
         )
-        return first, version_before, second, (await backend.state()).weights_version
+        state = await backend.state()
+        # verl's "sampling is over": the devices go to training through the core policy
+        await server.sleep()
+        after_sleep = await backend.state()
+        await server.wake_up()
+        after_wake = await backend.state()
+        assert (after_sleep.inference.value, after_sleep.training.value) == ("asleep", "awake")
+        assert after_wake.inference.value == "awake" and after_wake.weights_version == state.weights_version
+        return first, version_before, second, state.weights_version, state.trainer_version
 
-    first, v0, second, v1 = asyncio.run(scenario())
-    assert first.extra_fields["global_steps"] == v0 and second.extra_fields["global_steps"] == v1 == v0 + 1
+    first, v0, second, v1, trainer_version = asyncio.run(scenario())
+    assert first.extra_fields["global_steps"] == v0
+    assert second.extra_fields["global_steps"] == v1 == trainer_version and v1 > v0
     assert 1 <= len(first.token_ids) <= MAX_RESPONSE and first.log_probs is None
     assert second.log_probs is not None and len(second.log_probs) == len(second.token_ids)
     generated = [r for r in read_trace(session.settings.trace_dir) if r["op"] == "generate"]

@@ -1,19 +1,31 @@
-"""Start (or reach) the backend a run's core config names, and return its picklable handle."""
+"""Start the backend a run's core config names, and return a handle every Ray process of the job can
+`connect()` to: the reference engine as a named Ray actor, or the Arctic server's jobs."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from arctic_rl_core.backends.protocol import BackendHandle
+    from arctic_rl_core.backends.protocol import Backend, BackendHandle
 
     from adapter_verl.config import ArcticVerlSettings
 
+# The backends this process started: their owner objects keep the actor / jobs alive for the run.
+_owned: list[Backend] = []
+
 
 def start_backend(settings: ArcticVerlSettings) -> BackendHandle:
-    """The backend of `settings.core` as a handle every Ray process of the job can `connect()`."""
+    """`backend.kind=reference`: the reference engine in a named Ray actor (needs `ray.init()`);
+    `ray` / `http` / `cortex`: the Arctic server through the real client."""
     cfg = settings.arctic_config()
-    raise NotImplementedError(
-        f"backend.kind={cfg.backend.kind!r}: no backend factory in arctic_rl_core yet; pass a handle "
-        "to adapter_verl.session.start_session"
-    )
+    if cfg.backend.kind == "reference":
+        from arctic_rl_core.backends.reference.ray_actor import launch_reference_actor
+        from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+
+        backend: Backend = launch_reference_actor(ReferenceEngineSettings.from_config(cfg))
+    else:
+        from arctic_rl_core.backends.arctic import ArcticBackend
+
+        backend = ArcticBackend.from_config(cfg)
+    _owned.append(backend)
+    return backend.handle()

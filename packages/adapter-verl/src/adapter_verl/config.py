@@ -172,6 +172,14 @@ def check_supported(config: DictConfig) -> list[str]:
                 warmup_steps,
                 f"use {actor}.optim.lr_warmup_steps_ratio instead",
             )
+    for key, neutral, remedy in (
+        ("trainer.default_hdfs_dir", None, "the backend saves to local paths only: set it to null"),
+        ("trainer.max_actor_ckpt_to_keep", None, "the backend keeps every checkpoint: set it to null"),
+        ("trainer.del_local_ckpt_after_load", False, "checkpoints belong to the backend: set it to false"),
+    ):
+        value = _get(config, key, neutral)
+        if value != neutral:
+            bad(key, value, remedy)
     _check_core_group(config, bad)
     return problems
 

@@ -2,9 +2,9 @@
 
 Its server actor answers verl's token-in/token-out `generate` with `Backend.generate`: it reports
 the sampler's weights version in `extra_fields["global_steps"]` and, since verl's sync client
-sends no `max_tokens`, defaults it to the configured response length. Sleep/wake follow the
-backend: in colocated mode `sleep` puts the backend's inference to sleep (the weight-sync policy
-wakes it); otherwise memory stays with the server and they are no-ops.
+sends no `max_tokens`, defaults it to the configured response length. `sleep` (verl's
+"sampling is over") hands the devices to training through the core weight-sync policy; the sync
+after each step hands them back.
 """
 
 from __future__ import annotations
@@ -65,11 +65,11 @@ class ArcticRolloutServer:
         self.response_length = response_length
         self._backend: Backend | None = None
         self._trace: TraceWriter | None = None
-        self._colocated: bool | None = None
 
     def attach(self, info: SessionInfo) -> None:
         """Bind to the run's backend (done on first use from the published session)."""
         self._backend = info.handle.connect()
+        self._arctic_config = info.settings.arctic_config()
         self._trace = TraceWriter(info.settings.trace_dir, f"rollout{self.replica_rank}")
 
     async def _connected(self) -> Backend:
@@ -115,18 +115,22 @@ class ArcticRolloutServer:
             extra_fields={"global_steps": out.weights_version},
         )
 
-    async def _is_colocated(self) -> bool:
-        if self._colocated is None:
-            self._colocated = (await (await self._connected()).state()).colocated
-        return self._colocated
-
     async def sleep(self) -> None:
-        if await self._is_colocated():
-            await (await self._connected()).sleep_inference(level=1)
+        """verl calls this once sampling is over (`on_sample_end`) and before loading a checkpoint:
+        hand the devices to training (colocated: sampler asleep, trainer awake; checked)."""
+        from arctic_rl_core.weight_sync import WeightSyncPolicy, prepare_for_training
+
+        backend = await self._connected()
+        await prepare_for_training(backend, WeightSyncPolicy.from_config(self._arctic_config))
 
     async def wake_up(self) -> None:
-        if await self._is_colocated():
-            await (await self._connected()).wake_inference(None)
+        """Wake a sleeping sampler with the weights it already holds (the weight-sync policy wakes
+        it with new weights after every step)."""
+        from arctic_rl_core.backends.protocol import InferenceState
+
+        backend = await self._connected()
+        if (await backend.state()).inference is not InferenceState.AWAKE:
+            await backend.wake_inference(None)
 
     async def clear_kv_cache(self) -> None:
         await (await self._connected()).reset_prefix_cache()

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from adapter_verl.config import ArcticVerlSettings
 
 SESSION_ACTOR_NAME = "arctic_rl_verl_session"
+_live_stores: dict[str, object] = {}
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ def start_session(settings: ArcticVerlSettings, handle: BackendHandle | None = N
     store_cls = ray.remote(num_cpus=0)(_SessionStore)
     store = store_cls.options(name=SESSION_ACTOR_NAME, lifetime=None).remote(info)
     ray.get(store.info.remote())  # fail here, not in a worker, if the info cannot be shipped
+    # Ray collects an actor once no handle refers to it, named or not: keep one for the process.
+    _live_stores[SESSION_ACTOR_NAME] = store
     return info
 
 

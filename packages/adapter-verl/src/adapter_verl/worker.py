@@ -191,8 +191,12 @@ class ArcticActorRolloutRefWorker(Worker):
         epochs = tu.pop(data, key="epochs", default=1)
         seed = tu.pop(data, key="seed", default=42)
         dataloader_kwargs = tu.pop(data, key="dataloader_kwargs", default={})
-        if mini_batch_size is None:
-            raise ValueError("update_actor got no mini_batch_size from the trainer")
+        expected = self._arctic_config.shape.train_batch_size
+        if mini_batch_size != expected:
+            raise ValueError(
+                f"update_actor got mini_batch_size={mini_batch_size} rows but the payload spec was built for "
+                f"{expected} (ppo_mini_batch_size x rollout.n): the trainer and the adapter settings disagree"
+            )
         metrics: dict[str, list[float]] = {}
         iterator = tu.make_iterator(
             data,
