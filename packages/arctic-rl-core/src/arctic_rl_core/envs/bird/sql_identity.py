@@ -32,7 +32,7 @@ def execution_key(sql: str) -> str:
         pieces.append(sql[position : match.start()])
         if match.group("quoted") is not None:
             pieces.append(match.group("quoted"))
-        elif 0 < match.start() and match.end() < len(sql):  # a gap at either end is dropped
+        elif match.start() > 0 and match.end() < len(sql):  # a gap at either end is dropped
             pieces.append(" ")
         position = match.end()
     pieces.append(sql[position:])
