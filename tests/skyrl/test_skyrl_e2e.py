@@ -104,11 +104,11 @@ class RecordingExp(ArcticPPOExp):
         return self.generator
 
 
-def _run(overrides: list[str], trace: Path | None = None) -> RecordingExp:
+def _run(overrides: list[str]) -> RecordingExp:
     from arctic_rl_core.weight_sync import WeightSyncError
 
     cfg = parse_cli([*BASE, *overrides])
-    exp = RecordingExp(cfg, trace=PayloadTrace(trace) if trace else None)
+    exp = RecordingExp(cfg)
     trainer = exp._setup_trainer()
     try:
         asyncio.run(trainer.train())
@@ -155,8 +155,8 @@ def grpo_run(tmp_path_factory, bird_train_rows):
             f"trainer.ckpt_path={ckpt}",
             f"trainer.export_path={root / 'export'}",
             "trainer.resume_mode=none",
-        ],
-        trace=root / "trace.jsonl",
+            f"trainer.arctic_trace_path={root / 'trace.jsonl'}",
+        ]
     )
     return exp, root, data
 
@@ -205,14 +205,20 @@ def test_weights_version_advances_and_rollouts_use_the_new_weights(grpo_run):
 
 def test_trace_shows_old_logprobs_once_per_mini_batch_before_the_epochs(grpo_run):
     _, root, _ = grpo_run
-    ops = [r["op"] for r in PayloadTrace(root / "trace.jsonl").read()]
-    per_step = ["forward_ref", "forward_policy", "forward_policy"] + ["forward_backward"] * 4
-    assert ops == per_step * 3
     records = PayloadTrace(root / "trace.jsonl").read()
+    assert [r["index"] for r in records] == list(range(len(records)))
+    payload_ops = [r["op"] for r in records if "digest" in r]
+    # Per step: reference log-probs for the whole batch, old log-probs once per mini-batch, then
+    # 2 mini-batches x 2 update epochs of forward-backward.
+    per_step = ["forward_ref", "forward", "forward"] + ["forward_backward"] * 4
+    assert payload_ops == per_step * 3
+    events = [r["op"] for r in records if "digest" not in r]
+    assert events.count("step") == 12 and events.count("sync_weights") == 4  # initial sync + 3 steps
+    assert events.count("save_checkpoint") == 2  # ckpt_interval=2, then the final step
     train = [r for r in records if r["op"] == "forward_backward"]
     assert all(r["processing"]["loss_fn"] == "verl_grpo" for r in train)
     assert all(r["meta"]["actor_config"]["use_kl_loss"] is True for r in train)
-    assert all(r["processing"]["loss_fn"] is None for r in records if r["op"] != "forward_backward")
+    assert all(r["processing"]["loss_fn"] is None for r in records if r["op"] in ("forward", "forward_ref"))
 
 
 def test_resume_from_checkpoint_is_bit_identical(grpo_run, tmp_path):

@@ -26,6 +26,8 @@ class ArcticTrainerConfig(TrainerConfig):
     """SkyRL's trainer config plus `arctic_rl`: the core schema's groups, as a nested mapping."""
 
     arctic_rl: dict[str, Any] = field(default_factory=dict)
+    # JSON-lines file recording every payload sent to the backend (None: no trace).
+    arctic_trace_path: str | None = None
 
 
 ArcticSkyRLConfig = make_config(trainer_cls=ArcticTrainerConfig)

@@ -124,7 +124,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
         start = time.perf_counter()
         samples = to_rollout_samples(data, with_advantages=False, with_old=False, with_ref=False)
         payload = build_forward_payload(samples, self.spec)
-        self._record(f"forward_{model}", payload)
+        self._record("forward_ref" if model == "ref" else "forward", payload)
         out = self._run(self.backend.forward(payload, reference_model=(model == "ref")))
         values_B_R, _mask_B_R = response_logprobs(out.logprobs_B_S, payload, self.spec)
         rows = to_skyrl_rows(values_B_R, response_lengths(data), data["response_mask"].shape[1])
@@ -214,6 +214,8 @@ class ArcticWorkerDispatch(WorkerDispatch):
         out = self._run(self.backend.step(learning_rate=lr))
         self._timed("step", start)
         self.optimizer_steps = out.step
+        if self.trace is not None:
+            self.trace.record_event("step", grad_norm=out.grad_norm, lr=out.learning_rate, step=out.step)
         self._metrics["lr"].append(float(out.learning_rate))
         self._last["optimizer_steps"] = float(out.step)
         for k, v in out.metrics.items():
@@ -250,6 +252,8 @@ class ArcticWorkerDispatch(WorkerDispatch):
             sync_after_step(self.backend, self.sync_policy), self.call_timeout_s
         )
         self.last_weight_sync_seconds = time.perf_counter() - start
+        if self.trace is not None:
+            self.trace.record_event("sync_weights", weights_version=self.weights_version)
         if self.metrics_sink is not None:
             self.metrics_sink()["arctic/weights_version"] = float(self.weights_version)
 
@@ -282,6 +286,8 @@ class ArcticWorkerDispatch(WorkerDispatch):
         }
         with open(os.path.join(ckpt_dir, CHECKPOINT_MARKER), "w", encoding="utf-8") as f:
             json.dump(marker, f)
+        if self.trace is not None:
+            self.trace.record_event("save_checkpoint", path=backend_path, step=self.optimizer_steps)
         if tokenizer is not None:
             tokenizer.save_pretrained(os.path.join(ckpt_dir, "tokenizer"))
         self._timed("save_checkpoint", start)
@@ -320,6 +326,10 @@ class ArcticWorkerDispatch(WorkerDispatch):
             )
         )
         self.optimizer_steps = int(marker["step"])
+        if self.trace is not None:
+            self.trace.record_event(
+                "load_checkpoint", path=marker["backend_subdir"], step=self.optimizer_steps
+            )
 
     def save_hf_model(self, model: str, export_dir: str, tokenizer: Any) -> None:
         raise NotImplementedError(

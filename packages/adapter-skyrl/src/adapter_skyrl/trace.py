@@ -1,4 +1,10 @@
-"""A JSON-lines record of every payload the adapter sends (the parity suite compares these)."""
+"""A JSON-lines record of every payload the adapter sends (the parity suite compares these).
+
+Op names match the verl adapter's trace: `forward` (old log-probs), `forward_ref` (reference
+log-probs), `forward_backward` (payload records from `arctic_rl_core.wire.payload_to_trace_record`),
+and events `step` (grad_norm, lr, step), `sync_weights` (weights_version), `save_checkpoint`,
+`load_checkpoint`.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +30,13 @@ class PayloadTrace:
         from arctic_rl_core.wire import payload_to_trace_record
 
         entry = {"index": self._index, **payload_to_trace_record(op, payload), **extra}
+        with self._lock, self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(entry, sort_keys=True) + "\n")
+            self._index += 1
+
+    def record_event(self, op: str, **fields: Any) -> None:
+        """A non-payload event (optimizer step, weight sync, checkpoint), same file and numbering."""
+        entry = {"index": self._index, "op": op, **fields}
         with self._lock, self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(entry, sort_keys=True) + "\n")
             self._index += 1

@@ -140,6 +140,11 @@ class ArcticPPOExp(BasePPOExp):
         if backend is not None and backend_factory is not None:
             raise ValueError("pass either backend or backend_factory, not both")
         self.backend = backend if backend is not None else (backend_factory or build_backend)(self.arctic_cfg)
+        trace_path = getattr(cfg.trainer, "arctic_trace_path", None)
+        if trace is None and trace_path:
+            from adapter_skyrl.trace import PayloadTrace
+
+            trace = PayloadTrace(trace_path)
         self.trace = trace
         # The Arctic on-prem server takes text prompts only; the reference engine takes token ids.
         self.prompt_format = prompt_format or (
