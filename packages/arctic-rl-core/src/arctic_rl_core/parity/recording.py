@@ -1,0 +1,129 @@
+"""A `Backend` that records every training call into a parity trace and delegates to another.
+
+What is recorded: `forward` (op `forward`, or `forward_ref` with `reference_model=True`) and
+`forward_backward` payloads with their tensors, plus the returned loss; `step` outputs (grad norm,
+learning rate, step). Generation, weight sync, sleep/wake and checkpoints are delegated without a
+record: the parity scenario feeds fixed rollouts, and those calls carry no payload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from arctic_rl_core.backends.protocol import Backend, BackendHandle
+
+if TYPE_CHECKING:
+    import torch
+
+    from arctic_rl_core.backends.protocol import (
+        BackendState,
+        ForwardOutput,
+        GenerateOutput,
+        SamplingParams,
+        StepOutput,
+        TrainOutput,
+        WirePayload,
+    )
+    from arctic_rl_core.parity.trace_file import ParityTraceWriter
+
+
+class RecordingBackend(Backend):
+    """Wraps `inner`; attributes it does not define (e.g. `tokenizer`, `pad_token_id`) are the inner
+    backend's. Its `handle()` reconnects to this same object, in this process only."""
+
+    def __init__(self, inner: Backend, writer: ParityTraceWriter) -> None:
+        self.inner = inner
+        self.writer = writer
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("inner", "writer"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    async def generate(
+        self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
+    ) -> GenerateOutput:
+        return await self.inner.generate(prompts, params)
+
+    async def forward(self, payload: WirePayload, *, reference_model: bool = False) -> ForwardOutput:
+        out = await self.inner.forward(payload, reference_model=reference_model)
+        self.writer.record_payload(
+            "forward_ref" if reference_model else "forward",
+            payload,
+            logprobs_sum=float(out.logprobs_B_S.double().sum()),
+        )
+        return out
+
+    async def forward_backward(self, payload: WirePayload) -> TrainOutput:
+        out = await self.inner.forward_backward(payload)
+        self.writer.record_payload("forward_backward", payload, loss=float(out.loss))
+        return out
+
+    async def step(self, learning_rate: float | None = None) -> StepOutput:
+        out = await self.inner.step(learning_rate)
+        self.writer.record_event(
+            "step", grad_norm=float(out.grad_norm), learning_rate=float(out.learning_rate), step=int(out.step)
+        )
+        return out
+
+    async def sync_weights(self, *, cuda_ipc: bool | None = None, low_memory: bool | None = None) -> int:
+        return await self.inner.sync_weights(cuda_ipc=cuda_ipc, low_memory=low_memory)
+
+    async def sleep_inference(self, level: int = 1) -> None:
+        await self.inner.sleep_inference(level)
+
+    async def wake_inference(self, tags: Sequence[str] | None = None) -> None:
+        await self.inner.wake_inference(tags)
+
+    async def sleep_training(self, mode: str = "all") -> None:
+        await self.inner.sleep_training(mode)
+
+    async def wake_training(self) -> None:
+        await self.inner.wake_training()
+
+    async def reset_prefix_cache(self) -> None:
+        await self.inner.reset_prefix_cache()
+
+    async def state(self) -> BackendState:
+        return await self.inner.state()
+
+    async def save_checkpoint(self, path: str, step: int) -> str:
+        return await self.inner.save_checkpoint(path, step)
+
+    async def load_checkpoint(self, path: str, step: int) -> None:
+        await self.inner.load_checkpoint(path, step)
+
+    def handle(self) -> BackendHandle:
+        return _SameProcessHandle(self)
+
+    async def shutdown(self) -> None:
+        await self.inner.shutdown()
+
+
+class _SameProcessHandle(BackendHandle):
+    """Reconnects to the recording backend it was made from (not meant to cross processes)."""
+
+    def __init__(self, backend: RecordingBackend) -> None:
+        self._backend = backend
+
+    def connect(self) -> Backend:
+        return self._backend
+
+
+def weights_digest(parameters: Mapping[str, torch.Tensor]) -> str:
+    """Hex SHA-256 over the parameters in name order: name, dtype, shape and little-endian bytes."""
+    import sys
+
+    import torch
+
+    if sys.byteorder != "little":
+        raise NotImplementedError("weights_digest supports little-endian hosts only")
+    hasher = hashlib.sha256()
+    for name in sorted(parameters):
+        tensor = parameters[name].detach().to("cpu").contiguous()
+        hasher.update(f"|{name}:{str(tensor.dtype).removeprefix('torch.')}:{list(tensor.shape)}:".encode())
+        if tensor.numel():
+            hasher.update(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
+    return hasher.hexdigest()
