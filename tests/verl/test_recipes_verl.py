@@ -132,6 +132,26 @@ def test_recipe_overrides_validate_through_the_verl_adapter(launcher: Path, tmp_
     assert arctic.deepspeed.zero_stage == want["zero"]
     assert arctic.weight_sync.cuda_ipc is want["colocate"]
     assert arctic.loss.use_kl_loss is False and arctic.placement.log_prob_gpus == 0
+
+    # What the Arctic server receives: the real arctic-platform client config (extra="forbid").
+    client = arctic.to_client_config()
+    assert (client.model_name, client.training_gpus, client.sampling_gpus, client.log_prob_gpus) == (
+        want["model"],
+        want["training_gpus"],
+        want["sampling_gpus"],
+        0,
+    )
+    assert (client.backend.protocol, client.backend.colocate) == ("ray", want["colocate"])
+    vllm = client.sampling.vllm
+    assert vllm["tensor_parallel_size"] * want["engines"] == want["sampling_gpus"]
+    assert vllm.get("speculative_config", {}).get("model") == want["spec"]
+    assert ("forest_cascade_attn_configs" in vllm) is want["fca"]
+    ds = client.training.ds_config
+    assert (ds["train_batch_size"], ds["gradient_accumulation_steps"]) == (
+        shape.train_batch_size,
+        want["grad_accum"],
+    )
+    assert ds["zero_optimization"]["stage"] == want["zero"] and client.training.cuda_ipc is want["colocate"]
     # verl's lengths are the data lengths; the vLLM context holds both.
     assert (arctic.batch.max_prompt_length, arctic.batch.max_response_length) == (
         cfg.data.max_prompt_length,
