@@ -84,3 +84,19 @@ def test_in_process_handle(engine_factory, ref):
     ref.run(engine.shutdown())  # idempotent
     with pytest.raises(RuntimeError, match="shut down"):
         ref.run(engine.state())
+
+
+def test_light_modules_import_no_heavy_stack():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import arctic_rl_core.backends.reference as r\n"
+        "from arctic_rl_core.backends.reference import http_server, ray_actor, validation, settings, loss\n"
+        "from arctic_rl_core.backends.reference import deepspeed_mapping, sleep_state, throughput\n"
+        "assert r.ReferenceEngineSettings().num_threads == 1\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'ray', 'aiohttp', 'arctic_platform') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

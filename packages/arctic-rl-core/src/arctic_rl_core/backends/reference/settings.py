@@ -98,7 +98,10 @@ class ReferenceEngineSettings(BaseModel):
         "which always uses 0.2/0.2/3.0.",
     )
     num_threads: int | None = Field(
-        default=None, ge=1, description="torch intra-op threads of the process; None leaves torch's setting."
+        default=1,
+        ge=1,
+        description="torch intra-op threads, set process-wide when the engine starts. 1 by default: the tiny "
+        "model is latency-bound and extra threads slow sampling sharply on a busy CPU; None leaves torch's setting.",
     )
 
     @classmethod
