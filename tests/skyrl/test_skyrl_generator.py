@@ -68,7 +68,10 @@ def test_training_ids_are_the_backends_and_rewards_are_scored(backend, bird_trai
     assert [len(lp) for lp in out["rollout_logprobs"]] == [len(ids) for ids in out["response_ids"]]
     assert out["rewards"] == [0.0, 0.0, 0.0] or all(r in (0.0, 0.1, 1.0) for r in out["rewards"])
     assert all("execution_success" in v for v in out["env_metrics"])
-    assert out["rollout_metrics"]["generate/weights_version"] == generator.weights_versions[-1] >= 1
+    from arctic_rl_core.dispatch import run
+
+    served = run(backend.state()).weights_version
+    assert out["rollout_metrics"]["generate/weights_version"] == generator.weights_versions[-1] == served
 
 
 def test_sampling_params_the_backend_cannot_honour_are_rejected():
