@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
-import importlib.machinery
 import logging
 import sys
 import threading
@@ -101,8 +100,19 @@ class _AfterImportFinder(importlib.abc.MetaPathFinder):
             return None
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
+        spec = None
+        for finder in list(sys.meta_path):  # whichever finder owns verl (site-packages, editable, zip)
+            find_spec = getattr(finder, "find_spec", None)
+            spec = find_spec(fullname, path, target) if find_spec is not None else None
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            _loud(
+                f"hooking {fullname}",
+                ImportError(
+                    f"no loader with exec_module for {fullname}: call adapter_verl.plugin.register() after importing it"
+                ),
+            )
             return spec
         inner = spec.loader
         module_name = self.module_name
@@ -114,6 +124,9 @@ class _AfterImportFinder(importlib.abc.MetaPathFinder):
             def exec_module(self, module: ModuleType) -> None:
                 inner.exec_module(module)
                 _run_registration(module_name)
+
+            def __getattr__(self, name: str):  # resources, source, ...: the real loader's
+                return getattr(inner, name)
 
         spec.loader = _Loader()
         return spec
