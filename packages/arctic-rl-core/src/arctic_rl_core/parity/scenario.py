@@ -137,6 +137,8 @@ class ParityScenario:
             f"trainer.update_epochs_per_batch={self.epochs}",
             f"generator.n_samples_per_prompt={self.rollouts_per_prompt}",
             "trainer.micro_train_batch_size_per_gpu=1",
+            # one old-log-prob forward per step, as verl does (SkyRL's default forwards per mini-batch)
+            "trainer.recompute_old_logprobs_per_minibatch=false",
             f"trainer.max_prompt_length={self.max_prompt_length}",
             f"generator.sampling_params.max_generate_length={self.max_response_length}",
             f"generator.sampling_params.temperature={self.temperature}",
@@ -148,7 +150,6 @@ class ParityScenario:
     def verl_overrides(self) -> list[str]:
         """verl 0.9.1 Hydra overrides (before `adapter_verl.main.with_arctic_defaults`) for the same
         settings. Data files and the model path are the caller's (`data.*`, `actor_rollout_ref.model.path`)."""
-        kl_type = {"k3": "low_var_kl"}.get(self.kl_loss_type, self.kl_loss_type)
         return [
             "algorithm.adv_estimator=grpo",
             "algorithm.norm_adv_by_std_in_grpo=true",
@@ -168,7 +169,7 @@ class ParityScenario:
             f"actor_rollout_ref.actor.clip_ratio_c={self.clip_ratio_c}",
             "actor_rollout_ref.actor.use_kl_loss=true",
             f"actor_rollout_ref.actor.kl_loss_coef={self.kl_loss_coef}",
-            f"actor_rollout_ref.actor.kl_loss_type={kl_type}",
+            f"actor_rollout_ref.actor.kl_loss_type={self.kl_loss_type}",
             f"actor_rollout_ref.actor.entropy_coeff={self.entropy_coeff}",
             f"actor_rollout_ref.actor.optim.lr={self.lr}",
             "trainer.balance_batch=false",

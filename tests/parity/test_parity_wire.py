@@ -1,0 +1,122 @@
+"""Cross-framework parity: SkyRL and verl, driven through their adapters on the canonical scenario
+(tests/skyrl/test_parity_skyrl_trace.py, tests/verl/test_parity_verl_trace.py), send the reference
+backend the same bytes and end with the same weights.
+
+Compared call by call (after `canonical_order`, which pins the one ordering difference: SkyRL asks
+for reference log-probs before the policy's, verl after): the mapped core config, the rollouts
+(prompt/response ids, rewards), every forward / forward_backward payload tensor by tensor (input
+ids, attention mask, position ids, response/loss masks, advantages, old and reference log-probs)
+plus meta and processing, the returned log-prob sums and losses, every optimizer step's grad norm,
+learning rate and counter, and the digest of the trainer weights after the last step. All exact
+(rtol = 0).
+
+The traces are written by the skyrl and verl suites, which `tests/run.sh` runs before this one.
+Run alone, a missing trace skips these tests; with `ARCTIC_RL_PARITY_REQUIRE_TRACES=1` (a full run)
+it fails.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from arctic_rl_core.parity.scenario import (
+    CANONICAL,
+    DEFAULT_TRACE_SUBDIR,
+    FRAMEWORKS,
+    REQUIRE_TRACES_ENV,
+    TRACE_DIR_ENV,
+)
+from arctic_rl_core.parity.trace_diff import TraceDifference, diff_traces, format_differences
+from arctic_rl_core.parity.trace_file import read_trace
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Known adapter difference, pinned: the SkyRL adapter builds its reference-model forward with the
+# run's payload spec, whose `calculate_entropy` follows `entropy_coeff != 0`; the verl worker sends
+# `calculate_entropy=False` for the reference model (verl's `_compute_ref_log_prob` asks for none).
+# The reference model's entropy is never used and the log-probs are the same (their sums are
+# compared), so this costs the server an entropy computation but changes no number. The fix belongs
+# in adapter_skyrl.dispatch.forward (reference forwards without entropy); then this entry goes.
+KNOWN_DIFFERENCES: tuple[tuple[str, str, object, object], ...] = (
+    ("forward_ref", "meta.calculate_entropy", True, False),
+)
+
+
+def _trace_paths() -> dict[str, Path]:
+    root = Path(os.environ.get(TRACE_DIR_ENV) or REPO_ROOT / DEFAULT_TRACE_SUBDIR)
+    paths = {name: root / f"{name}.trace" for name in FRAMEWORKS}
+    missing = [name for name, path in paths.items() if not (path / "calls.jsonl").is_file()]
+    if missing:
+        message = (
+            f"parity trace(s) of {missing} missing under {root}: run the adapter suites first "
+            "(bash tests/run.sh skyrl verl parity)"
+        )
+        if os.environ.get(REQUIRE_TRACES_ENV) == "1":
+            pytest.fail(
+                message + f"; {REQUIRE_TRACES_ENV}=1 says this is a full run, so a missing trace fails"
+            )
+        pytest.skip(message)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def traces():
+    paths = _trace_paths()
+    return {name: read_trace(path) for name, path in paths.items()}
+
+
+def _is_known(d: TraceDifference) -> bool:
+    return any((d.op, d.field, d.left, d.right) == known for known in KNOWN_DIFFERENCES)
+
+
+def test_skyrl_and_verl_send_identical_payloads_and_learn_identical_weights(traces):
+    diffs = [d for d in diff_traces(traces["skyrl"], traces["verl"]) if not _is_known(d)]
+    assert not diffs, "\n" + format_differences(diffs, ("skyrl", "verl"))
+
+
+def test_the_comparison_covers_every_payload_field_and_k_steps(traces):
+    """The traces are not vacuous: K >= 3 optimizer steps, every wire tensor present and non-trivial."""
+    calls = traces["skyrl"]
+    steps = [c for c in calls if c.op == "step"]
+    assert len({c.record["step"] for c in steps}) >= CANONICAL.steps >= 3
+    train = [c for c in calls if c.op == "forward_backward"]
+    fields = {name for c in train for (_, name) in c.tensors}
+    assert {
+        "input_ids", "attention_mask", "position_ids", "prompts", "response_mask", "loss_mask",
+        "advantages", "old_log_probs", "ref_log_prob",
+    } <= fields  # fmt: skip
+    for call in train:
+        assert call.tensors[(0, "advantages")].abs().sum() > 0
+        assert call.tensors[(0, "ref_log_prob")].abs().sum() > 0
+    assert [c.op for c in calls][-1] == "weights"
+
+
+def test_training_outcome_is_identical(traces):
+    """Loss of every mini-batch, grad norm of every step and the final weights digest, rtol = 0."""
+
+    def outcome(calls):
+        return (
+            [c.record["loss"] for c in calls if c.op == "forward_backward"],
+            [
+                (c.record["grad_norm"], c.record["learning_rate"], c.record["step"])
+                for c in calls
+                if c.op == "step"
+            ],
+            [c.record["digest"] for c in calls if c.op == "weights"],
+        )
+
+    skyrl, verl = outcome(traces["skyrl"]), outcome(traces["verl"])
+    assert skyrl == verl
+    losses = skyrl[0]
+    assert len(set(losses)) == len(losses)  # every mini-batch really trained on its own data
+
+
+def test_pinned_differences_touch_only_the_documented_field(traces):
+    """Where a pinned difference still occurs it is exactly as documented; every other field of
+    those calls (tensors, the other meta keys, the returned log-prob sums) is identical."""
+    diffs = diff_traces(traces["skyrl"], traces["verl"])
+    known = [d for d in diffs if _is_known(d)]
+    assert {(d.op, d.field) for d in known} <= {(op, field) for op, field, *_ in KNOWN_DIFFERENCES}
+    assert not [d for d in diffs if d.call in {k.call for k in known} and not _is_known(d)]

@@ -1,0 +1,181 @@
+"""Parity trace, SkyRL side: the canonical scenario through the SkyRL adapter, recorded for the
+cross-framework comparison in tests/parity (run in the core environment after this suite).
+
+The config is SkyRL's own (`CANONICAL.skyrl_overrides()` through the adapter's parser) and must map
+back onto the scenario's core config. Each step then does what SkyRL 0.4.0's `RayPPOTrainer` does
+with its dispatch (`fwd_logprobs_values_reward`, `compute_advantages_and_returns`,
+`_execute_training_step`): reference log-probs of the whole batch, policy (old) log-probs, SkyRL's
+own GRPO advantages (`ppo_utils.compute_advantages_and_returns`), then for every epoch and
+mini-batch `forward_backward_from_staged` + `optim_step`, on the fixed rollouts of the scenario.
+Every backend call is recorded with its tensors into `<trace dir>/skyrl.trace` (trace dir:
+`$ARCTIC_RL_PARITY_DIR`, else `.test-results/parity` under the repository root).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("arctic_rl_core.backends.reference.engine", reason="reference engine not landed yet")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def trace_dir() -> Path:
+    from arctic_rl_core.parity.scenario import DEFAULT_TRACE_SUBDIR, TRACE_DIR_ENV
+
+    return Path(os.environ.get(TRACE_DIR_ENV) or REPO_ROOT / DEFAULT_TRACE_SUBDIR)
+
+
+def _projection(full: dict, shape: dict) -> dict:
+    """The entries of `full` at the keys of `shape` (recursively)."""
+    return {k: _projection(full[k], v) if isinstance(v, dict) else full[k] for k, v in shape.items()}
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    from adapter_skyrl.config import parse_cli, to_arctic_config
+    from adapter_skyrl.dispatch import ArcticWorkerDispatch
+    from adapter_skyrl.payload_spec import payload_spec
+    from adapter_skyrl.trainer import build_backend
+    from arctic_rl_core.parity.recording import RecordingBackend, weights_digest
+    from arctic_rl_core.parity.scenario import CANONICAL, canonical_rollouts, token_level_rewards
+    from arctic_rl_core.parity.trace_file import ParityTraceWriter, read_trace
+    from arctic_rl_core.weight_sync import WeightSyncPolicy
+    from skyrl.backends.skyrl_train.distributed.dispatch import loss_fn_outputs_to_tensor
+    from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
+    from skyrl.backends.skyrl_train.utils import ppo_utils
+    from skyrl.train.dataset.preprocess import convert_prompts_responses_to_batch_tensors
+
+    scenario = CANONICAL
+    cfg = parse_cli(scenario.skyrl_overrides())
+    arctic = to_arctic_config(cfg, steps_per_epoch=scenario.steps)
+    mapped = _projection(arctic.model_dump(mode="json"), scenario.core_config())
+    engine = build_backend(arctic)
+    writer = ParityTraceWriter(trace_dir() / "skyrl.trace")
+    writer.record_event("config", core=mapped)
+    backend = RecordingBackend(engine, writer)
+    rollouts = canonical_rollouts(scenario, engine)
+    spec = payload_spec(arctic, pad_token_id=engine.pad_token_id)
+    dispatch = ArcticWorkerDispatch(cfg, backend, spec, WeightSyncPolicy.from_config(arctic))
+    algorithm = cfg.trainer.algorithm
+    mini_rows = cfg.trainer.policy_mini_batch_size * cfg.generator.n_samples_per_prompt
+    try:
+        for step, rows in enumerate(rollouts):
+            writer.record_event(
+                "rollouts",
+                step=step,
+                prompt_ids=[list(r.prompt_ids) for r in rows],
+                response_ids=[list(r.response_ids) for r in rows],
+                rewards=[r.reward for r in rows],
+            )
+            responses = [list(r.response_ids) for r in rows]
+            seqs, attn, resp_mask, rewards, loss_mask, _lp, _e, _s = convert_prompts_responses_to_batch_tensors(
+                engine.pad_token_id,
+                [list(r.prompt_ids) for r in rows],
+                responses,
+                [torch.tensor(line[: len(r)]) for line, r in zip(token_level_rewards(rows, 10**4), responses, strict=True)],
+                [[1] * len(r) for r in responses],
+            )  # fmt: skip
+            data = TrainingInputBatch(
+                {"sequences": seqs, "attention_mask": attn, "response_mask": resp_mask, "loss_mask": loss_mask,
+                 "rewards": rewards}
+            )  # fmt: skip
+            boundaries = [(b, b + mini_rows) for b in range(0, len(rows), mini_rows)]
+            data.metadata = {
+                "response_length": resp_mask.shape[1],
+                "uids": [f"{step}-{r.group}" for r in rows],
+                "policy_mini_batch_boundaries": boundaries,
+            }
+            fwd = data.select(keys=["sequences", "attention_mask"], metadata_keys=["response_length"])
+            fwd["response_mask"] = data["response_mask"]  # as ArcticPPOTrainer._execute_forward_pass adds it
+            # fwd_logprobs_values_reward: the reference forward (whole batch), then the policy's
+            if cfg.trainer.recompute_old_logprobs_per_minibatch:
+                raise AssertionError("the canonical scenario sets recompute_old_logprobs_per_minibatch=false")
+            data["base_action_log_probs"] = loss_fn_outputs_to_tensor(
+                dispatch.forward("ref", fwd).loss_fn_outputs, key="logprobs"
+            )
+            data["action_log_probs"] = loss_fn_outputs_to_tensor(
+                dispatch.forward("policy", fwd).loss_fn_outputs, key="logprobs"
+            )
+            data["values"] = None
+            # compute_advantages_and_returns
+            advantages, _returns = ppo_utils.compute_advantages_and_returns(
+                token_level_rewards=data["rewards"],
+                response_mask=data["response_mask"],
+                index=data.metadata["uids"],
+                adv_estimator=algorithm.advantage_estimator,
+                config=algorithm,
+                values=None,
+                gamma=algorithm.gamma,
+                lambd=algorithm.lambd,
+                grpo_norm_by_std=algorithm.grpo_norm_by_std,
+            )
+            data["advantages"] = advantages
+            # _execute_training_step
+            chunks = dispatch.stage_data("policy", data, boundaries)
+            for _epoch in range(cfg.trainer.update_epochs_per_batch):
+                for chunk in chunks:
+                    dispatch.forward_backward_from_staged("policy", chunk)
+                    dispatch.optim_step("policy")
+        writer.record_event("weights", digest=weights_digest(engine.trainer_parameters()))
+    finally:
+        writer.close()
+        asyncio.run(engine.shutdown())
+    return scenario, mapped, rollouts, read_trace(writer.path)
+
+
+def test_skyrl_config_maps_onto_the_scenario_core_config(recorded):
+    from arctic_rl_core.config import ArcticRLConfig
+
+    scenario, mapped, _, _ = recorded
+    expected = ArcticRLConfig.from_dict(scenario.core_config()).model_dump(mode="json")
+    assert mapped == _projection(expected, scenario.core_config())
+
+
+def test_skyrl_trace_has_every_call_of_the_scenario(recorded):
+    scenario, _, _, calls = recorded
+    mini_batches = scenario.prompts_per_step // scenario.mini_batch_prompts * scenario.epochs
+    per_step = ["rollouts", "forward_ref", "forward", *["forward_backward", "step"] * mini_batches]
+    assert [c.op for c in calls] == ["config", *per_step * scenario.steps, "weights"]
+    steps = [c for c in calls if c.op == "step"]
+    assert [c.record["step"] for c in steps] == list(range(1, len(steps) + 1))
+    assert all(np.isfinite(c.record["grad_norm"]) and c.record["grad_norm"] > 0 for c in steps)
+    for call in calls:
+        if call.op == "forward_backward":
+            adv = call.tensors[(0, "advantages")]
+            assert adv.abs().sum() > 0  # the gold row of each group makes GRPO advantages non-zero
+            assert (
+                call.record["meta"]["global_batch_size"]
+                == scenario.mini_batch_prompts * scenario.rollouts_per_prompt
+            )
+
+
+def test_skyrl_advantages_are_the_core_grpo_advantages_of_the_rewards(recorded):
+    from arctic_rl_core.advantages import token_level_grpo_advantages
+
+    scenario, _, rollouts, calls = recorded
+    train = [c for c in calls if c.op == "forward_backward"]
+    per_step = len(train) // scenario.steps
+    P = scenario.max_prompt_length
+    for step, rows in enumerate(rollouts):
+        lengths = [len(r.response_ids) for r in rows]
+        width = max(lengths)
+        rewards = torch.zeros(len(rows), width)
+        mask = torch.zeros(len(rows), width)
+        for b, (row, n) in enumerate(zip(rows, lengths, strict=True)):
+            rewards[b, n - 1] = row.reward
+            mask[b, :n] = 1.0
+        expected = token_level_grpo_advantages(
+            rewards, mask, [r.group for r in rows], epsilon=1e-6, norm_by_std=True
+        )
+        sent = torch.cat(
+            [c.tensors[(0, "advantages")] for c in train[step * per_step : (step + 1) * per_step]]
+        )
+        for b, n in enumerate(lengths):
+            torch.testing.assert_close(sent[b, P : P + n], expected[b, :n], rtol=0, atol=0)

@@ -1,0 +1,201 @@
+"""Parity trace, verl side: the canonical scenario through the verl adapter, recorded for the
+cross-framework comparison in tests/parity (run in the core environment after this suite).
+
+The config is verl's own Hydra config (`CANONICAL.verl_overrides()` composed with the adapter's
+group) and must map back onto the scenario's core config. Each step then does what verl 0.9.1's V1
+trainer (`PPOTrainer` in `verl/trainer/ppo/v1/trainer_base.py`) asks of the actor/ref worker, on the
+fixed rollouts of the scenario stored as its agent loop stores them (jagged TensorDicts):
+`_compute_old_log_prob` (`compute_log_prob` with `calculate_entropy=True`, sliced with verl's
+`response_from_nested`), `_compute_ref_log_prob`, `_compute_advantage` (verl's own GRPO,
+`core_algos.compute_grpo_outcome_advantage`, written back with `response_to_nested`), then
+`_update_actor` (the worker runs verl's own mini-batch iterator). Every backend call is recorded
+with its tensors into `<trace dir>/verl.trace` (trace dir: `$ARCTIC_RL_PARITY_DIR`, else
+`.test-results/parity` under the repository root).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("arctic_rl_core.backends.reference.engine", reason="reference engine not landed yet")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def trace_dir() -> Path:
+    from arctic_rl_core.parity.scenario import DEFAULT_TRACE_SUBDIR, TRACE_DIR_ENV
+
+    return Path(os.environ.get(TRACE_DIR_ENV) or REPO_ROOT / DEFAULT_TRACE_SUBDIR)
+
+
+def _projection(full: dict, shape: dict) -> dict:
+    """The entries of `full` at the keys of `shape` (recursively)."""
+    return {k: _projection(full[k], v) if isinstance(v, dict) else full[k] for k, v in shape.items()}
+
+
+def _rows_tensordict(rows):
+    from verl.utils import tensordict_utils as tu
+
+    items = []
+    for r in rows:
+        prompts = torch.tensor(r.prompt_ids, dtype=torch.int64)
+        responses = torch.tensor(r.response_ids, dtype=torch.int64)
+        items.append(
+            {
+                "prompts": prompts,
+                "responses": responses,
+                "response_mask": torch.ones(len(r.response_ids), dtype=torch.int64),
+                "input_ids": torch.cat([prompts, responses]),
+            }
+        )
+    return tu.list_of_dict_to_tensordict(items)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    from adapter_verl.config import settings_from_verl
+    from adapter_verl.main import compose, with_arctic_defaults
+    from adapter_verl.session import SessionInfo
+    from adapter_verl.worker import ArcticActorRolloutRefWorker
+    from arctic_rl_core.backends.reference.engine import ReferenceBackend
+    from arctic_rl_core.backends.reference.model import save_model_dir
+    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+    from arctic_rl_core.config import ArcticRLConfig
+    from arctic_rl_core.parity.recording import RecordingBackend, weights_digest
+    from arctic_rl_core.parity.scenario import CANONICAL, canonical_rollouts, token_level_rewards
+    from arctic_rl_core.parity.trace_file import ParityTraceWriter, read_trace
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import response_from_nested, response_to_nested
+
+    scenario = CANONICAL
+    root = tmp_path_factory.mktemp("verl_parity")
+    core_model = scenario.core_config()["backend"]["reference"]
+    model_dir = save_model_dir(
+        root / "model", ArcticRLConfig.from_dict(scenario.core_config()).backend.reference, scenario.seed
+    )
+    overrides = [*scenario.verl_overrides(), f"actor_rollout_ref.model.path={model_dir}"]
+    config = compose(with_arctic_defaults(overrides)[0])
+    settings = settings_from_verl(config, total_training_steps=scenario.steps)
+    arctic = settings.arctic_config()
+    assert arctic.backend.reference.model_dump(include=set(core_model)) == core_model
+    mapped = _projection(arctic.model_dump(mode="json"), scenario.core_config())
+    engine = ReferenceBackend(ReferenceEngineSettings.from_config(arctic))
+    writer = ParityTraceWriter(trace_dir() / "verl.trace")
+    writer.record_event("config", core=mapped)
+    backend = RecordingBackend(engine, writer)
+    rollouts = canonical_rollouts(scenario, engine)
+    env = {"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29556"}
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        worker = ArcticActorRolloutRefWorker(
+            config=OmegaConf.create({"model": {"path": str(model_dir)}}), role="actor_rollout_ref"
+        )
+    worker.attach(SessionInfo(handle=backend.handle(), settings=settings))
+    actor = config.actor_rollout_ref.actor
+    temperature = config.actor_rollout_ref.rollout.temperature
+    mini_rows = actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n
+    try:
+        for step, rows in enumerate(rollouts):
+            writer.record_event(
+                "rollouts",
+                step=step,
+                prompt_ids=[list(r.prompt_ids) for r in rows],
+                response_ids=[list(r.response_ids) for r in rows],
+                rewards=[r.reward for r in rows],
+            )
+            data = _rows_tensordict(rows)
+            # _compute_old_log_prob
+            tu.assign_non_tensor(data, calculate_entropy=True, compute_loss=False, temperature=temperature)
+            old = response_from_nested(worker.compute_log_prob(data)["log_probs"], data["response_mask"])
+            # _compute_ref_log_prob
+            tu.assign_non_tensor(data, calculate_entropy=False, compute_loss=False, temperature=temperature)
+            ref = response_from_nested(worker.compute_ref_log_prob(data)["log_probs"], data["response_mask"])
+            # _compute_advantage: verl's GRPO on the padded batch, written back jagged
+            response_mask = data["response_mask"]
+            width = max(len(r.response_ids) for r in rows)
+            mask_B_R = response_mask.to_padded_tensor(padding=0).to(torch.float32)
+            rewards_B_R = torch.tensor(token_level_rewards(rows, width), dtype=torch.float32)
+            advantages_B_R, _ = compute_grpo_outcome_advantage(
+                rewards_B_R,
+                mask_B_R,
+                np.array([f"{step}-{r.group}" for r in rows], dtype=object),
+                norm_adv_by_std_in_grpo=config.algorithm.norm_adv_by_std_in_grpo,
+            )
+            data["old_log_probs"], data["ref_log_prob"] = old, ref
+            data["advantages"] = response_to_nested(advantages_B_R, response_mask)
+            # _update_actor
+            tu.assign_non_tensor(
+                data,
+                calculate_entropy=bool(actor.calculate_entropy or actor.entropy_coeff != 0.0),
+                global_batch_size=mini_rows,
+                mini_batch_size=mini_rows,
+                epochs=actor.ppo_epochs,
+                seed=actor.data_loader_seed,
+                dataloader_kwargs={"shuffle": actor.shuffle},
+                temperature=temperature,
+            )
+            worker.update_actor(data)
+        writer.record_event("weights", digest=weights_digest(engine.trainer_parameters()))
+    finally:
+        writer.close()
+        asyncio.run(engine.shutdown())
+    return scenario, mapped, rollouts, read_trace(writer.path)
+
+
+def test_verl_config_maps_onto_the_scenario_core_config(recorded):
+    from arctic_rl_core.config import ArcticRLConfig
+
+    scenario, mapped, _, _ = recorded
+    expected = ArcticRLConfig.from_dict(scenario.core_config()).model_dump(mode="json")
+    assert mapped == _projection(expected, scenario.core_config())
+
+
+def test_verl_trace_has_every_call_of_the_scenario(recorded):
+    scenario, _, _, calls = recorded
+    mini_batches = scenario.prompts_per_step // scenario.mini_batch_prompts * scenario.epochs
+    per_step = ["rollouts", "forward", "forward_ref", *["forward_backward", "step"] * mini_batches]
+    assert [c.op for c in calls] == ["config", *per_step * scenario.steps, "weights"]
+    steps = [c for c in calls if c.op == "step"]
+    assert [c.record["step"] for c in steps] == list(range(1, len(steps) + 1))
+    assert all(np.isfinite(c.record["grad_norm"]) and c.record["grad_norm"] > 0 for c in steps)
+    for call in calls:
+        if call.op == "forward_backward":
+            assert call.tensors[(0, "advantages")].abs().sum() > 0
+            assert (
+                call.record["meta"]["global_batch_size"]
+                == scenario.mini_batch_prompts * scenario.rollouts_per_prompt
+            )
+
+
+def test_verl_advantages_are_the_core_grpo_advantages_of_the_rewards(recorded):
+    from arctic_rl_core.advantages import token_level_grpo_advantages
+
+    scenario, _, rollouts, calls = recorded
+    train = [c for c in calls if c.op == "forward_backward"]
+    per_step = len(train) // scenario.steps
+    P = scenario.max_prompt_length
+    for step, rows in enumerate(rollouts):
+        lengths = [len(r.response_ids) for r in rows]
+        width = max(lengths)
+        rewards = torch.zeros(len(rows), width)
+        mask = torch.zeros(len(rows), width)
+        for b, (row, n) in enumerate(zip(rows, lengths, strict=True)):
+            rewards[b, n - 1] = row.reward
+            mask[b, :n] = 1.0
+        expected = token_level_grpo_advantages(
+            rewards, mask, [r.group for r in rows], epsilon=1e-6, norm_by_std=True
+        )
+        sent = torch.cat(
+            [c.tensors[(0, "advantages")] for c in train[step * per_step : (step + 1) * per_step]]
+        )
+        for b, n in enumerate(lengths):
+            torch.testing.assert_close(sent[b, P : P + n], expected[b, :n], rtol=0, atol=0)
