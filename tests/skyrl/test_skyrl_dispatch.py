@@ -13,8 +13,6 @@ from adapter_skyrl.payload_spec import payload_spec
 from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
 from skyrl.train.dataset.preprocess import convert_prompts_responses_to_batch_tensors
 
-pytest.importorskip("arctic_rl_core.backends.reference.engine", reason="reference engine not landed yet")
-
 SKYRL = [
     "trainer.placement.colocate_all=false",
     "generator.inference_engine.enable_ray_prometheus_stats=false",

@@ -21,12 +21,6 @@ from adapter_skyrl.generator import ArcticGenerator
 from adapter_skyrl.trace import PayloadTrace
 from adapter_skyrl.trainer import ArcticPPOExp
 
-# Core pieces this test needs that may land after the adapter: run as soon as they exist.
-pytest.importorskip(
-    "arctic_rl_core.weight_sync", reason="arctic_rl_core.weight_sync (core runtime) not landed yet"
-)
-pytest.importorskip("arctic_rl_core.backends.reference.engine", reason="reference engine not landed yet")
-
 BASE = [
     "trainer.placement.colocate_all=false",
     "generator.inference_engine.enable_ray_prometheus_stats=false",
@@ -105,19 +99,8 @@ class RecordingExp(ArcticPPOExp):
 
 
 def _run(overrides: list[str]) -> RecordingExp:
-    from arctic_rl_core.weight_sync import WeightSyncError
-
-    cfg = parse_cli([*BASE, *overrides])
-    exp = RecordingExp(cfg)
-    trainer = exp._setup_trainer()
-    try:
-        asyncio.run(trainer.train())
-    except WeightSyncError as error:
-        if "did not take the trainer's weights" not in str(error):
-            raise
-        # Known core inconsistency (reported): weight_sync expects weights_version == trainer_version
-        # after a sync, the reference engine counts syncs. Not an adapter bug; runs once they agree.
-        pytest.skip(f"core weight_sync and reference engine disagree on weights versions: {error}")
+    exp = RecordingExp(parse_cli([*BASE, *overrides]))
+    asyncio.run(exp._setup_trainer().train())
     return exp
 
 
@@ -301,14 +284,7 @@ def test_two_grpo_steps_with_the_backend_as_a_ray_actor(tmp_path, bird_train_row
             ]
         )
         exp = RecordingExp(cfg, backend_factory=factory)
-        from arctic_rl_core.weight_sync import WeightSyncError
-
-        try:
-            asyncio.run(exp._setup_trainer().train())
-        except WeightSyncError as error:
-            if "did not take the trainer's weights" not in str(error):
-                raise
-            pytest.skip(f"core weight_sync and reference engine disagree on weights versions: {error}")
+        asyncio.run(exp._setup_trainer().train())
         steps = _steps(exp)
         assert sorted(steps) == [1, 2] and all(math.isfinite(s["policy/policy_loss"]) for s in steps.values())
         versions = [b["version"] for b in exp.generator.batches]

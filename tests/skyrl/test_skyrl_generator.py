@@ -8,8 +8,6 @@ import asyncio
 import pytest
 from adapter_skyrl.generator import ArcticGenerator, to_sampling_params
 
-pytest.importorskip("arctic_rl_core.backends.reference.engine", reason="reference engine not landed yet")
-
 SAMPLING = {
     "min_tokens": 1,
     "skip_special_tokens": True,
