@@ -57,7 +57,7 @@ def engine_factory() -> Callable[..., ReferenceBackend]:
     created: list[ReferenceBackend] = []
 
     def factory(**settings) -> ReferenceBackend:
-        engine = ReferenceBackend(ReferenceEngineSettings(**{"num_threads": 1, **settings}))
+        engine = ReferenceBackend(ReferenceEngineSettings(**settings))
         created.append(engine)
         return engine
 
