@@ -156,3 +156,35 @@ def test_main_adds_only_the_selection_overrides_the_user_did_not_give():
     assert "+remote_backend=arctic" in added and "trainer.v1.trainer_mode=arctic" in added
     assert overrides[-2:] == ["actor_rollout_ref.rollout.tensor_model_parallel_size=1", "x=1"]
     assert overrides.count("actor_rollout_ref.rollout.tensor_model_parallel_size=1") == 1
+
+
+def test_verl_loads_the_core_rewards_by_package_path(compose, tmp_path):
+    """`reward.custom_reward_function.path=pkg://...` through verl's own loader: BIRD scores by
+    executing the SQL against the sample database, GSM8K by the final answer."""
+    import pyarrow.parquet as pq
+    from arctic_rl_core.envs.bird.preprocess import PreprocessOptions, preprocess
+    from arctic_rl_core.envs.bird.sample import sample_dir
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    preprocess(sample_dir(tmp_path / "cache"), tmp_path / "data", PreprocessOptions(), show_progress=False)
+    row = pq.read_table(tmp_path / "data" / "train.parquet").to_pylist()[0]
+    bird = get_custom_reward_fn(
+        compose(
+            "reward.custom_reward_function.path=pkg://arctic_rl_core.envs.bird.reward",
+            "reward.custom_reward_function.name=compute_score",
+        )
+    )
+    gold = row["reward_model"]["ground_truth"]
+    right = bird(row["data_source"], f"```sql\n{gold}\n```", gold, row["extra_info"])
+    wrong = bird(row["data_source"], "```sql\nSELECT 1 WHERE 0\n```", gold, row["extra_info"])
+    assert (right["score"], right["correct"], right["execution_success"]) == (1.0, True, True)
+    assert (wrong["correct"], wrong["execution_success"]) == (False, True) and wrong["score"] < 1.0
+
+    gsm8k = get_custom_reward_fn(
+        compose(
+            "reward.custom_reward_function.path=pkg://arctic_rl_core.envs.gsm8k",
+            "reward.custom_reward_function.name=compute_score",
+        )
+    )
+    assert gsm8k("openai/gsm8k", "63 * 3 = 189\n#### 189", "189")["score"] == 1.0
+    assert gsm8k("openai/gsm8k", "#### 188", "189")["score"] == 0.0
