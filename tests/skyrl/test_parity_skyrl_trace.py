@@ -179,3 +179,52 @@ def test_skyrl_advantages_are_the_core_grpo_advantages_of_the_rewards(recorded):
         )
         for b, n in enumerate(lengths):
             torch.testing.assert_close(sent[b, P : P + n], expected[b, :n], rtol=0, atol=0)
+
+
+def test_per_mini_batch_old_log_probs_equal_the_whole_batch_ones(recorded):
+    """Pinned: SkyRL's default (`recompute_old_logprobs_per_minibatch=true`) sends one policy forward
+    per mini-batch where verl sends one per step; the scenario turns it off so the calls pair one to
+    one. On the reference engine the values are the same bit for bit either way (rows are
+    independent); only the packing of the calls differs."""
+    from adapter_skyrl.config import parse_cli, to_arctic_config
+    from adapter_skyrl.dispatch import ArcticWorkerDispatch
+    from adapter_skyrl.payload_spec import payload_spec
+    from adapter_skyrl.trainer import build_backend
+    from arctic_rl_core.weight_sync import WeightSyncPolicy
+    from skyrl.backends.skyrl_train.distributed.dispatch import loss_fn_outputs_to_tensor
+    from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
+    from skyrl.train.dataset.preprocess import convert_prompts_responses_to_batch_tensors
+
+    scenario, _, rollouts, _ = recorded
+    overrides = [o for o in scenario.skyrl_overrides() if "recompute_old_logprobs_per_minibatch" not in o]
+    cfg = parse_cli(overrides)
+    assert cfg.trainer.recompute_old_logprobs_per_minibatch  # SkyRL's default
+    arctic = to_arctic_config(cfg, steps_per_epoch=scenario.steps)
+    engine = build_backend(arctic)
+    try:
+        dispatch = ArcticWorkerDispatch(
+            cfg,
+            engine,
+            payload_spec(arctic, pad_token_id=engine.pad_token_id),
+            WeightSyncPolicy.from_config(arctic),
+        )
+        rows = rollouts[0]
+        responses = [list(r.response_ids) for r in rows]
+        seqs, attn, resp_mask, _r, _m, _lp, _e, _s = convert_prompts_responses_to_batch_tensors(
+            engine.pad_token_id, [list(r.prompt_ids) for r in rows], responses,
+            [[0.0] * len(r) for r in responses], [[1] * len(r) for r in responses],
+        )  # fmt: skip
+        data = TrainingInputBatch({"sequences": seqs, "attention_mask": attn, "response_mask": resp_mask})
+        data.metadata = {"response_length": resp_mask.shape[1]}
+        mini_rows = cfg.trainer.policy_mini_batch_size * cfg.generator.n_samples_per_prompt
+        boundaries = [(b, b + mini_rows) for b in range(0, len(rows), mini_rows)]
+        whole = loss_fn_outputs_to_tensor(dispatch.forward("policy", data).loss_fn_outputs, key="logprobs")
+        per_mini_batch = []
+        for chunk in dispatch.stage_data("policy", data, boundaries):
+            per_mini_batch.extend(dispatch.forward_from_staged("policy", chunk).loss_fn_outputs)
+        assert len(boundaries) > 1
+        torch.testing.assert_close(
+            loss_fn_outputs_to_tensor(per_mini_batch, key="logprobs"), whole, rtol=0, atol=0
+        )
+    finally:
+        asyncio.run(engine.shutdown())
