@@ -1,8 +1,9 @@
 """Every verl recipe's full override list, exactly as its launcher passes it (the launcher runs in
 dry-run mode), through the adapter's real config path: `adapter_verl.main`'s selection defaults,
 verl's Hydra composition of `ppo_trainer` with the shipped `remote_backend/arctic` group, the Arctic
-support rules and the core `ArcticRLConfig` (`settings_from_verl`, as the trainer calls it). A typo'd
-knob must fail here, without a GPU."""
+support rules, verl's own startup `validate_config`, and the core `ArcticRLConfig`
+(`settings_from_verl`, as the trainer calls it). A typo'd knob must fail here, without a
+GPU."""
 
 from __future__ import annotations
 
@@ -93,6 +94,8 @@ def test_every_launcher_has_expectations():
 def test_recipe_overrides_validate_through_the_verl_adapter(launcher: Path, tmp_path: Path):
     from adapter_verl.config import check_supported, settings_from_verl
     from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
 
     want = EXPECTED[launcher.stem]
     commands = dry_run(launcher, tmp_path)
@@ -102,6 +105,8 @@ def test_recipe_overrides_validate_through_the_verl_adapter(launcher: Path, tmp_
     cfg, added = compose_as_main(overrides)
     assert added == []  # the file spells out every selection override itself
     assert check_supported(cfg) == []
+    # verl's own startup validation, as `verl.trainer.main_ppo.main` runs it
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     settings = settings_from_verl(cfg, total_training_steps=cfg.trainer.total_training_steps)
     arctic = settings.arctic_config()
 
