@@ -134,7 +134,9 @@ class ReferenceServer:
 
     async def status(self, request: web.Request) -> Any:
         return {
-            "engine": None if self.state.engine is None else self.settings.model_dump(mode="json"),
+            "engine": None
+            if self.state.engine is None
+            else self.state.engine.settings.model_dump(mode="json"),
             "jobs": {str(jid): job.info for jid, job in self.state.jobs.items()},
         }
 
@@ -437,7 +439,7 @@ class ReferenceServer:
         payload = body.get("payload") or {}
         kind = body["operation_type"]
         if kind == "weight-sync":
-            return await self._weight_sync(job_id, payload)
+            return await self._weight_sync(payload)
         if kind == "reset-prefix-cache":
             return await self._reset_prefix_cache(job_id)
         if kind == "sleep-inference":
@@ -447,9 +449,11 @@ class ReferenceServer:
         raise HTTPError(400, f"unknown operation_type {kind!r}")
 
     async def weight_sync(self, request: web.Request) -> Any:
-        return await self._weight_sync(_job_id(request), await _json_body(request, required=True))
+        _job_id(request)
+        return await self._weight_sync(await _json_body(request, required=True))
 
-    async def _weight_sync(self, job_id: int, payload: Mapping[str, Any]) -> Any:
+    async def _weight_sync(self, payload: Mapping[str, Any]) -> Any:
+        """The source training job's weights into the target sampling job (the response names the source)."""
         unknown = sorted(set(payload) - {"source_sub_job_id", "target_sub_job_ids", "cuda_ipc", "low_memory"})
         if unknown:
             raise HTTPError(422, f"weight-sync payload has unknown keys {unknown}")
@@ -466,7 +470,6 @@ class ReferenceServer:
             cuda_ipc=training.cuda_ipc if cuda_ipc is None else bool(cuda_ipc),
             low_memory=training.low_memory if low_memory is None else bool(low_memory),
         )
-        del job_id
         return {
             "job_id": source,
             "status": "ok",

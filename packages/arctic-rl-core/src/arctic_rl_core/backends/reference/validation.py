@@ -418,7 +418,7 @@ def _check_rows(
                 "with response token j of a row at index P+j"
             )
     if loss_fn == "verl_grpo":
-        _check_grpo_rows(tensors, where, window, meta)
+        _check_grpo_rows(tensors, where, meta)
     elif loss_fn in SFT_LOSS_FNS:
         _check_sft_rows(tensors, where, attn, vocab_size, loss_fn)
     for key in ("response_mask", "loss_mask"):
@@ -465,9 +465,7 @@ def _check_inside_window(
         )
 
 
-def _check_grpo_rows(
-    tensors: dict[str, torch.Tensor], where: str, window: torch.Tensor, meta: Mapping[str, Any]
-) -> None:
+def _check_grpo_rows(tensors: dict[str, torch.Tensor], where: str, meta: Mapping[str, Any]) -> None:
     import torch
 
     for key in ("response_mask", "old_log_probs", "advantages"):
