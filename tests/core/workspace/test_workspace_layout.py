@@ -64,9 +64,9 @@ def test_gpu_extras_pin_the_one_vllm_arctic_inference_patches():
         assert gpu["vllm"] == "vllm==0.26.0"
         assert gpu["arctic-inference"] == "arctic-inference==0.3.0"
         assert gpu["arctic-platform"] == "arctic-platform[rl]==0.1.4"
-        assert {"deepspeed", "liger-kernel", "torch"} <= gpu.keys()
+        assert {"deepspeed", "liger-kernel", "torch", "flash-attn"} <= gpu.keys()
         cpu = _requirement_names(extras["cpu"])
-        assert "vllm" not in cpu and "arctic-inference" not in cpu and "deepspeed" not in cpu
+        assert not {"vllm", "arctic-inference", "deepspeed", "flash-attn"} & cpu.keys()
         assert "torch" in cpu
 
 
