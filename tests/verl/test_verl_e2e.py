@@ -1,6 +1,7 @@
 """End to end: verl 0.9.1's real V1 trainer (`python -m adapter_verl.main`) runs 2 GRPO steps on the
 bundled BIRD sample against the reference backend hosted as a Ray actor, then resumes from its
-checkpoint for a third step. Slow (Ray + TransferQueue start-up dominate): one module-scoped run
+checkpoint for a third step. The backend is colocated (trainer and sampler share devices), so every
+step also goes through the core weight-sync policy's sleep/wake sequence. Slow (Ray + TransferQueue start-up dominate): one module-scoped run
 per phase, every assertion reads what that run left behind (trace, checkpoints, log)."""
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ def _overrides(root: Path, total_steps: int) -> list[str]:
         "ray_kwargs.ray_init.num_cpus=8",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         *(f"+remote_backend.core.backend.reference.{k}={v}" for k, v in REFERENCE_MODEL.items()),
+        # training and sampling share the devices: every step sleeps/wakes them through the policy
+        "+remote_backend.core.placement.colocate=true",
         f"remote_backend.trace_dir={root / f'trace{total_steps}'}",
     ]
 
