@@ -202,6 +202,12 @@ def test_trace_shows_old_logprobs_once_per_mini_batch_before_the_epochs(grpo_run
     assert all(r["processing"]["loss_fn"] == "verl_grpo" for r in train)
     assert all(r["meta"]["actor_config"]["use_kl_loss"] is True for r in train)
     assert all(r["processing"]["loss_fn"] is None for r in records if r["op"] in ("forward", "forward_ref"))
+    # Entropy is computed where the loss uses it (entropy bonus on), never for the reference model.
+    assert {r["op"]: r["meta"]["calculate_entropy"] for r in records if "digest" in r} == {
+        "forward_ref": False,
+        "forward": True,
+        "forward_backward": True,
+    }
 
 
 def test_resume_from_checkpoint_is_bit_identical(grpo_run, tmp_path):

@@ -8,6 +8,7 @@ calls go through `arctic_rl_core.dispatch.run`, weight sync only through
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -123,10 +124,14 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self._reject_extras("forward", loss_fn, loss_fn_config, model_id, worker_kwargs)
         start = time.perf_counter()
         samples = to_rollout_samples(data, with_advantages=False, with_old=False, with_ref=False)
-        payload = build_forward_payload(samples, self.spec)
+        # The reference model's entropy is never used: do not make the server compute it.
+        spec = self.spec
+        if model == "ref":  # (entropy_coeff is not sent with a forward; the spec requires it to follow)
+            spec = dataclasses.replace(spec, calculate_entropy=False, entropy_coeff=0.0)
+        payload = build_forward_payload(samples, spec)
         self._record("forward_ref" if model == "ref" else "forward", payload)
         out = self._run(self.backend.forward(payload, reference_model=(model == "ref")))
-        values_B_R, _mask_B_R = response_logprobs(out.logprobs_B_S, payload, self.spec)
+        values_B_R, _mask_B_R = response_logprobs(out.logprobs_B_S, payload, spec)
         rows = to_skyrl_rows(values_B_R, response_lengths(data), data["response_mask"].shape[1])
         self._timed(f"forward_{model}", start)
         return WorkerOutput(loss_fn_outputs=rows, metrics={})
