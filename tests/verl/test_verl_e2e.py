@@ -130,6 +130,10 @@ def test_two_grpo_steps_call_the_backend_as_verl_schedules_them(workdir, first_r
             assert record["meta"]["actor_config"]["use_kl_loss"] is True
             assert record["processing"]["loss_fn"] == "verl_grpo"
     assert ops.count("save_checkpoint") == 1
+    # colocated: the devices go to training at start-up and after each step's sampling
+    handovers = [r for r in trace if r["op"] == "to_training"]
+    assert len(handovers) == 3
+    assert {(r["inference"], r["training"]) for r in handovers} == {("asleep", "awake")}
 
 
 def test_losses_are_finite_and_the_trained_weights_are_used(first_run):

@@ -249,3 +249,27 @@ def test_sampling_params_the_backend_cannot_honour_are_refused():
         sampling_params_from_verl({"repetition_penalty": 1.1}, 8)
     with pytest.raises(ValueError, match=r"\['min_p'\]"):
         sampling_params_from_verl({"min_p": 0.1}, 8)
+
+
+def test_rollout_server_sends_text_to_text_only_servers_and_checks_the_round_trip(session, backend):
+    from adapter_verl.replica import ArcticRolloutServer
+
+    server = ArcticRolloutServer(replica_rank=1, response_length=MAX_RESPONSE)
+    server.attach(session)
+    assert server.text_prompts is False  # the reference backend takes token ids
+    server.text_prompts = True  # what backend.kind=ray|http selects
+    tokenizer = backend.tokenizer
+    prompt_ids = tokenizer.encode("SELECT name FROM users")
+
+    async def scenario():
+        await backend.wake_inference(None)
+        out = await server.generate("t1", prompt_ids=prompt_ids, sampling_params={"max_tokens": 2})
+        with pytest.raises(ValueError, match="does not round-trip"):
+            # ids no tokenizer would produce for their own decoded text
+            split = [t for text in "SELECT" for t in tokenizer.encode(text)]
+            assert tokenizer.encode(tokenizer.decode(split)) != split
+            await server.generate("t2", prompt_ids=split, sampling_params={"max_tokens": 2})
+        return out
+
+    out = asyncio.run(scenario())
+    assert 1 <= len(out.token_ids) <= 2

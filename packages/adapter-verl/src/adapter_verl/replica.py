@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+TEXT_PROMPT_BACKENDS = ("ray", "http")
 # verl sampling keys the server maps; any other key with a non-neutral value is refused
 _NEUTRAL_SAMPLING: dict[str, Any] = {"repetition_penalty": 1.0}
 
@@ -65,12 +66,26 @@ class ArcticRolloutServer:
         self.response_length = response_length
         self._backend: Backend | None = None
         self._trace: TraceWriter | None = None
+        self._tokenizer: Any = None
+        self.text_prompts = False
 
     def attach(self, info: SessionInfo) -> None:
         """Bind to the run's backend (done on first use from the published session)."""
         self._backend = info.handle.connect()
         self._arctic_config = info.settings.arctic_config()
         self._trace = TraceWriter(info.settings.trace_dir, f"rollout{self.replica_rank}")
+        # the on-prem Arctic server takes text prompts only (Cortex and the reference take ids)
+        self.text_prompts = self._arctic_config.backend.kind in TEXT_PROMPT_BACKENDS
+        self._model_path = info.settings.model_path
+
+    def _prompt(self, prompt_ids: list[int]) -> list[int] | str:
+        if not self.text_prompts:
+            return list(prompt_ids)
+        if self._tokenizer is None:
+            from verl.utils import hf_tokenizer
+
+            self._tokenizer = hf_tokenizer(self._model_path, trust_remote_code=False)
+        return self._tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
 
     async def _connected(self) -> Backend:
         if self._backend is None:
@@ -93,8 +108,14 @@ class ArcticRolloutServer:
             raise ValueError("multi-modal prompts are not supported by the Arctic rollout")
         backend = await self._connected()
         params = sampling_params_from_verl(sampling_params, self.response_length)
-        out = await backend.generate([list(prompt_ids)], params)
+        out = await backend.generate([self._prompt(prompt_ids)], params)
         (completion,) = out.completions
+        if self.text_prompts and completion.prompt_len != len(prompt_ids):
+            raise ValueError(
+                f"request {request_id}: the server tokenised the decoded prompt into {completion.prompt_len} "
+                f"tokens, verl holds {len(prompt_ids)}: the tokenizer at {self._model_path} does not "
+                "round-trip this prompt; use the served model's own tokenizer and chat template"
+            )
         if self._trace is not None:
             self._trace.write(
                 {
@@ -122,6 +143,11 @@ class ArcticRolloutServer:
 
         backend = await self._connected()
         await prepare_for_training(backend, WeightSyncPolicy.from_config(self._arctic_config))
+        if self._trace is not None and self._trace.enabled:
+            state = await backend.state()
+            self._trace.write(
+                {"op": "to_training", "inference": state.inference.value, "training": state.training.value}
+            )
 
     async def wake_up(self) -> None:
         """Wake a sleeping sampler with the weights it already holds (the weight-sync policy wakes
