@@ -6,12 +6,14 @@ A trace is a directory `<name>.trace/` holding
   keys of its tensors in `tensors.safetensors`; for other calls (`step`, `rollouts`, `weights`,
   ...) their JSON fields;
 - `tensors.safetensors`: every payload tensor, keyed `<index>/<micro-batch>/<field>`.
-`ParityTraceWriter` writes one (the tensors when it is closed); `read_trace` loads one.
+`ParityTraceWriter` writes one into a private staging directory and moves it into place when it
+is closed, so a reader (or a concurrent run) never sees a half-written trace; `read_trace` loads one.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -28,13 +30,14 @@ TENSORS_FILE = "tensors.safetensors"
 
 
 class ParityTraceWriter:
-    """Records calls into a fresh trace directory (an existing one at `path` is replaced)."""
+    """Records calls into a fresh trace at `path` (an existing one is replaced on `close`)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        if self.path.exists():
-            shutil.rmtree(self.path)
-        self.path.mkdir(parents=True)
+        self._staging = self.path.with_name(f".{self.path.name}.{os.getpid()}.{id(self)}")
+        if self._staging.exists():
+            shutil.rmtree(self._staging)
+        self._staging.mkdir(parents=True)
         self._lock = threading.Lock()
         self._records: list[dict[str, Any]] = []
         self._tensors: dict[str, torch.Tensor] = {}
@@ -65,12 +68,15 @@ class ParityTraceWriter:
         return index
 
     def close(self) -> Path:
-        """Write the tensors file; returns the trace directory. Idempotent."""
+        """Write the tensors file and move the trace to `path`; returns `path`. Idempotent."""
         from safetensors.torch import save_file
 
         with self._lock:
             if not self._closed:
-                save_file(self._tensors, str(self.path / TENSORS_FILE))
+                save_file(self._tensors, str(self._staging / TENSORS_FILE))
+                if self.path.exists():
+                    shutil.rmtree(self.path)
+                os.replace(self._staging, self.path)
                 self._closed = True
         return self.path
 
@@ -82,7 +88,7 @@ class ParityTraceWriter:
     def _append(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, sort_keys=True, allow_nan=False)
         self._records.append(record)
-        with (self.path / CALLS_FILE).open("a", encoding="utf-8") as f:
+        with (self._staging / CALLS_FILE).open("a", encoding="utf-8") as f:
             f.write(line + "\n")
 
 
