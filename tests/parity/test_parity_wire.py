@@ -120,3 +120,34 @@ def test_pinned_differences_touch_only_the_documented_field(traces):
     known = [d for d in diffs if _is_known(d)]
     assert {(d.op, d.field) for d in known} <= {(op, field) for op, field, *_ in KNOWN_DIFFERENCES}
     assert not [d for d in diffs if d.call in {k.call for k in known} and not _is_known(d)]
+
+
+def test_a_single_changed_value_in_a_real_trace_is_reported_precisely(traces):
+    """The comparison of the real traces is not vacuous: one advantage changed in a copy of the verl
+    trace is reported as exactly that call, field, index and pair of values."""
+    import copy
+
+    calls = copy.deepcopy(traces["verl"])
+    target = next(c for c in calls if c.op == "forward_backward")
+    advantages = target.tensors[(0, "advantages")]
+    row, col = _first_nonzero(advantages)
+    original = advantages[row, col].item()
+    advantages[row, col] = original + 0.5
+    changed = advantages[row, col].item()
+    diffs = [d for d in diff_traces(traces["skyrl"], calls) if not _is_known(d)]
+    assert len(diffs) == 1
+    (d,) = diffs
+    assert (d.op, d.field, d.left, d.right) == (
+        "forward_backward",
+        "batch.0.advantages",
+        original,
+        changed,
+    )
+    assert f"first differing index [{row}, {col}], 1 differ" in d.detail
+
+
+def _first_nonzero(values) -> tuple[int, int]:
+    import torch
+
+    row, col = torch.nonzero(values)[0].tolist()
+    return int(row), int(col)
