@@ -94,7 +94,12 @@ class RecordingExp(ArcticPPOExp):
         return self.recorded
 
     def get_generator(self, cfg, tokenizer, inference_engine_client) -> RecordingGenerator:
-        self.generator = RecordingGenerator(self.backend, tokenizer, prompt_format=self.prompt_format)
+        self.generator = RecordingGenerator(
+            self.backend,
+            tokenizer,
+            prompt_format=self.prompt_format,
+            expected_weights_version=self._synced_version,
+        )
         return self.generator
 
 
@@ -303,3 +308,31 @@ def test_two_grpo_steps_with_the_backend_as_a_ray_actor(tmp_path, bird_train_row
         if backend is not None:
             run(backend.shutdown())
         ray.shutdown()
+
+
+def test_colocated_reference_engine_sleeps_and_wakes_through_the_core_policy(tmp_path, bird_train_rows):
+    data = tmp_path / "bird.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in bird_train_rows), encoding="utf-8")
+    exp = _run(
+        [
+            f"data.train_data=['{data}']",
+            "trainer.arctic_rl.placement.colocate=true",
+            "trainer.max_training_steps=2",
+            "trainer.ckpt_interval=0",
+            f"trainer.ckpt_path={tmp_path / 'ckpt'}",
+            f"trainer.export_path={tmp_path / 'export'}",
+            "trainer.resume_mode=none",
+        ]
+    )
+    from arctic_rl_core.backends.protocol import InferenceState, TrainingState
+    from arctic_rl_core.dispatch import run
+
+    steps = _steps(exp)
+    assert sorted(steps) == [1, 2] and all(math.isfinite(s["policy/policy_loss"]) for s in steps.values())
+    state = run(exp.backend.state())
+    # After the last sync the sampler holds the device and the trainer sleeps, as the policy says.
+    assert (
+        state.colocated and state.inference is InferenceState.AWAKE and state.training is TrainingState.ASLEEP
+    )
+    versions = [b["version"] for b in exp.generator.batches]
+    assert versions[1] == steps[1]["arctic/weights_version"] > versions[0]

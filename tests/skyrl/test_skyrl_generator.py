@@ -107,3 +107,15 @@ def test_drift_from_the_servers_prompt_length_when_it_returns_no_ids(backend, bi
     out = asyncio.run(generator.generate(_input(rows)))
     assert out["rollout_metrics"]["generate/prompt_retokenization_drift"] == drift
     assert out["prompt_token_ids"] == [generator._local_ids(r["prompt"]) for r in rows]
+
+
+def test_rollouts_from_stale_weights_are_refused(backend, bird_train_rows):
+    from arctic_rl_core.dispatch import run
+    from arctic_rl_core.weight_sync import StaleWeightsError
+
+    served = run(backend.state()).weights_version
+    fresh = ArcticGenerator(backend, backend.tokenizer, expected_weights_version=lambda: served)
+    asyncio.run(fresh.generate(_input(bird_train_rows[:1])))
+    stale = ArcticGenerator(backend, backend.tokenizer, expected_weights_version=lambda: served + 1)
+    with pytest.raises(StaleWeightsError, match="expected"):
+        asyncio.run(stale.generate(_input(bird_train_rows[:1])))

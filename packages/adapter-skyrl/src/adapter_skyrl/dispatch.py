@@ -64,6 +64,8 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self.metrics_sink: Callable[[], dict[str, Any]] | None = None
         self.optimizer_steps = 0
         self._pending_lr: float | None = None
+        # False after a weight sync: colocated, the sampler holds the GPUs until training resumes.
+        self._training_ready = False
         self._metrics: dict[str, list[float]] = defaultdict(list)  # reported as means
         self._last: dict[str, float] = {}  # reported as the latest value
         self._timings: dict[str, float] = defaultdict(float)
@@ -80,6 +82,16 @@ class ArcticWorkerDispatch(WorkerDispatch):
                 f"model={model!r}: the Arctic dispatch serves {list(allowed)} only "
                 "(no critic: unset trainer.critic.model.path)"
             )
+
+    def _ensure_training(self) -> None:
+        """Before the first training-side call after a sync: the core policy's way back (colocated:
+        sampler to sleep, trainer awake; otherwise only checked)."""
+        if self._training_ready:
+            return
+        from arctic_rl_core.weight_sync import prepare_for_training
+
+        self._run(prepare_for_training(self.backend, self.sync_policy))
+        self._training_ready = True
 
     def _timed(self, name: str, start: float) -> None:
         self._timings[f"arctic/{name}"] += time.perf_counter() - start
@@ -122,6 +134,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
 
         self._check_model(model)
         self._reject_extras("forward", loss_fn, loss_fn_config, model_id, worker_kwargs)
+        self._ensure_training()
         start = time.perf_counter()
         samples = to_rollout_samples(data, with_advantages=False, with_old=False, with_ref=False)
         # The reference model's entropy is never used: do not make the server compute it.
@@ -180,6 +193,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
 
         self._check_model(model, ("policy",))
         self._reject_extras("forward_backward", loss_fn, loss_fn_config, model_id, worker_kwargs)
+        self._ensure_training()
         start = time.perf_counter()
         with_ref = bool(self.spec.use_kl_loss)
         samples = to_rollout_samples(data, with_advantages=True, with_old=True, with_ref=with_ref)
@@ -214,6 +228,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
         """Optimizer step on the backend; returns the grad norm (SkyRL logs it)."""
         self._check_model(model, ("policy",))
         self._reject_extras("optim_step", None, None, model_id, {})
+        self._ensure_training()
         start = time.perf_counter()
         lr, self._pending_lr = self._pending_lr, None
         out = self._run(self.backend.step(learning_rate=lr))
@@ -257,6 +272,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
             sync_after_step(self.backend, self.sync_policy), self.call_timeout_s
         )
         self.last_weight_sync_seconds = time.perf_counter() - start
+        self._training_ready = False
         if self.trace is not None:
             self.trace.record_event("sync_weights", weights_version=self.weights_version)
         if self.metrics_sink is not None:
@@ -278,6 +294,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
         marker naming it, so `load_checkpoint(ckpt_dir)` finds it."""
         self._check_model(model, ("policy",))
         self._reject_extras("save_checkpoint", None, None, model_id, {})
+        self._ensure_training()
         start = time.perf_counter()
         os.makedirs(ckpt_dir, exist_ok=True)
         # The protocol's (path, step) pair names the checkpoint for both save and load.
@@ -318,6 +335,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
                 f"{load_lr_scheduler_states}): the Arctic backend restores weights, optimizer and schedule "
                 "together; pass True for both"
             )
+        self._ensure_training()
         marker_path = os.path.join(ckpt_dir, CHECKPOINT_MARKER)
         if not os.path.exists(marker_path):
             raise FileNotFoundError(

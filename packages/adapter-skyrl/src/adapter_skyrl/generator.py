@@ -12,7 +12,7 @@ mismatch is what can be detected, and the local ids are trained on).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput
@@ -68,6 +68,7 @@ class ArcticGenerator(GeneratorInterface):
         prompt_format: PromptFormat = "token_ids",
         chat_template_kwargs: Mapping[str, Any] | None = None,
         call_timeout_s: float | None = None,
+        expected_weights_version: Callable[[], int | None] | None = None,
     ):
         if prompt_format not in ("token_ids", "text"):
             raise ValueError(f"prompt_format={prompt_format!r}: use 'token_ids' or 'text'")
@@ -76,6 +77,8 @@ class ArcticGenerator(GeneratorInterface):
         self.prompt_format = prompt_format
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.call_timeout_s = call_timeout_s
+        # The version the last weight sync produced (the dispatch's); rollouts must use exactly it.
+        self.expected_weights_version = expected_weights_version
         self.weights_versions: list[int] = []  # one per generate call, in order
 
     def _template(self, conversation: Sequence[Mapping[str, str]], *, tokenize: bool) -> Any:
@@ -105,6 +108,11 @@ class ArcticGenerator(GeneratorInterface):
                 f"backend returned {len(out.completions)} completions for {len(prompts)} prompts"
             )
         self.weights_versions.append(out.weights_version)
+        expected = self.expected_weights_version() if self.expected_weights_version is not None else None
+        if expected is not None:
+            from arctic_rl_core.weight_sync import require_fresh_weights
+
+            require_fresh_weights(out, expected=expected)
 
         prompt_ids, drifted = [], 0
         for local, completion in zip(local_ids, out.completions, strict=True):

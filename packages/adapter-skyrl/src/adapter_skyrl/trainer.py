@@ -208,7 +208,14 @@ class ArcticPPOExp(BasePPOExp):
             tokenizer,
             prompt_format=self.prompt_format,
             chat_template_kwargs=cfg.generator.chat_template_kwargs,
+            expected_weights_version=self._synced_version,
         )
+
+    def _synced_version(self) -> int | None:
+        """The weights version of the last sync (None before the trainer exists)."""
+        trainer = getattr(self, "trainer", None)
+        dispatch = getattr(trainer, "dispatch", None) if trainer is not None else None
+        return dispatch.weights_version if isinstance(dispatch, ArcticWorkerDispatch) else None
 
     def build_dispatch(self) -> ArcticWorkerDispatch:
         from arctic_rl_core.weight_sync import WeightSyncPolicy
