@@ -28,20 +28,13 @@ from arctic_rl_core.parity.scenario import (
     REQUIRE_TRACES_ENV,
     TRACE_DIR_ENV,
 )
-from arctic_rl_core.parity.trace_diff import TraceDifference, diff_traces, format_differences
+from arctic_rl_core.parity.trace_diff import diff_traces, format_differences
 from arctic_rl_core.parity.trace_file import read_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-# Known adapter difference, pinned: the SkyRL adapter builds its reference-model forward with the
-# run's payload spec, whose `calculate_entropy` follows `entropy_coeff != 0`; the verl worker sends
-# `calculate_entropy=False` for the reference model (verl's `_compute_ref_log_prob` asks for none).
-# The reference model's entropy is never used and the log-probs are the same (their sums are
-# compared), so this costs the server an entropy computation but changes no number. The fix belongs
-# in adapter_skyrl.dispatch.forward (reference forwards without entropy); then this entry goes.
-KNOWN_DIFFERENCES: tuple[tuple[str, str, object, object], ...] = (
-    ("forward_ref", "meta.calculate_entropy", True, False),
-)
+# No tolerated differences: the one the suite first found (the SkyRL adapter asked for entropy on
+# reference-model forwards, verl's worker does not) was fixed in adapter_skyrl.dispatch.forward.
 
 
 def _trace_paths() -> dict[str, Path]:
@@ -67,12 +60,8 @@ def traces():
     return {name: read_trace(path) for name, path in paths.items()}
 
 
-def _is_known(d: TraceDifference) -> bool:
-    return any((d.op, d.field, d.left, d.right) == known for known in KNOWN_DIFFERENCES)
-
-
 def test_skyrl_and_verl_send_identical_payloads_and_learn_identical_weights(traces):
-    diffs = [d for d in diff_traces(traces["skyrl"], traces["verl"]) if not _is_known(d)]
+    diffs = diff_traces(traces["skyrl"], traces["verl"])
     assert not diffs, "\n" + format_differences(diffs, ("skyrl", "verl"))
 
 
@@ -113,15 +102,6 @@ def test_training_outcome_is_identical(traces):
     assert len(set(losses)) == len(losses)  # every mini-batch really trained on its own data
 
 
-def test_pinned_differences_touch_only_the_documented_field(traces):
-    """Where a pinned difference still occurs it is exactly as documented; every other field of
-    those calls (tensors, the other meta keys, the returned log-prob sums) is identical."""
-    diffs = diff_traces(traces["skyrl"], traces["verl"])
-    known = [d for d in diffs if _is_known(d)]
-    assert {(d.op, d.field) for d in known} <= {(op, field) for op, field, *_ in KNOWN_DIFFERENCES}
-    assert not [d for d in diffs if d.call in {k.call for k in known} and not _is_known(d)]
-
-
 def test_a_single_changed_value_in_a_real_trace_is_reported_precisely(traces):
     """The comparison of the real traces is not vacuous: one advantage changed in a copy of the verl
     trace is reported as exactly that call, field, index and pair of values."""
@@ -134,7 +114,7 @@ def test_a_single_changed_value_in_a_real_trace_is_reported_precisely(traces):
     original = advantages[row, col].item()
     advantages[row, col] = original + 0.5
     changed = advantages[row, col].item()
-    diffs = [d for d in diff_traces(traces["skyrl"], calls) if not _is_known(d)]
+    diffs = diff_traces(traces["skyrl"], calls)
     assert len(diffs) == 1
     (d,) = diffs
     assert (d.op, d.field, d.left, d.right) == (
