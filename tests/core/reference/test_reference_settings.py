@@ -94,7 +94,7 @@ def test_light_modules_import_no_heavy_stack():
         "import sys\n"
         "import arctic_rl_core.backends.reference as r\n"
         "from arctic_rl_core.backends.reference import http_server, ray_actor, validation, settings, loss\n"
-        "from arctic_rl_core.backends.reference import deepspeed_mapping, sleep_state, throughput\n"
+        "from arctic_rl_core.backends.reference import deepspeed_mapping, sleep_state\n"
         "assert r.ReferenceEngineSettings().num_threads == 1\n"
         "print(sorted(m for m in ('torch', 'transformers', 'ray', 'aiohttp', 'arctic_platform') if m in sys.modules))\n"
     )

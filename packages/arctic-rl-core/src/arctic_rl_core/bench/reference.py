@@ -1,7 +1,6 @@
 """Throughput of the reference engine with its default tiny model: generate tokens/s (batched, KV
 cache) against a naive sampler (one prompt at a time, full forward per token, no cache), and
-forward-backward tokens/s. Shaped as an `arctic-rl bench` module (NAME, HELP, add_arguments, run)
-and runnable as `python -m arctic_rl_core.backends.reference.throughput`."""
+forward-backward tokens/s: `arctic-rl bench reference`."""
 
 from __future__ import annotations
 
@@ -105,16 +104,3 @@ def run(args: argparse.Namespace) -> BenchResult:
             ("torch threads", str(torch.get_num_threads())),
         ],
     )
-
-
-def main() -> int:
-    from arctic_rl_core.bench.report import print_result
-
-    parser = argparse.ArgumentParser(description=HELP)
-    add_arguments(parser)
-    print_result(run(parser.parse_args()))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
