@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -66,3 +67,45 @@ def test_module_entry_point_exits_non_zero_with_the_message():
     )
     assert proc.returncode != 0
     assert "trainer.placement.colocate_all=True: set trainer.placement.colocate_all=false" in proc.stderr
+
+
+def test_skyrl_launcher_runs_a_grpo_step_through_us(tmp_path, bird_jsonl):
+    """`python -m skyrl.train.entrypoints.main_base trainer.override_entrypoint=adapter_skyrl.main ...`:
+    SkyRL's own launcher, one real step on the reference engine, a trace and a checkpoint."""
+    trace = tmp_path / "trace.jsonl"
+    args = [
+        *GOOD,
+        "trainer.override_entrypoint=adapter_skyrl.main",
+        f"data.train_data=['{bird_jsonl}']",
+        "data.val_data=[]",
+        "data.dataloader.num_workers=0",
+        "trainer.logger=console",
+        "trainer.enable_ray_gpu_monitor=false",
+        "trainer.train_batch_size=2",
+        "trainer.policy_mini_batch_size=2",
+        "generator.n_samples_per_prompt=2",
+        "trainer.max_prompt_length=128",
+        "generator.sampling_params.max_generate_length=4",
+        "trainer.max_training_steps=1",
+        "trainer.eval_interval=0",
+        "trainer.eval_before_train=false",
+        "trainer.ckpt_interval=1",
+        f"trainer.ckpt_path={tmp_path / 'ckpt'}",
+        f"trainer.export_path={tmp_path / 'export'}",
+        f"trainer.arctic_trace_path={trace}",
+        "trainer.arctic_rl.backend.reference.num_layers=1",
+        "trainer.arctic_rl.backend.reference.hidden_size=32",
+        "trainer.arctic_rl.backend.reference.intermediate_size=64",
+        "trainer.arctic_rl.backend.reference.num_attention_heads=2",
+        "trainer.arctic_rl.backend.reference.num_key_value_heads=1",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "skyrl.train.entrypoints.main_base", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ops = [json.loads(line)["op"] for line in trace.read_text().splitlines()]
+    assert ops.count("forward_backward") == 1 and ops.count("step") == 1 and "forward_ref" in ops
+    assert (tmp_path / "ckpt" / "global_step_1" / "policy" / "arctic_checkpoint.json").is_file()
