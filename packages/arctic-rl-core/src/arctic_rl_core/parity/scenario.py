@@ -37,7 +37,7 @@ class ParityScenario:
     question_indices: tuple[tuple[int, ...], ...] = ((0, 1), (4, 0), (1, 4))
     rollouts_per_prompt: int = 2
     mini_batch_prompts: int = 1
-    epochs: int = 1
+    epochs: int = 2
     max_prompt_length: int = 40
     max_response_length: int = 48
     seed: int = 7
