@@ -248,6 +248,10 @@ def test_one_grpo_step_on_gsm8k(tmp_path):
     exp = _run(
         [
             f"data.train_data=['{data}']",
+            f"data.val_data=['{data}']",  # SkyRL's eval path runs through the generator too
+            "trainer.eval_interval=1",
+            "trainer.eval_before_train=true",
+            "trainer.dump_eval_results=false",
             "trainer.max_prompt_length=256",
             "trainer.max_training_steps=1",
             "trainer.ckpt_interval=0",
@@ -258,10 +262,12 @@ def test_one_grpo_step_on_gsm8k(tmp_path):
     )
     (step,) = _steps(exp).values()
     assert math.isfinite(step["policy/policy_loss"]) and step["generate/scoring_errors"] == 0
-    (batch,) = exp.generator.batches
-    assert all("answer_found" in v for v in batch["verdicts"])  # judged by the core GSM8K reward
-    assert all(r in (0.0, 1.0) for r in batch["rewards"])
+    train_batch = exp.generator.batches[1]  # [0] is the eval before training
+    assert all("answer_found" in v for v in train_batch["verdicts"])  # judged by the core GSM8K reward
+    assert all(r in (0.0, 1.0) for b in exp.generator.batches for r in b["rewards"])
     assert not (tmp_path / "ckpt" / "global_step_1").exists()  # ckpt_interval=0: no checkpoint
+    evals = [step for step, logged in exp.recorded.logs if "eval/all/pass_at_1" in logged]
+    assert evals == [0, 1]  # before training and after the (last) step
 
 
 def test_two_grpo_steps_with_the_backend_as_a_ray_actor(tmp_path, bird_train_rows):
