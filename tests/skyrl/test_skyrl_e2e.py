@@ -342,3 +342,26 @@ def test_colocated_reference_engine_sleeps_and_wakes_through_the_core_policy(tmp
     )
     versions = [b["version"] for b in exp.generator.batches]
     assert versions[1] == steps[1]["arctic/weights_version"] > versions[0]
+
+
+def test_run_shuts_down_the_backend_it_created(tmp_path, bird_train_rows):
+    from arctic_rl_core.dispatch import run
+
+    data = tmp_path / "bird.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in bird_train_rows), encoding="utf-8")
+    exp = RecordingExp(
+        parse_cli(
+            [
+                *BASE,
+                f"data.train_data=['{data}']",
+                "trainer.max_training_steps=1",
+                "trainer.ckpt_interval=0",
+                f"trainer.ckpt_path={tmp_path / 'ckpt'}",
+                f"trainer.export_path={tmp_path / 'export'}",
+            ]
+        )
+    )
+    exp.run()
+    assert sorted(_steps(exp)) == [1]
+    with pytest.raises(RuntimeError, match="shut down"):
+        run(exp.backend.state())

@@ -140,6 +140,7 @@ class ArcticPPOExp(BasePPOExp):
         if backend is not None and backend_factory is not None:
             raise ValueError("pass either backend or backend_factory, not both")
         self.backend = backend if backend is not None else (backend_factory or build_backend)(self.arctic_cfg)
+        self._owns_backend = backend is None  # a backend passed in stays the caller's to shut down
         trace_path = getattr(cfg.trainer, "arctic_trace_path", None)
         if trace is None and trace_path:
             from adapter_skyrl.trace import PayloadTrace
@@ -150,6 +151,17 @@ class ArcticPPOExp(BasePPOExp):
         self.prompt_format = prompt_format or (
             "token_ids" if self.arctic_cfg.backend.kind == "reference" else "text"
         )
+
+    def run(self) -> None:
+        """SkyRL's run; then the backend this experiment created is shut down (Arctic jobs it
+        started are destroyed), whether training finished or failed."""
+        try:
+            super().run()
+        finally:
+            if self._owns_backend:
+                from arctic_rl_core.dispatch import run as run_coroutine
+
+                run_coroutine(self.backend.shutdown())
 
     # -- hooks ----------------------------------------------------------------------------------
     def _build_tokenizer(self) -> Any:
