@@ -1,0 +1,57 @@
+"""The demo's settings: one pydantic model, written to the run directory as `config.yaml`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FRAMEWORKS: tuple[str, ...] = ("skyrl", "verl")
+TASKS: tuple[str, ...] = ("bird", "gsm8k")
+CONFIG_FILE = "config.yaml"
+
+
+class DemoModel(BaseModel):
+    """The tiny policy trained from scratch (the reference backend builds it; nothing is downloaded)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_layers: int = Field(default=2, ge=1)
+    hidden_size: int = Field(default=128, ge=8)
+    num_attention_heads: int = Field(default=4, ge=1)
+    num_key_value_heads: int = Field(default=2, ge=1)
+    intermediate_size: int = Field(default=256, ge=8)
+
+
+class DemoOptions(BaseModel):
+    """Everything a demo run does. Defaults finish in a few minutes on a 2-core CPU."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    framework: Literal["skyrl", "verl"] = Field(default="skyrl", description="RL framework running GRPO.")
+    task: Literal["bird", "gsm8k"] = Field(default="bird", description="Bundled sample to train on.")
+    steps: int = Field(default=12, ge=1, description="GRPO steps.")
+    out: str = Field(description="Run directory (metrics, plot, checkpoints, config).")
+    seed: int = Field(default=42, description="Seeds the model, sampling and data order.")
+    model: DemoModel = Field(default_factory=DemoModel)
+    # Supervised warm start (cross-entropy on the training split's reference answers).
+    warm_start_steps: int = Field(default=80, ge=0, description="Supervised optimizer steps; 0 = none.")
+    warm_start_batch: int = Field(default=8, ge=1, description="Examples per supervised step.")
+    warm_start_lr: float = Field(default=3e-3, gt=0, description="Supervised learning rate.")
+    # GRPO.
+    prompts_per_step: int = Field(default=4, ge=1, description="Prompts per GRPO step.")
+    rollouts_per_prompt: int = Field(default=4, ge=2, description="Responses per prompt (GRPO group).")
+    lr: float = Field(default=1e-3, gt=0, description="GRPO learning rate.")
+    temperature: float = Field(default=1.0, gt=0, description="Rollout sampling temperature.")
+    max_prompt_length: int = Field(default=640, ge=16, description="Longest prompt, in tokens.")
+    max_response_length: int = Field(default=192, ge=8, description="Longest response, in tokens.")
+    kl_loss_coef: float = Field(default=0.0, ge=0, description="KL penalty to the warm-started model.")
+    entropy_loss_coef: float = Field(
+        default=0.0, ge=0, description="Entropy bonus; > 0 gives a gradient even when every reward ties."
+    )
+    num_threads: int | None = Field(default=None, ge=1, description="torch threads; None = torch's own.")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out)

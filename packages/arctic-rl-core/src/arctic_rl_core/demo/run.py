@@ -1,0 +1,348 @@
+"""The demo driver: `python -m arctic_rl_core.demo.run [--task bird] [--steps N] [--out DIR] [--resume DIR]`,
+run inside the framework's environment (`arctic-rl demo` starts it there).
+
+Phases: bundled sample -> supervised warm start of the tiny model (backend forward-backward with
+the `sft` loss) -> greedy accuracy on the held-out and training splits -> GRPO steps through the
+framework's trainer on the reference backend -> the same accuracy again. Everything lands in the
+run directory; Ctrl-C leaves the warm-start and per-step checkpoints, and `--resume DIR` continues.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from arctic_rl_core.demo.options import CONFIG_FILE, DemoOptions
+from arctic_rl_core.demo.run_log import PLOT_FILE, SUMMARY_FILE, MetricsLog, step_table, write_plot
+
+WARM_START_DIR = "warm_start"
+EVAL_SPLITS = ("heldout", "train")
+INTERRUPTED_EXIT = 130
+# Flags that a resumed run may change (the rest of a run's settings are fixed by its config.yaml).
+RESUMABLE_FLAGS = ("steps",)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags shared by `arctic-rl demo` and this driver (None = the default / the resumed run's)."""
+    parser.add_argument(
+        "--framework", choices=("skyrl", "verl"), default=None, help="RL framework (default skyrl)"
+    )
+    parser.add_argument(
+        "--task", choices=("bird", "gsm8k"), default=None, help="bundled sample (default bird)"
+    )
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default 12)")
+    parser.add_argument("--out", default=None, help="run directory (default runs/demo-<UTC timestamp>)")
+    parser.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")
+    parser.add_argument("--warm-start-steps", type=int, default=None, help="supervised steps (default 80)")
+    parser.add_argument(
+        "--prompts-per-step", type=int, default=None, help="prompts per GRPO step (default 4)"
+    )
+    parser.add_argument("--rollouts-per-prompt", type=int, default=None, help="GRPO group size (default 4)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+
+
+def _explicit(args: argparse.Namespace) -> dict[str, Any]:
+    names = {
+        "framework": "framework",
+        "task": "task",
+        "steps": "steps",
+        "warm_start_steps": "warm_start_steps",
+        "prompts_per_step": "prompts_per_step",
+        "rollouts_per_prompt": "rollouts_per_prompt",
+        "threads": "num_threads",
+    }
+    return {field: getattr(args, flag) for flag, field in names.items() if getattr(args, flag) is not None}
+
+
+def default_out(now: datetime | None = None) -> str:
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+    return str(Path("runs") / f"demo-{stamp}")
+
+
+def resolve_options(args: argparse.Namespace) -> DemoOptions:
+    """New run: defaults + flags. `--resume DIR`: DIR's config.yaml, plus `--steps` (to extend it);
+    any other flag that differs from the saved run is an error naming it."""
+    import yaml
+
+    explicit = _explicit(args)
+    if args.resume is None:
+        return DemoOptions(**{"out": args.out or default_out(), **explicit})
+    run_dir = Path(args.resume)
+    config_path = run_dir / CONFIG_FILE
+    if not config_path.is_file():
+        raise SystemExit(f"--resume {run_dir}: no {CONFIG_FILE} there; give the directory of a demo run")
+    if args.out is not None and Path(args.out).resolve() != run_dir.resolve():
+        raise SystemExit(
+            f"--out {args.out} with --resume {run_dir}: a resumed run writes to its own directory"
+        )
+    saved = yaml.safe_load(config_path.read_text(encoding="utf-8"))["demo"]
+    saved["out"] = str(run_dir)
+    for field, value in explicit.items():
+        if field not in RESUMABLE_FLAGS and saved.get(field) != value:
+            raise SystemExit(
+                f"--resume {run_dir}: {field}={value!r} differs from the run's {field}={saved.get(field)!r}; "
+                f"only {', '.join(RESUMABLE_FLAGS)} can change on resume (start a new run for the rest)"
+            )
+    saved.update({k: v for k, v in explicit.items() if k in RESUMABLE_FLAGS})
+    return DemoOptions(**saved)
+
+
+def write_config(options: DemoOptions, extra: dict[str, Any] | None = None) -> Path:
+    import yaml
+
+    path = options.run_dir / CONFIG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {"demo": options.model_dump(mode="json"), **(extra or {})}
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _reference_backend(options: DemoOptions, *, model_path: Path | None, lr: float):
+    from arctic_rl_core.backends.reference.engine import ReferenceBackend
+    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+    from arctic_rl_core.backends.reference.settings import OptimizerSettings, ReferenceEngineSettings
+
+    model = ReferenceModelConfig(
+        **options.model.model_dump(), model_path=None if model_path is None else str(model_path)
+    )
+    settings = ReferenceEngineSettings(
+        model=model,
+        seed=options.seed,
+        optimizer=OptimizerSettings(lr=lr),
+        colocated=False,
+        num_threads=options.num_threads,
+    )
+    return ReferenceBackend(settings)
+
+
+async def _synced(backend) -> None:
+    from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
+
+    await sync_after_step(backend, WeightSyncPolicy(colocated=False))
+
+
+def run_demo(options: DemoOptions) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from arctic_rl_core.demo.prompts import prompt_ids, response_ids
+    from arctic_rl_core.demo.tasks import load_task
+    from arctic_rl_core.demo.warm_start import warm_start
+
+    if options.framework != "skyrl":
+        raise SystemExit(
+            f"framework={options.framework!r}: the demo driver runs GRPO through SkyRL only for now; "
+            "use --framework skyrl"
+        )
+    console = Console()
+    run_dir = options.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = MetricsLog(run_dir)
+    resumed = (run_dir / CONFIG_FILE).is_file()
+    if not resumed:
+        write_config(options)
+    started = time.perf_counter()
+    seconds: dict[str, float] = {}
+    console.print(
+        f"[bold]arctic-rl demo[/]: {options.task} GRPO through {options.framework} on the CPU reference backend"
+        f" -> {run_dir}" + (" (resumed)" if resumed else "")
+    )
+    columns = (
+        TextColumn("{task.description:<20}"),
+        BarColumn(bar_width=20),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(compact=True),
+        TextColumn("{task.fields[info]}"),
+    )
+    hf_dir = run_dir / WARM_START_DIR / "hf"
+    try:
+        with Progress(*columns, console=console) as progress:
+            t0 = time.perf_counter()
+            task = load_task(options.task)
+            backend = None
+            if not (hf_dir / "config.json").is_file():
+                backend = _reference_backend(options, model_path=None, lr=options.warm_start_lr)
+            else:
+                backend = _reference_backend(options, model_path=hf_dir, lr=options.warm_start_lr)
+            tokenizer = backend.tokenizer
+            train_prompts = [prompt_ids(tokenizer, row["prompt"]) for row in task.train_rows]
+            heldout_prompts = [prompt_ids(tokenizer, row["prompt"]) for row in task.heldout_rows]
+            seconds["setup"] = time.perf_counter() - t0
+
+            # 1. Supervised warm start (skipped when the run already has its checkpoint).
+            if not (hf_dir / "config.json").is_file():
+                t0 = time.perf_counter()
+                bar = progress.add_task("warm start (sft)", total=options.warm_start_steps, info="")
+
+                def on_sft(record) -> None:
+                    log.append(
+                        "warm_start",
+                        step=record.step,
+                        loss=record.loss,
+                        grad_norm=record.grad_norm,
+                        seconds=record.seconds,
+                    )
+                    progress.update(bar, advance=1, info=f"loss {record.loss:.3f}")
+
+                answers = [response_ids(tokenizer, text) for text in task.train_targets]
+                asyncio.run(
+                    warm_start(
+                        backend,
+                        train_prompts,
+                        answers,
+                        steps=options.warm_start_steps,
+                        batch_size=options.warm_start_batch,
+                        pad_token_id=backend.pad_token_id,
+                        max_prompt_len=options.max_prompt_length,
+                        max_response_len=options.max_response_length,
+                        seed=options.seed,
+                        on_step=on_sft,
+                    )
+                )
+                asyncio.run(backend.save_to(run_dir / WARM_START_DIR, export_hf=True))
+                seconds["warm_start"] = time.perf_counter() - t0
+
+            # 2. Accuracy before GRPO (greedy), unless a resumed run has it.
+            before = {r["split"]: r for r in log.records("eval") if r["phase"] == "before"}
+            if set(before) != set(EVAL_SPLITS):
+                t0 = time.perf_counter()
+                asyncio.run(_synced(backend))
+                before = _evaluate(
+                    progress, log, backend, task, "before", train_prompts, heldout_prompts, options
+                )
+                seconds["eval_before"] = time.perf_counter() - t0
+            asyncio.run(backend.shutdown())
+
+            # 3. GRPO through the framework's trainer.
+            t0 = time.perf_counter()
+            grpo_bar = progress.add_task("GRPO steps", total=options.steps, info="")
+
+            def on_ready(first_step: int, overrides: list[str], arctic_config: dict[str, Any]) -> None:
+                write_config(options, {"skyrl_overrides": overrides, "arctic_rl": arctic_config})
+                progress.update(grpo_bar, completed=first_step - 1)
+
+            def on_step(step: int, record: dict[str, Any]) -> None:
+                log.append("grpo_step", step=step, **record)
+                progress.update(
+                    grpo_bar,
+                    completed=step,
+                    info=f"reward {record['reward_mean']:.3f} loss {record['loss']:+.4f} v{record['weights_version']}",
+                )
+
+            from arctic_rl_core.demo.skyrl_driver import run_grpo
+
+            backend = run_grpo(options, task, model_path=hf_dir, on_step=on_step, on_ready=on_ready)
+            seconds["grpo"] = time.perf_counter() - t0
+
+            # 4. Accuracy after GRPO, on the sampler's final weights.
+            t0 = time.perf_counter()
+            after = _evaluate(progress, log, backend, task, "after", train_prompts, heldout_prompts, options)
+            asyncio.run(backend.shutdown())
+            seconds["eval_after"] = time.perf_counter() - t0
+    except KeyboardInterrupt:
+        console.print(
+            f"\n[yellow]Interrupted.[/] Checkpoints are in {run_dir}; continue with: "
+            f"[bold]arctic-rl demo --resume {run_dir}[/]"
+        )
+        return INTERRUPTED_EXIT
+    seconds["total"] = time.perf_counter() - started
+    steps = log.grpo_steps()
+    console.print(step_table(steps))
+    plot = write_plot(
+        steps, run_dir / PLOT_FILE, f"{options.task} GRPO via {options.framework} (reference backend)"
+    )
+    summary = _summary(options, before, after, steps, seconds)
+    import json
+
+    (run_dir / SUMMARY_FILE).write_text(
+        json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+    _print_summary(console, summary, plot)
+    return 0
+
+
+def _evaluate(progress, log: MetricsLog, backend, task, phase: str, train_prompts, heldout_prompts, options):
+    from arctic_rl_core.demo.evaluation import evaluate_rows
+
+    bar = progress.add_task(f"accuracy {phase} GRPO", total=len(EVAL_SPLITS), info="")
+    results: dict[str, dict[str, Any]] = {}
+    for split, rows, prompts in (
+        ("heldout", task.heldout_rows, heldout_prompts),
+        ("train", task.train_rows, train_prompts),
+    ):
+        score, answers = asyncio.run(
+            evaluate_rows(backend, task, rows, prompts, max_tokens=options.max_response_length)
+        )
+        results[split] = log.append("eval", phase=phase, split=split, **score.to_json(), answers=answers)
+        progress.update(bar, advance=1, info=f"{split} {score.metric} {score.percent:.1f}%")
+    return results
+
+
+def _summary(options: DemoOptions, before, after, steps, seconds) -> dict[str, Any]:
+    def pick(record: dict[str, Any]) -> dict[str, Any]:
+        return {k: record[k] for k in ("metric", "correct", "total", "percent", "well_formatted", "errors")}
+
+    return {
+        "framework": options.framework,
+        "task": options.task,
+        "steps": [s["step"] for s in steps],
+        "reward_mean": [s["reward_mean"] for s in steps],
+        "loss": [s["loss"] for s in steps],
+        "weights_version": [s["weights_version"] for s in steps],
+        "before": {split: pick(before[split]) for split in EVAL_SPLITS},
+        "after": {split: pick(after[split]) for split in EVAL_SPLITS},
+        "seconds": seconds,
+    }
+
+
+def _print_summary(console, summary: dict[str, Any], plot: Path) -> None:
+    from rich.table import Table
+
+    table = Table(title="Accuracy (greedy), before -> after GRPO")
+    for column in ("split", "metric", "before", "after", "well formatted before -> after"):
+        table.add_column(column)
+    for split in EVAL_SPLITS:
+        b, a = summary["before"][split], summary["after"][split]
+        name = "held-out" if split == "heldout" else "train"
+        table.add_row(
+            name,
+            b["metric"],
+            f"{b['correct']}/{b['total']} ({b['percent']:.1f}%)",
+            f"{a['correct']}/{a['total']} ({a['percent']:.1f}%)",
+            f"{b['well_formatted']} -> {a['well_formatted']}",
+        )
+    console.print(table)
+    rewards = summary["reward_mean"]
+    if rewards:
+        console.print(
+            f"reward mean: step {summary['steps'][0]} {rewards[0]:.3f} -> step {summary['steps'][-1]} {rewards[-1]:.3f}"
+        )
+    timing = ", ".join(f"{k} {v:.0f}s" for k, v in summary["seconds"].items())
+    console.print(f"time: {timing}")
+    console.print(f"plot: {plot}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m arctic_rl_core.demo.run", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    return run_demo(resolve_options(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,185 @@
+"""GRPO through SkyRL 0.4.0's real `RayPPOTrainer.train()` on the reference backend, driven through
+the SkyRL adapter's public classes (`adapter_skyrl.config.parse_cli`, `ArcticPPOExp`,
+`ArcticGenerator`). Imported only inside the SkyRL environment."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from arctic_rl_core.backends.protocol import Backend
+    from arctic_rl_core.demo.options import DemoOptions
+    from arctic_rl_core.demo.tasks import DemoTask
+
+CHECKPOINT_DIR = "checkpoints"
+# SkyRL timing keys -> the demo's per-phase seconds.
+PHASE_TIMINGS = {
+    "seconds_generate": "timing/generate",
+    "seconds_logprobs": "timing/fwd_logprobs_values_reward",
+    "seconds_train": "timing/train_critic_and_policy",
+    "seconds_sync": "timing/sync_weights",
+    "seconds_step": "timing/step",
+}
+
+
+def skyrl_overrides(
+    options: DemoOptions, *, train_file: Path, model_path: Path, steps_per_epoch: int
+) -> list[str]:
+    """The SkyRL command-line overrides of the demo's GRPO run (written to config.yaml)."""
+    run_dir = options.run_dir.resolve()
+    rows_per_step = options.prompts_per_step * options.rollouts_per_prompt
+    use_kl = options.kl_loss_coef > 0
+    use_entropy = options.entropy_loss_coef > 0
+    return [
+        f"data.train_data=['{train_file.resolve()}']",
+        "data.val_data=[]",
+        "data.dataloader.num_workers=0",
+        "trainer.placement.colocate_all=false",
+        "generator.inference_engine.enable_ray_prometheus_stats=false",
+        "trainer.enable_ray_gpu_monitor=false",
+        "trainer.algorithm.advantage_estimator=grpo",
+        "trainer.algorithm.policy_loss_type=dual_clip",
+        f"trainer.algorithm.use_kl_loss={str(use_kl).lower()}",
+        *([f"trainer.algorithm.kl_loss_coef={options.kl_loss_coef}"] if use_kl else []),
+        f"trainer.algorithm.use_entropy_loss={str(use_entropy).lower()}",
+        *([f"trainer.algorithm.entropy_loss_coef={options.entropy_loss_coef}"] if use_entropy else []),
+        f"trainer.policy.optimizer_config.lr={options.lr}",
+        f"trainer.train_batch_size={options.prompts_per_step}",
+        f"trainer.policy_mini_batch_size={options.prompts_per_step}",
+        "trainer.update_epochs_per_batch=1",
+        f"generator.n_samples_per_prompt={options.rollouts_per_prompt}",
+        f"trainer.micro_train_batch_size_per_gpu={rows_per_step}",
+        f"trainer.micro_forward_batch_size_per_gpu={rows_per_step}",
+        f"trainer.max_prompt_length={options.max_prompt_length}",
+        f"generator.sampling_params.max_generate_length={options.max_response_length}",
+        f"generator.sampling_params.temperature={options.temperature}",
+        f"trainer.epochs={math.ceil(options.steps / steps_per_epoch)}",
+        f"trainer.max_training_steps={options.steps}",
+        "trainer.eval_interval=0",
+        "trainer.eval_before_train=false",
+        "trainer.print_example_interval=0",
+        "trainer.logger=console",
+        f"trainer.seed={options.seed}",
+        "trainer.ckpt_interval=1",
+        "trainer.max_ckpts_to_keep=2",
+        f"trainer.ckpt_path={run_dir / CHECKPOINT_DIR}",
+        f"trainer.export_path={run_dir / 'export'}",
+        "trainer.resume_mode=latest",
+        "trainer.arctic_rl.backend.kind=reference",
+        f"trainer.arctic_rl.backend.reference.model_path={model_path.resolve()}",
+    ]
+
+
+def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
+    """The demo's per-step metrics from what SkyRL's trainer logged for one step."""
+    record: dict[str, Any] = {
+        "reward_mean": float(data["reward/avg_raw_reward"]),
+        "rollout_ex": 100.0 * sum(r == 1.0 for r in rewards) / len(rewards) if rewards else None,
+        "loss": float(data["policy/policy_loss"]),
+        "grad_norm": float(data["policy/grad_norm"]),
+        "weights_version": int(data["arctic/weights_version"]),
+        "rollout_weights_version": int(data["generate/weights_version"]),
+        "optimizer_steps": int(data["arctic/optimizer_steps"]),
+    }
+    for name, key in PHASE_TIMINGS.items():
+        record[name] = float(data[key]) if key in data else None
+    return record
+
+
+def run_grpo(
+    options: DemoOptions,
+    task: DemoTask,
+    *,
+    model_path: Path,
+    on_step: Callable[[int, dict[str, Any]], None],
+    on_ready: Callable[[int, list[str], dict[str, Any]], None],
+) -> Backend:
+    """Run (or resume) the GRPO steps; returns the backend, its sampler on the final weights.
+
+    `on_ready(first_step, overrides, arctic_config)` is called before training (a resumed run
+    starts after its latest checkpoint); `on_step(step, record)` after every step."""
+    import os
+
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the demo shows its own progress
+    from adapter_skyrl.config import parse_cli
+    from adapter_skyrl.generator import ArcticGenerator
+    from adapter_skyrl.trainer import ArcticPPOExp
+    from loguru import logger
+
+    run_dir = options.run_dir
+    log_file = run_dir / "skyrl.log"
+
+    def log_to_file() -> None:
+        logger.remove()
+        logger.add(str(log_file), level="INFO")
+
+    log_to_file()
+    data_dir = run_dir / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    train_file = data_dir / "train.jsonl"
+    train_file.write_text("".join(json.dumps(row) + "\n" for row in task.train_rows), encoding="utf-8")
+    steps_per_epoch = len(task.train_rows) // options.prompts_per_step
+    if steps_per_epoch < 1:
+        raise ValueError(
+            f"prompts_per_step={options.prompts_per_step} exceeds the {len(task.train_rows)} training prompts"
+        )
+    overrides = skyrl_overrides(
+        options, train_file=train_file, model_path=model_path, steps_per_epoch=steps_per_epoch
+    )
+
+    class DemoTracker:
+        """SkyRL's tracker surface: every step's logged metrics become one demo record."""
+
+        def log(self, data: dict[str, Any], step: int, commit: bool = False) -> None:
+            if "policy/policy_loss" in data:
+                on_step(int(step), step_record(data, generator.last_rewards))
+
+        def finish(self) -> None:
+            pass
+
+        def log_exception(self, exc: BaseException, step: int) -> None:
+            pass
+
+    class DemoGenerator(ArcticGenerator):
+        """Keeps the rewards of the latest rollout batch (for the step's rollout EX)."""
+
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.last_rewards: list[float] = []
+
+        async def generate(self, input_batch):
+            out = await super().generate(input_batch)
+            self.last_rewards = [float(r) for r in out["rewards"]]
+            return out
+
+    generator: DemoGenerator
+
+    class DemoExp(ArcticPPOExp):
+        def _setup_trainer(self):
+            trainer = super()._setup_trainer()
+            log_to_file()  # SkyRL's trainer points loguru (and stdlib logging) at stderr
+            return trainer
+
+        def get_tracker(self) -> DemoTracker:
+            return DemoTracker()
+
+        def get_generator(self, cfg, tokenizer, inference_engine_client) -> DemoGenerator:
+            nonlocal generator
+            generator = DemoGenerator(
+                self.backend,
+                tokenizer,
+                prompt_format=self.prompt_format,
+                chat_template_kwargs=cfg.generator.chat_template_kwargs,
+            )
+            return generator
+
+    exp = DemoExp(parse_cli(overrides))
+    latest = run_dir / CHECKPOINT_DIR / "latest_ckpt_global_step.txt"
+    first_step = int(latest.read_text().strip()) + 1 if latest.is_file() else 1
+    on_ready(first_step, overrides, exp.arctic_cfg.model_dump(mode="json"))
+    exp.run()  # SkyRL's own entry: build the trainer, resume from the latest checkpoint, train
+    return exp.backend
