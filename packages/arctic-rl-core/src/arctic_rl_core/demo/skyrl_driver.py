@@ -98,16 +98,17 @@ def run_grpo(
     on_step: Callable[[int, dict[str, Any]], None],
     on_ready: Callable[[int, list[str], dict[str, Any]], None],
 ) -> Backend:
-    """Run (or resume) the GRPO steps; returns the backend, its sampler on the final weights.
+    """Run (or resume) the GRPO steps; returns the backend (the caller shuts it down), its sampler
+    on the final weights.
 
     `on_ready(first_step, overrides, arctic_config)` is called before training (a resumed run
     starts after its latest checkpoint); `on_step(step, record)` after every step."""
     import os
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # the demo shows its own progress
-    from adapter_skyrl.config import parse_cli
+    from adapter_skyrl.config import parse_cli, to_arctic_config
     from adapter_skyrl.generator import ArcticGenerator
-    from adapter_skyrl.trainer import ArcticPPOExp
+    from adapter_skyrl.trainer import ArcticPPOExp, build_backend
     from loguru import logger
 
     run_dir = options.run_dir
@@ -177,7 +178,11 @@ def run_grpo(
             )
             return generator
 
-    exp = DemoExp(parse_cli(overrides))
+    cfg = parse_cli(overrides)
+    # The demo builds the backend itself (so it stays up for the accuracy after GRPO; an
+    # experiment shuts down only a backend it created), from the adapter's own config mapping.
+    backend = build_backend(to_arctic_config(cfg, steps_per_epoch=steps_per_epoch))
+    exp = DemoExp(cfg, backend=backend)
     latest = run_dir / CHECKPOINT_DIR / "latest_ckpt_global_step.txt"
     first_step = int(latest.read_text().strip()) + 1 if latest.is_file() else 1
     on_ready(first_step, overrides, exp.arctic_cfg.model_dump(mode="json"))
