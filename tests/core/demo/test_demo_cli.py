@@ -59,7 +59,18 @@ def test_uv_launch_runs_the_driver_in_the_frameworks_locked_cpu_environment(tmp_
         launch.uv_launch("jax", [], tmp_path, ["uv"])
 
 
+def test_the_uv_that_runs_us_is_preferred(monkeypatch, tmp_path):
+    uv_binary = tmp_path / "uv"
+    uv_binary.write_text("")
+    monkeypatch.setenv("UV", str(uv_binary))
+    monkeypatch.setattr(launch.shutil, "which", lambda name: "/elsewhere/uv")
+    assert launch.find_uv() == [str(uv_binary)]
+    monkeypatch.setenv("UV", str(tmp_path / "gone"))
+    assert launch.find_uv() == ["/elsewhere/uv"]
+
+
 def test_missing_uv_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("UV", raising=False)
     monkeypatch.setattr(launch.shutil, "which", lambda name: None)
     real_find_spec = launch.importlib.util.find_spec
     monkeypatch.setattr(

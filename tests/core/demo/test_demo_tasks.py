@@ -12,7 +12,7 @@ from arctic_rl_core.backends.reference.engine import ReferenceBackend
 from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
 from arctic_rl_core.backends.reference.settings import OptimizerSettings, ReferenceEngineSettings
 from arctic_rl_core.demo.prompts import prompt_ids, response_ids
-from arctic_rl_core.demo.run_log import MetricsLog, step_table, write_plot
+from arctic_rl_core.demo.run_log import MetricsLog, step_line, step_table, write_plot
 from arctic_rl_core.demo.tasks import bird_target, load_task
 from arctic_rl_core.demo.warm_start import IGNORE_INDEX, sft_payload, warm_start
 from arctic_rl_core.envs.bird.sql_extract import extract_sql, is_well_formatted
@@ -140,6 +140,9 @@ def test_metrics_log_keeps_the_latest_record_per_step_and_plots(tmp_path):
     assert len(log.records("eval")) == 1
     table = step_table(steps)
     assert table.row_count == 3 and [c.header for c in table.columns][:2] == ["step", "reward"]
+    line = step_line(3, 12, {**steps[-1], "rollout_ex": 25.0, "seconds_step": 7.25})
+    assert line == "step 3/12: reward 0.500, rollout EX 25%, loss -0.5000, grad norm 1.000, weights v3, 7.2 s"
+    assert "rollout EX -%" in step_line(1, 2, {"reward_mean": float("nan")})
     png = write_plot(steps, tmp_path / "plot.png", "t")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

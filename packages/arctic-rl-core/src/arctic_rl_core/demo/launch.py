@@ -58,7 +58,11 @@ def find_repo_root(start: Path | None = None) -> Path:
 
 
 def find_uv() -> list[str]:
-    """The uv command: `uv` on PATH, else `python -m uv` when the uv package is installed."""
+    """The uv command: the one running us (`uv run` sets `UV`), else `uv` on PATH, else
+    `python -m uv` when the uv package is installed."""
+    running = os.environ.get("UV")
+    if running and Path(running).is_file():
+        return [running]
     found = shutil.which("uv")
     if found:
         return [found]

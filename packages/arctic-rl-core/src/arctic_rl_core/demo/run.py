@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from arctic_rl_core.demo.options import CONFIG_FILE, DemoOptions
-from arctic_rl_core.demo.run_log import PLOT_FILE, SUMMARY_FILE, MetricsLog, step_table, write_plot
+from arctic_rl_core.demo.run_log import (
+    PLOT_FILE,
+    SUMMARY_FILE,
+    MetricsLog,
+    step_line,
+    step_table,
+    write_plot,
+)
 
 WARM_START_DIR = "warm_start"
 EVAL_SPLITS = ("heldout", "train")
@@ -238,6 +245,7 @@ def run_demo(options: DemoOptions) -> int:
 
             def on_step(step: int, record: dict[str, Any]) -> None:
                 log.append("grpo_step", step=step, **record)
+                progress.console.print(step_line(step, options.steps, record))
                 progress.update(
                     grpo_bar,
                     completed=step,

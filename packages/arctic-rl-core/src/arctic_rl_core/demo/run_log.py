@@ -77,6 +77,16 @@ def format_cell(value: Any, fmt: str) -> str:
     return fmt.format(float(value))
 
 
+def step_line(step: int, total: int, record: Mapping[str, Any]) -> str:
+    """One finished GRPO step, as printed while the run goes."""
+    ex = format_cell(record.get("rollout_ex"), "{:.0f}")
+    return (
+        f"step {step}/{total}: reward {format_cell(record.get('reward_mean'), '{:.3f}')}, rollout EX {ex}%, "
+        f"loss {format_cell(record.get('loss'), '{:+.4f}')}, grad norm {format_cell(record.get('grad_norm'), '{:.3f}')}, "
+        f"weights v{format_cell(record.get('weights_version'), '{:d}')}, {format_cell(record.get('seconds_step'), '{:.1f}')} s"
+    )
+
+
 def step_table(steps: Iterable[Mapping[str, Any]], title: str = STEP_TABLE_TITLE):
     """A rich table with one row per GRPO step (see STEP_COLUMNS)."""
     from rich.table import Table
