@@ -58,3 +58,9 @@ def test_sample_and_prompt(tmp_path: Path) -> None:
     rows = pq.read_table(path).to_pylist()
     assert len(rows) == 12 and rows[1]["reward_model"] == {"style": "rule", "ground_truth": "18"}
     assert rows[1]["data_source"] == "openai/gsm8k" and rows[1]["extra_info"]["index"] == 1
+
+
+def test_rows_name_the_arctic_gsm8k_environment_unless_told_otherwise():
+    problems = gsm8k.sample_problems()[:2]
+    assert {row["env_class"] for row in gsm8k.build_rows(problems, "train")} == {"gsm8k_arctic"}
+    assert {row["env_class"] for row in gsm8k.build_rows(problems, "test", env_class="gsm8k")} == {"gsm8k"}

@@ -89,8 +89,13 @@ def sample_problems() -> list[GSM8KProblem]:
     return problems
 
 
-def build_rows(problems: Sequence[GSM8KProblem], split: str) -> list[dict[str, Any]]:
-    """Rows in the same layout as the BIRD parquet files (data_source, prompt, ability, ...)."""
+def build_rows(
+    problems: Sequence[GSM8KProblem], split: str, *, env_class: str = "gsm8k_arctic"
+) -> list[dict[str, Any]]:
+    """Rows in the same layout as the BIRD parquet files (data_source, prompt, ability, ...).
+
+    `env_class` names the SkyRL environment that scores the row: `gsm8k_arctic` is the adapter's
+    environment over this module's reward (SkyRL's stock `gsm8k` scores differently); verl ignores it."""
     return [
         {
             "data_source": DATA_SOURCE,
@@ -103,7 +108,7 @@ def build_rows(problems: Sequence[GSM8KProblem], split: str) -> list[dict[str, A
                 "question": problem.question,
                 "answer": problem.solution,
             },
-            "env_class": "gsm8k",
+            "env_class": env_class,
         }
         for index, problem in enumerate(problems)
     ]
