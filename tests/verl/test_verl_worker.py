@@ -273,3 +273,36 @@ def test_rollout_server_sends_text_to_text_only_servers_and_checks_the_round_tri
 
     out = asyncio.run(scenario())
     assert 1 <= len(out.token_ids) <= 2
+
+
+def test_concurrent_requests_share_backend_calls_without_mixing_results(session, backend):
+    from adapter_verl.replica import ArcticRolloutServer
+    from adapter_verl.trace import read_trace
+
+    prompts = [[11, 12, 13], [21, 22, 23, 24, 25], [31, 32], [41, 42, 43, 44], [51]]
+    greedy = {"temperature": 0.0, "max_tokens": 4}
+
+    async def together(server):
+        await backend.wake_inference(None)
+        return await asyncio.gather(
+            *(server.generate(f"c{i}", prompt_ids=p, sampling_params=greedy) for i, p in enumerate(prompts))
+        )
+
+    async def one_by_one(server):
+        return [
+            await server.generate(f"s{i}", prompt_ids=p, sampling_params=greedy)
+            for i, p in enumerate(prompts)
+        ]
+
+    batched_server = ArcticRolloutServer(replica_rank=2, response_length=MAX_RESPONSE, max_num_seqs=2)
+    batched_server.attach(session)
+    batched = asyncio.run(together(batched_server))
+    sizes = [r["batch_size"] for r in read_trace(session.settings.trace_dir) if r["op"] == "generate"][-5:]
+    assert sorted(sizes) == [1, 2, 2, 2, 2]  # max_num_seqs=2 caps each backend call
+
+    single_server = ArcticRolloutServer(replica_rank=3, response_length=MAX_RESPONSE)
+    single_server.attach(session)
+    alone = asyncio.run(one_by_one(single_server))
+    sizes = [r["batch_size"] for r in read_trace(session.settings.trace_dir) if r["op"] == "generate"][-5:]
+    assert sizes == [1, 1, 1, 1, 1]
+    assert [o.token_ids for o in batched] == [o.token_ids for o in alone]

@@ -2,7 +2,8 @@
 
 Its server actor answers verl's token-in/token-out `generate` with `Backend.generate`: it reports
 the sampler's weights version in `extra_fields["global_steps"]` and, since verl's sync client
-sends no `max_tokens`, defaults it to the configured response length. `sleep` (verl's
+sends no `max_tokens`, defaults it to the configured response length. Concurrent requests are
+coalesced into batched backend calls of at most `rollout.max_num_seqs` prompts. `sleep` (verl's
 "sampling is over") hands the devices to training through the core weight-sync policy; the sync
 after each step hands them back.
 """
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
+from adapter_verl.generate_batcher import GenerateBatcher
 from adapter_verl.trace import TraceWriter
 
 if TYPE_CHECKING:
@@ -61,9 +63,11 @@ def sampling_params_from_verl(sampling_params: dict[str, Any], default_max_token
 class ArcticRolloutServer:
     """Ray actor behind one replica: verl's rollout server surface over the core backend."""
 
-    def __init__(self, replica_rank: int, response_length: int) -> None:
+    def __init__(self, replica_rank: int, response_length: int, max_num_seqs: int = 256) -> None:
         self.replica_rank = replica_rank
         self.response_length = response_length
+        self.max_num_seqs = max_num_seqs
+        self._batcher: GenerateBatcher | None = None
         self._backend: Backend | None = None
         self._trace: TraceWriter | None = None
         self._tokenizer: Any = None
@@ -72,6 +76,7 @@ class ArcticRolloutServer:
     def attach(self, info: SessionInfo) -> None:
         """Bind to the run's backend (done on first use from the published session)."""
         self._backend = info.handle.connect()
+        self._batcher = GenerateBatcher(self._backend.generate, max_batch=self.max_num_seqs)
         self._arctic_config = info.settings.arctic_config()
         self._trace = TraceWriter(info.settings.trace_dir, f"rollout{self.replica_rank}")
         # the on-prem Arctic server takes text prompts only (Cortex and the reference take ids)
@@ -106,10 +111,10 @@ class ArcticRolloutServer:
     ) -> TokenOutput:
         if image_data is not None or video_data is not None or kwargs.get("audio_data") is not None:
             raise ValueError("multi-modal prompts are not supported by the Arctic rollout")
-        backend = await self._connected()
+        await self._connected()
         params = sampling_params_from_verl(sampling_params, self.response_length)
-        out = await backend.generate([self._prompt(prompt_ids)], params)
-        (completion,) = out.completions
+        served = await self._batcher.generate(self._prompt(prompt_ids), params)
+        completion = served.completion
         if self.text_prompts and completion.prompt_len != len(prompt_ids):
             raise ValueError(
                 f"request {request_id}: the server tokenised the decoded prompt into {completion.prompt_len} "
@@ -126,14 +131,15 @@ class ArcticRolloutServer:
                     "temperature": params.temperature,
                     "response_ids": list(completion.token_ids),
                     "finish_reason": str(completion.finish_reason),
-                    "weights_version": out.weights_version,
+                    "weights_version": served.weights_version,
+                    "batch_size": served.batch_size,
                 }
             )
         return TokenOutput(
             token_ids=list(completion.token_ids),
             log_probs=list(completion.logprobs) if params.logprobs and completion.logprobs else None,
             stop_reason="aborted" if completion.finish_reason == "abort" else "completed",
-            extra_fields={"global_steps": out.weights_version},
+            extra_fields={"global_steps": served.weights_version},
         )
 
     async def sleep(self) -> None:
@@ -191,7 +197,9 @@ class ArcticRolloutReplica(RolloutReplica):
         name = f"arctic_rollout_server_{self.replica_rank}{self.name_suffix}"
         server_cls = ray.remote(num_cpus=0)(ArcticRolloutServer)
         server = server_cls.options(name=name, max_concurrency=self.max_concurrency).remote(
-            replica_rank=self.replica_rank, response_length=int(self.config.response_length)
+            replica_rank=self.replica_rank,
+            response_length=int(self.config.response_length),
+            max_num_seqs=int(self.config.max_num_seqs),
         )
         self.servers = [server]
         self._server_handle = server
