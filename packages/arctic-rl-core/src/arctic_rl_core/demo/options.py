@@ -42,7 +42,7 @@ class DemoOptions(BaseModel):
     # GRPO.
     prompts_per_step: int = Field(default=4, ge=1, description="Prompts per GRPO step.")
     rollouts_per_prompt: int = Field(default=4, ge=2, description="Responses per prompt (GRPO group).")
-    lr: float = Field(default=1e-3, gt=0, description="GRPO learning rate.")
+    lr: float = Field(default=1e-4, gt=0, description="GRPO learning rate.")
     temperature: float = Field(default=1.0, gt=0, description="Rollout sampling temperature.")
     max_prompt_length: int = Field(default=640, ge=16, description="Longest prompt, in tokens.")
     max_response_length: int = Field(default=192, ge=8, description="Longest response, in tokens.")

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from arctic_rl_core.demo.run_log import (
 )
 
 WARM_START_DIR = "warm_start"
+LOG_FILE = "run.log"
 EVAL_SPLITS = ("heldout", "train")
 INTERRUPTED_EXIT = 130
 # Flags that a resumed run may change (the rest of a run's settings are fixed by its config.yaml).
@@ -134,6 +137,26 @@ async def _synced(backend) -> None:
     await sync_after_step(backend, WeightSyncPolicy(colocated=False))
 
 
+@contextlib.contextmanager
+def output_to(path: Path) -> Iterator[None]:
+    """Send this process's stdout and stderr (file descriptors 1 and 2: framework logs, library
+    progress bars, warnings) to `path`; the demo's console writes to a copy of the original stdout."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    with path.open("ab") as sink:
+        for fd in saved:
+            os.dup2(sink.fileno(), fd)
+        try:
+            yield
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
 def run_demo(options: DemoOptions) -> int:
     from rich.console import Console
     from rich.progress import (
@@ -154,7 +177,8 @@ def run_demo(options: DemoOptions) -> int:
             f"framework={options.framework!r}: the demo driver runs GRPO through SkyRL only for now; "
             "use --framework skyrl"
         )
-    console = Console()
+    # The demo's own output goes to a copy of stdout: fds 1 and 2 go to the run log meanwhile.
+    console = Console(file=os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, closefd=True))
     run_dir = options.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     log = MetricsLog(run_dir)
@@ -177,8 +201,13 @@ def run_demo(options: DemoOptions) -> int:
         TextColumn("{task.fields[info]}"),
     )
     hf_dir = run_dir / WARM_START_DIR / "hf"
+    os.environ.setdefault("TQDM_DISABLE", "1")  # library progress bars; read when tqdm is imported
+    console.print(f"framework and library logs: {run_dir / LOG_FILE}")
     try:
-        with Progress(*columns, console=console) as progress:
+        with (
+            output_to(run_dir / LOG_FILE),
+            Progress(*columns, console=console, redirect_stdout=False, redirect_stderr=False) as progress,
+        ):
             t0 = time.perf_counter()
             task = load_task(options.task)
             backend = None

@@ -16,20 +16,19 @@ SUMMARY_FILE = "summary.json"
 STEP_TABLE_TITLE = "GRPO steps"
 STEP_TABLE_CAPTION = (
     "EX%: rollouts scoring 1.0 (BIRD: result set equals the gold query's; GSM8K: exact answer); ver: weights version the sampler serves "
-    "after the step's sync; seconds per phase: generate, log-probs, train, weight sync, whole step"
+    "after the step's sync; seconds per phase: generate, log-probs, train, whole step (weight sync in metrics.jsonl)"
 )
 # The per-step table: (column title, record key, format).
 STEP_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("step", "step", "{:d}"),
     ("reward", "reward_mean", "{:.3f}"),
     ("EX%", "rollout_ex", "{:.0f}"),
-    ("loss", "loss", "{:+.4f}"),
-    ("|grad|", "grad_norm", "{:.3f}"),
+    ("loss", "loss", "{:+.3f}"),
+    ("|grad|", "grad_norm", "{:.2f}"),
     ("ver", "weights_version", "{:d}"),
     ("gen s", "seconds_generate", "{:.1f}"),
     ("lp s", "seconds_logprobs", "{:.1f}"),
     ("train s", "seconds_train", "{:.1f}"),
-    ("sync s", "seconds_sync", "{:.2f}"),
     ("step s", "seconds_step", "{:.1f}"),
 )
 
@@ -79,21 +78,24 @@ def format_cell(value: Any, fmt: str) -> str:
 
 def step_line(step: int, total: int, record: Mapping[str, Any]) -> str:
     """One finished GRPO step, as printed while the run goes."""
-    ex = format_cell(record.get("rollout_ex"), "{:.0f}")
     return (
-        f"step {step}/{total}: reward {format_cell(record.get('reward_mean'), '{:.3f}')}, rollout EX {ex}%, "
-        f"loss {format_cell(record.get('loss'), '{:+.4f}')}, grad norm {format_cell(record.get('grad_norm'), '{:.3f}')}, "
-        f"weights v{format_cell(record.get('weights_version'), '{:d}')}, {format_cell(record.get('seconds_step'), '{:.1f}')} s"
+        f"step {step}/{total}  reward {format_cell(record.get('reward_mean'), '{:.3f}')}  "
+        f"EX {format_cell(record.get('rollout_ex'), '{:.0f}')}%  loss {format_cell(record.get('loss'), '{:+.4f}')}  "
+        f"|grad| {format_cell(record.get('grad_norm'), '{:.3f}')}  v{format_cell(record.get('weights_version'), '{:d}')}  "
+        f"{format_cell(record.get('seconds_step'), '{:.1f}')}s"
     )
 
 
 def step_table(steps: Iterable[Mapping[str, Any]], title: str = STEP_TABLE_TITLE):
     """A rich table with one row per GRPO step (see STEP_COLUMNS)."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title, caption=STEP_TABLE_CAPTION)
+    table = Table(
+        title=title, caption=STEP_TABLE_CAPTION, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False
+    )
     for name, _key, _fmt in STEP_COLUMNS:
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", no_wrap=True)
     for record in steps:
         table.add_row(*(format_cell(record.get(key), fmt) for _name, key, fmt in STEP_COLUMNS))
     return table
