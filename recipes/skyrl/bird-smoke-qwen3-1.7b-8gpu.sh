@@ -14,7 +14,7 @@
 set -euo pipefail
 RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$RECIPE_DIR/../.."
-source recipes/skyrl/_launcher.sh
+source recipes/_launcher.sh
 
 if [[ -z ${BIRD_DIR:-} ]]; then
   export BIRD_DIR="$HOME/arctic-rl/data/bird-sample-raw"

@@ -19,7 +19,7 @@ FRAMEWORKS = ("skyrl", "verl")
 LAUNCHERS = sorted(
     p for fw in FRAMEWORKS for p in (REPO / "recipes" / fw).glob("*.sh") if not p.name.startswith("_")
 )
-HELPERS = [REPO / "recipes" / fw / "_launcher.sh" for fw in FRAMEWORKS]
+HELPERS = [REPO / "recipes" / "_launcher.sh"]
 # Workspace packages by import name -> their source root (for pkg:// references).
 SOURCES = {
     "arctic_rl_core": REPO / "packages" / "arctic-rl-core" / "src",
@@ -83,7 +83,7 @@ def test_launcher_shape(launcher: Path):
 def test_launcher_references_only_files_that_exist(launcher: Path):
     text = launcher.read_text(encoding="utf-8")
     sourced = re.findall(r"^source (\S+)$", text, flags=re.M)
-    assert sourced == [f"recipes/{framework(launcher)}/_launcher.sh"]
+    assert sourced == ["recipes/_launcher.sh"]
     assert all((REPO / path).is_file() for path in sourced)
     from_recipe_dir = [name for name in re.findall(r"\$RECIPE_DIR/([\w.-]+)", text) if name != ".."]
     assert from_recipe_dir == [f"{launcher.stem}.overrides"], from_recipe_dir
@@ -172,7 +172,7 @@ def test_multi_node_recipes_need_bird_and_a_ray_cluster(launcher: Path, tmp_path
 
 
 # ----------------------------------------------------------------------------------------------
-# The override-file reader (`recipe_overrides` in recipes/<fw>/_launcher.sh)
+# The override-file reader (`recipe_overrides` in recipes/_launcher.sh)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -188,7 +188,7 @@ def read_overrides(helper: Path, file: Path, **env: str) -> subprocess.Completed
     )
 
 
-@pytest.mark.parametrize("helper", HELPERS, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("helper", HELPERS, ids=lambda p: p.name)
 def test_reader_skips_comments_trims_and_substitutes_without_evaluating(helper: Path, tmp_path: Path):
     marker = tmp_path / "evaluated"
     file = tmp_path / "x.overrides"
@@ -212,7 +212,7 @@ def test_reader_skips_comments_trims_and_substitutes_without_evaluating(helper: 
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("helper", HELPERS, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("helper", HELPERS, ids=lambda p: p.name)
 def test_reader_fails_on_an_unset_variable_or_a_missing_file(helper: Path, tmp_path: Path):
     file = tmp_path / "x.overrides"
     file.write_text("a=${CKPT_DIR}/x\n", encoding="utf-8")

@@ -1,4 +1,4 @@
-# Sourced by the launchers in this folder (not run on its own). Two functions:
+# Sourced by the launchers in recipes/skyrl and recipes/verl (not run on its own). Two functions:
 #   recipe_overrides FILE  prints FILE's overrides, one per line: blank lines and lines starting with
 #                          '#' are skipped, surrounding spaces trimmed, and every ${NAME} replaced by
 #                          the environment variable NAME (unset NAME: an error). Nothing is evaluated.
