@@ -1,7 +1,8 @@
 """`arctic-rl demo`: a real GRPO job on the bundled sample, on the CPU reference backend.
 
-`options` (the settings, light), `launch` (which environment runs it, light), `tasks` (prompts,
-supervised targets and held-out scoring), `warm_start` (supervised cross-entropy through the
-backend's forward-backward), `evaluation` (held-out accuracy), `run_log` (metrics JSONL, table,
-plot), `skyrl_driver` (GRPO through SkyRL's real trainer) and `run` (the driver's entry point).
+`options` (the settings, light), `launch` (which environment runs it, light), `tasks` (rows,
+supervised targets and official scoring), `prompts` (chat template -> token ids), `warm_start`
+(supervised cross-entropy through the backend's forward-backward), `evaluation` (greedy accuracy),
+`run_log` (metrics JSONL, table, plot), `skyrl_driver` (GRPO through SkyRL's real trainer) and
+`run` (the driver's entry point, `python -m arctic_rl_core.demo.run`).
 """
