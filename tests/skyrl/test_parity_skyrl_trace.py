@@ -41,12 +41,12 @@ def _projection(full: dict, shape: dict) -> dict:
 def recorded():
     from adapter_skyrl.config import parse_cli, to_arctic_config
     from adapter_skyrl.dispatch import ArcticWorkerDispatch
-    from adapter_skyrl.payload_spec import payload_spec
     from adapter_skyrl.trainer import build_backend
     from arctic_rl_core.parity.recording import RecordingBackend, weights_digest
     from arctic_rl_core.parity.scenario import CANONICAL, canonical_rollouts, token_level_rewards
     from arctic_rl_core.parity.trace_file import ParityTraceWriter, read_trace
     from arctic_rl_core.weight_sync import WeightSyncPolicy
+    from arctic_rl_core.wire import PayloadSpec
     from skyrl.backends.skyrl_train.distributed.dispatch import loss_fn_outputs_to_tensor
     from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
     from skyrl.backends.skyrl_train.utils import ppo_utils
@@ -61,7 +61,7 @@ def recorded():
     writer.record_event("config", core=mapped)
     backend = RecordingBackend(engine, writer)
     rollouts = canonical_rollouts(scenario, engine)
-    spec = payload_spec(arctic, pad_token_id=engine.pad_token_id)
+    spec = PayloadSpec.from_config(arctic, pad_token_id=engine.pad_token_id)
     dispatch = ArcticWorkerDispatch(cfg, backend, spec, WeightSyncPolicy.from_config(arctic))
     algorithm = cfg.trainer.algorithm
     mini_rows = cfg.trainer.policy_mini_batch_size * cfg.generator.n_samples_per_prompt
@@ -188,9 +188,9 @@ def test_per_mini_batch_old_log_probs_equal_the_whole_batch_ones(recorded):
     independent); only the packing of the calls differs."""
     from adapter_skyrl.config import parse_cli, to_arctic_config
     from adapter_skyrl.dispatch import ArcticWorkerDispatch
-    from adapter_skyrl.payload_spec import payload_spec
     from adapter_skyrl.trainer import build_backend
     from arctic_rl_core.weight_sync import WeightSyncPolicy
+    from arctic_rl_core.wire import PayloadSpec
     from skyrl.backends.skyrl_train.distributed.dispatch import loss_fn_outputs_to_tensor
     from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
     from skyrl.train.dataset.preprocess import convert_prompts_responses_to_batch_tensors
@@ -205,7 +205,7 @@ def test_per_mini_batch_old_log_probs_equal_the_whole_batch_ones(recorded):
         dispatch = ArcticWorkerDispatch(
             cfg,
             engine,
-            payload_spec(arctic, pad_token_id=engine.pad_token_id),
+            PayloadSpec.from_config(arctic, pad_token_id=engine.pad_token_id),
             WeightSyncPolicy.from_config(arctic),
         )
         rows = rollouts[0]

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 from adapter_skyrl.dispatch import CHECKPOINT_MARKER, ArcticWorkerDispatch
-from adapter_skyrl.payload_spec import payload_spec
+from arctic_rl_core.wire import PayloadSpec
 from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
 from skyrl.train.dataset.preprocess import convert_prompts_responses_to_batch_tensors
 
@@ -43,7 +43,7 @@ def setup():
     cfg = parse_cli(SKYRL)
     arctic = to_arctic_config(cfg, steps_per_epoch=4)
     backend = build_backend(arctic)
-    spec = payload_spec(arctic, pad_token_id=backend.pad_token_id)
+    spec = PayloadSpec.from_config(arctic, pad_token_id=backend.pad_token_id)
     dispatch = ArcticWorkerDispatch(cfg, backend, spec, WeightSyncPolicy.from_config(arctic))
     prompts = [backend.tokenizer.encode(t) for t in ("count the schools", "list movies", "how many", "bikes")]
     out = run(backend.generate(prompts, SamplingParams(max_tokens=6, temperature=1.0, logprobs=True)))

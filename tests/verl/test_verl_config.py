@@ -70,10 +70,10 @@ def test_verl_settings_map_into_the_core_schema_by_their_real_names(compose):
 
 def test_payload_spec_follows_the_mapped_config(compose):
     from adapter_verl.config import settings_from_verl
-    from adapter_verl.payload import payload_spec
+    from arctic_rl_core.wire import PayloadSpec
 
     cfg = settings_from_verl(compose(), total_training_steps=5).arctic_config()
-    spec = payload_spec(cfg, pad_token_id=11)
+    spec = PayloadSpec.from_config(cfg, pad_token_id=11)
     assert (spec.pad_token_id, spec.max_prompt_len, spec.max_response_len, spec.rollout_n) == (11, 96, 24, 3)
     assert (spec.grad_accum_steps, spec.dp_size, spec.temperature) == (2, 1, 0.7)
     assert spec.calculate_entropy and spec.entropy_coeff == 0.01

@@ -630,3 +630,26 @@ def test_spec_from_config_maps_every_payload_setting():
     payload = build_train_payload(samples, spec)
     validate_payload(payload, dp_size=spec.dp_size, grad_accum_steps=spec.grad_accum_steps)
     assert payload.meta["logits_compute_in_fp32"] is True and "position_ids" not in payload.batch
+
+
+def test_sft_payload_labels_every_response_token_and_nothing_else():
+    from arctic_rl_core.wire import IGNORE_INDEX, PayloadError, build_sft_payload
+
+    spec = PayloadSpec(
+        pad_token_id=0, max_prompt_len=3, max_response_len=3, rollout_n=1, temperature=1.0, loss_fn="sft"
+    )
+    samples = [
+        RolloutSample(prompt_ids=[5, 6], response_ids=[7]),
+        RolloutSample(prompt_ids=[8, 9, 4], response_ids=[3, 2, 1]),
+    ]
+    payload = build_sft_payload(samples, spec)
+    assert payload.batch["input_ids"].tolist() == [[0, 5, 6, 7, 0, 0], [8, 9, 4, 3, 2, 1]]
+    n = IGNORE_INDEX
+    assert payload.batch["labels"].tolist() == [[n, n, n, 7, n, n], [n, n, n, 3, 2, 1]]
+    assert payload.processing == {"post": [], "loss_fn": "sft"}
+    assert (payload.meta["batch_num_tokens"], payload.meta["global_batch_size"]) == (4, 2)
+    with pytest.raises(PayloadError, match="loss_fn='verl_grpo'"):
+        build_sft_payload(
+            samples,
+            PayloadSpec(pad_token_id=0, max_prompt_len=3, max_response_len=3, rollout_n=1, temperature=1.0),
+        )

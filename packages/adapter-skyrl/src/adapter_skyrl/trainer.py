@@ -231,10 +231,9 @@ class ArcticPPOExp(BasePPOExp):
 
     def build_dispatch(self) -> ArcticWorkerDispatch:
         from arctic_rl_core.weight_sync import WeightSyncPolicy
+        from arctic_rl_core.wire import PayloadSpec
 
-        from adapter_skyrl.payload_spec import payload_spec
-
-        spec = payload_spec(self.arctic_cfg, pad_token_id=int(self.tokenizer.pad_token_id))
+        spec = PayloadSpec.from_config(self.arctic_cfg, pad_token_id=int(self.tokenizer.pad_token_id))
         return ArcticWorkerDispatch(
             self.cfg, self.backend, spec, WeightSyncPolicy.from_config(self.arctic_cfg), trace=self.trace
         )

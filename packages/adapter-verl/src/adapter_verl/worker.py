@@ -116,12 +116,12 @@ class ArcticActorRolloutRefWorker(Worker):
 
     def attach(self, info: SessionInfo) -> None:
         """Bind this worker to the run's backend and settings (`init_model` does it on rank 0)."""
-        from adapter_verl.payload import payload_spec
+        from arctic_rl_core.wire import PayloadSpec
 
         self._settings = info.settings
         self._backend = info.handle.connect()
         self._arctic_config = info.settings.arctic_config()
-        self._spec = payload_spec(self._arctic_config, pad_token_id=self._pad_token_id())
+        self._spec = PayloadSpec.from_config(self._arctic_config, pad_token_id=self._pad_token_id())
         self._trace = TraceWriter(info.settings.trace_dir, f"worker{self.rank}")
 
     def _pad_token_id(self) -> int:

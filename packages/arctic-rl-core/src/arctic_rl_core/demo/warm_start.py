@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend, WirePayload
 
-IGNORE_INDEX = -100
-
 
 @dataclass(frozen=True)
 class WarmStartStep:
@@ -37,10 +35,7 @@ def sft_payload(
 ) -> WirePayload:
     """The wire payload of one `sft` forward-backward: the core wire layout of (prompt, response)
     rows plus `labels` = the response tokens at their own positions, -100 elsewhere."""
-    import torch
-
-    from arctic_rl_core.backends.protocol import WirePayload
-    from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_forward_payload
+    from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_sft_payload
 
     for i, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
         if len(prompt) > max_prompt_len or len(response) > max_response_len:
@@ -60,13 +55,7 @@ def sft_payload(
         RolloutSample(prompt_ids=list(p), response_ids=list(r))
         for p, r in zip(prompts, responses, strict=True)
     ]
-    payload = build_forward_payload(samples, spec)
-    batch = dict(payload.batch)
-    input_ids_B_S = batch["input_ids"]
-    answer_B_S = batch["attention_mask"].bool().clone()
-    answer_B_S[:, :max_prompt_len] = False  # the answer tokens: real columns right of the prompt block
-    batch["labels"] = torch.where(answer_B_S, input_ids_B_S, torch.full_like(input_ids_B_S, IGNORE_INDEX))
-    return WirePayload(batch=batch, meta=payload.meta, processing={"post": [], "loss_fn": "sft"})
+    return build_sft_payload(samples, spec)
 
 
 async def warm_start(

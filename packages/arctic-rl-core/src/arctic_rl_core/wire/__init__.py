@@ -46,7 +46,13 @@ Temperature: both payloads post-process with `apply_temperature` then
 same `logits / meta.temperature`.
 """
 
-from arctic_rl_core.wire.build import PayloadError, build_forward_payload, build_train_payload
+from arctic_rl_core.wire.build import (
+    IGNORE_INDEX,
+    PayloadError,
+    build_forward_payload,
+    build_sft_payload,
+    build_train_payload,
+)
 from arctic_rl_core.wire.digest import canonical_json, payload_digest, payload_to_trace_record
 from arctic_rl_core.wire.logprobs import response_logprobs, with_response_logprobs
 from arctic_rl_core.wire.sample import RolloutSample
@@ -54,11 +60,13 @@ from arctic_rl_core.wire.spec import PayloadSpec, PayloadSpecError
 from arctic_rl_core.wire.validate import validate_payload
 
 __all__ = [
+    "IGNORE_INDEX",
     "PayloadError",
     "PayloadSpec",
     "PayloadSpecError",
     "RolloutSample",
     "build_forward_payload",
+    "build_sft_payload",
     "build_train_payload",
     "canonical_json",
     "payload_digest",

@@ -61,6 +61,32 @@ def build_train_payload(samples: Sequence[RolloutSample], spec: PayloadSpec) -> 
     return WirePayload(batch=_to_torch(batch), meta=meta, processing=processing)
 
 
+IGNORE_INDEX = -100  # a label the server's (and Hugging Face's) cross-entropy skips
+SFT_LOSSES = frozenset({"sft", "sft_ce"})
+
+
+def build_sft_payload(samples: Sequence[RolloutSample], spec: PayloadSpec) -> WirePayload:
+    """The payload of a supervised forward-backward (`spec.loss_fn` "sft" or "sft_ce"): model inputs
+    plus `labels` `[B, P+R]` = every response token at its own position, `IGNORE_INDEX` elsewhere
+    (prompt and padding), `processing = {"post": [], "loss_fn": spec.loss_fn}` (the server runs no
+    post-processor for these losses). `batch_num_tokens` counts the response tokens (sft_ce
+    normalises by it); advantages and log-probs are not needed."""
+    import numpy as np
+
+    if spec.loss_fn not in SFT_LOSSES:
+        raise PayloadError(
+            f"PayloadSpec.loss_fn={spec.loss_fn!r}: a supervised payload needs one of {sorted(SFT_LOSSES)}"
+        )
+    layout = _Layout.of(samples, spec)
+    batch = layout.model_inputs()
+    response_B_S = batch["attention_mask"].astype(bool)
+    response_B_S[:, : spec.max_prompt_len] = False
+    batch["labels"] = np.where(response_B_S, batch["input_ids"], IGNORE_INDEX).astype(np.int64)
+    meta = spec.base_meta()
+    meta.update(batch_num_tokens=int(response_B_S.sum()), global_batch_size=int(response_B_S.shape[0]))
+    return WirePayload(batch=_to_torch(batch), meta=meta, processing={"post": [], "loss_fn": spec.loss_fn})
+
+
 # ----------------------------------------------------------------------------------------------
 # Layout
 # ----------------------------------------------------------------------------------------------
