@@ -122,7 +122,8 @@ def driver_args(
 
 def run_launch(launch: Launch) -> int:
     """Run the re-exec, forwarding Ctrl-C to it (the driver checkpoints and exits 130)."""
-    env = {**os.environ, **launch.env}
+    # the caller's own virtual environment (the root `.venv` of `uv run`) is not the target one
+    env = {key: value for key, value in os.environ.items() if key != "VIRTUAL_ENV"} | launch.env
     process = subprocess.Popen(launch.argv, env=env, cwd=launch.cwd)
     while True:
         try:
