@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("torch", "vllm", "ray", "skyrl", "verl", "transformers", "deepspeed", "arctic_platform", "sqlglot")
+HEAVY = ("torch", "vllm", "ray", "skyrl", "verl", "transformers", "deepspeed", "arctic_platform")
 LIGHT_MODULES = (
     "arctic_rl_core",
     "arctic_rl_core.cli.main",
