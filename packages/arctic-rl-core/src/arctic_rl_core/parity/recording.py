@@ -9,19 +9,17 @@ record: the parity scenario feeds fixed rollouts, and those calls carry no paylo
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_core.backends.forwarding import ForwardingBackend
 from arctic_rl_core.backends.protocol import Backend, BackendHandle
 
 if TYPE_CHECKING:
     import torch
 
     from arctic_rl_core.backends.protocol import (
-        BackendState,
         ForwardOutput,
-        GenerateOutput,
-        SamplingParams,
         StepOutput,
         TrainOutput,
         WirePayload,
@@ -29,23 +27,19 @@ if TYPE_CHECKING:
     from arctic_rl_core.parity.trace_file import ParityTraceWriter
 
 
-class RecordingBackend(Backend):
+class RecordingBackend(ForwardingBackend):
     """Wraps `inner`; attributes it does not define (e.g. `tokenizer`, `pad_token_id`) are the inner
     backend's. Its `handle()` reconnects to this same object, in this process only."""
 
     def __init__(self, inner: Backend, writer: ParityTraceWriter) -> None:
+        super().__init__(inner)
         self.inner = inner
         self.writer = writer
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("inner", "writer"):
+        if name in ("inner", "writer", "_target"):
             raise AttributeError(name)
         return getattr(self.inner, name)
-
-    async def generate(
-        self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
-    ) -> GenerateOutput:
-        return await self.inner.generate(prompts, params)
 
     async def forward(self, payload: WirePayload, *, reference_model: bool = False) -> ForwardOutput:
         out = await self.inner.forward(payload, reference_model=reference_model)
@@ -68,38 +62,8 @@ class RecordingBackend(Backend):
         )
         return out
 
-    async def sync_weights(self, *, cuda_ipc: bool | None = None, low_memory: bool | None = None) -> int:
-        return await self.inner.sync_weights(cuda_ipc=cuda_ipc, low_memory=low_memory)
-
-    async def sleep_inference(self, level: int = 1) -> None:
-        await self.inner.sleep_inference(level)
-
-    async def wake_inference(self, tags: Sequence[str] | None = None) -> None:
-        await self.inner.wake_inference(tags)
-
-    async def sleep_training(self, mode: str = "all") -> None:
-        await self.inner.sleep_training(mode)
-
-    async def wake_training(self) -> None:
-        await self.inner.wake_training()
-
-    async def reset_prefix_cache(self) -> None:
-        await self.inner.reset_prefix_cache()
-
-    async def state(self) -> BackendState:
-        return await self.inner.state()
-
-    async def save_checkpoint(self, path: str, step: int) -> str:
-        return await self.inner.save_checkpoint(path, step)
-
-    async def load_checkpoint(self, path: str, step: int) -> None:
-        await self.inner.load_checkpoint(path, step)
-
     def handle(self) -> BackendHandle:
         return _SameProcessHandle(self)
-
-    async def shutdown(self) -> None:
-        await self.inner.shutdown()
 
 
 class _SameProcessHandle(BackendHandle):
