@@ -43,3 +43,26 @@ recipe_run() {
     "$@"
   fi
 }
+
+# recipe_bird_data: BIRD ($BIRD_DIR) -> $DATA_DIR/{train,dev}.parquet (chat prompts with the database
+# schema, gold SQL, absolute database paths), in the light core environment; reused when present.
+recipe_bird_data() {
+  if [[ -f $DATA_DIR/train.parquet && -f $DATA_DIR/dev.parquet ]]; then
+    echo "recipe: reusing $DATA_DIR/{train,dev}.parquet (delete them to preprocess again)" >&2
+  else
+    recipe_run uv run --isolated --locked --package arctic-rl-core \
+      arctic-rl bird preprocess --bird-dir "$BIRD_DIR" --out "$DATA_DIR" --split train,dev
+  fi
+}
+
+# recipe_train FRAMEWORK OVERRIDES_FILE [OVERRIDE...]: the adapter's entry point in the framework's
+# locked GPU environment, with the file's overrides then the given ones (which win).
+recipe_train() {
+  local framework=$1 file=$2 overrides
+  shift 2
+  overrides=$(recipe_overrides "$file")
+  local -a listed
+  mapfile -t listed <<<"$overrides"
+  recipe_run uv run --isolated --locked --package "adapter-$framework" --extra gpu \
+    python -m "adapter_$framework.main" "${listed[@]}" "$@"
+}

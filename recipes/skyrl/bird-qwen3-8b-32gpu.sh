@@ -29,15 +29,7 @@ export SPEC_MODEL="${SPEC_MODEL:-Snowflake/Arctic-LSTM-Speculator-Qwen3-8B}"
 export RAY_ADDRESS="${RAY_ADDRESS:-auto}"
 
 # 1. Data: BIRD -> parquet (chat prompts with the database schema, gold SQL, absolute database paths).
-if [[ -f $DATA_DIR/train.parquet && -f $DATA_DIR/dev.parquet ]]; then
-  echo "recipe: reusing $DATA_DIR/{train,dev}.parquet (delete them to preprocess again)" >&2
-else
-  recipe_run uv run --isolated --locked --package arctic-rl-core \
-    arctic-rl bird preprocess --bird-dir "$BIRD_DIR" --out "$DATA_DIR" --split train,dev
-fi
+recipe_bird_data
 
 # 2. Train: SkyRL's loop in this process (no GPU needed here), the Arctic server's jobs on the cluster.
-overrides=$(recipe_overrides "$RECIPE_DIR/bird-qwen3-8b-32gpu.overrides")
-mapfile -t OVERRIDES <<<"$overrides"
-recipe_run uv run --isolated --locked --package adapter-skyrl --extra gpu \
-  python -m adapter_skyrl.main "${OVERRIDES[@]}" "$@"
+recipe_train skyrl "$RECIPE_DIR/bird-qwen3-8b-32gpu.overrides" "$@"

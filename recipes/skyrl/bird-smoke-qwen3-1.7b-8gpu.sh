@@ -28,15 +28,7 @@ export CKPT_DIR="${CKPT_DIR:-$HOME/arctic-rl/ckpt/skyrl-bird-smoke-qwen3-1.7b-8g
 export MODEL="${MODEL:-Qwen/Qwen3-1.7B}"
 
 # 1. Data: BIRD -> parquet (chat prompts with the database schema, gold SQL, absolute database paths).
-if [[ -f $DATA_DIR/train.parquet && -f $DATA_DIR/dev.parquet ]]; then
-  echo "recipe: reusing $DATA_DIR/{train,dev}.parquet (delete them to preprocess again)" >&2
-else
-  recipe_run uv run --isolated --locked --package arctic-rl-core \
-    arctic-rl bird preprocess --bird-dir "$BIRD_DIR" --out "$DATA_DIR" --split train,dev
-fi
+recipe_bird_data
 
 # 2. Train: SkyRL's loop in this process, the Arctic server's jobs on the GPUs.
-overrides=$(recipe_overrides "$RECIPE_DIR/bird-smoke-qwen3-1.7b-8gpu.overrides")
-mapfile -t OVERRIDES <<<"$overrides"
-recipe_run uv run --isolated --locked --package adapter-skyrl --extra gpu \
-  python -m adapter_skyrl.main "${OVERRIDES[@]}" "$@"
+recipe_train skyrl "$RECIPE_DIR/bird-smoke-qwen3-1.7b-8gpu.overrides" "$@"

@@ -44,7 +44,4 @@ print(f"{write_parquet(rows, out)}: {len(rows)} problems")
 done
 
 # 2. Train: SkyRL's loop in this process, the Arctic server's jobs on the GPUs.
-overrides=$(recipe_overrides "$RECIPE_DIR/gsm8k-qwen3-0.6b-4gpu.overrides")
-mapfile -t OVERRIDES <<<"$overrides"
-recipe_run uv run --isolated --locked --package adapter-skyrl --extra gpu \
-  python -m adapter_skyrl.main "${OVERRIDES[@]}" "$@"
+recipe_train skyrl "$RECIPE_DIR/gsm8k-qwen3-0.6b-4gpu.overrides" "$@"

@@ -28,15 +28,7 @@ export CKPT_DIR="${CKPT_DIR:-$HOME/arctic-rl/ckpt/verl-bird-smoke-qwen3-1.7b-8gp
 export MODEL="${MODEL:-Qwen/Qwen3-1.7B}"
 
 # 1. Data: BIRD -> parquet (chat prompts with the database schema, gold SQL, absolute database paths).
-if [[ -f $DATA_DIR/train.parquet && -f $DATA_DIR/dev.parquet ]]; then
-  echo "recipe: reusing $DATA_DIR/{train,dev}.parquet (delete them to preprocess again)" >&2
-else
-  recipe_run uv run --isolated --locked --package arctic-rl-core \
-    arctic-rl bird preprocess --bird-dir "$BIRD_DIR" --out "$DATA_DIR" --split train,dev
-fi
+recipe_bird_data
 
 # 2. Train: verl's trainer as a CPU Ray task, the Arctic server's jobs on the GPUs.
-overrides=$(recipe_overrides "$RECIPE_DIR/bird-smoke-qwen3-1.7b-8gpu.overrides")
-mapfile -t OVERRIDES <<<"$overrides"
-recipe_run uv run --isolated --locked --package adapter-verl --extra gpu \
-  python -m adapter_verl.main "${OVERRIDES[@]}" "$@"
+recipe_train verl "$RECIPE_DIR/bird-smoke-qwen3-1.7b-8gpu.overrides" "$@"

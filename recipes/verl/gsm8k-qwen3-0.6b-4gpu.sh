@@ -45,7 +45,4 @@ print(f"{write_parquet(rows, out)}: {len(rows)} problems")
 done
 
 # 2. Train: verl's trainer as a CPU Ray task, the Arctic server's jobs on the GPUs.
-overrides=$(recipe_overrides "$RECIPE_DIR/gsm8k-qwen3-0.6b-4gpu.overrides")
-mapfile -t OVERRIDES <<<"$overrides"
-recipe_run uv run --isolated --locked --package adapter-verl --extra gpu \
-  python -m adapter_verl.main "${OVERRIDES[@]}" "$@"
+recipe_train verl "$RECIPE_DIR/gsm8k-qwen3-0.6b-4gpu.overrides" "$@"
