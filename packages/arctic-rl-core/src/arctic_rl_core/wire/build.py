@@ -1,15 +1,16 @@
 """Build the dense `[B, P+R]` payload from per-sample rollouts, vectorised.
 
-Per-sample work is O(1) Python calls (a length and a reference); tokens are converted in one
-pass per field (`np.fromiter` over the chained lists, or one `np.concatenate` of arrays) and
-scattered into the padded layout with boolean masks. No Python loop touches tokens. The layout
-is documented in `arctic_rl_core.wire`.
+Per sample and field the work is one C call: a list or tuple is packed with `struct.pack_into`
+straight into its row of the output (the fastest list-to-number conversion CPython offers, about
+10 ns per element); an array or tensor is assigned as one row slice. No Python loop touches
+tokens, and nothing is built at `[B, S]` size except the outputs themselves. The layout is
+documented in `arctic_rl_core.wire`.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends.protocol import WirePayload
@@ -93,27 +94,29 @@ def build_sft_payload(samples: Sequence[RolloutSample], spec: PayloadSpec) -> Wi
 
 
 class _Layout:
-    """Lengths and masks of one batch; fills the `[B, S]` tensors from flat per-field arrays."""
+    """Lengths of one batch; writes each per-sample sequence straight into its row of the
+    `[B, P+R]` tensors (prompts end at column P, responses start there).
+
+    Per sample the work is a few C calls (`struct.pack_into` for lists and tuples, one slice
+    assignment for arrays and tensors); no Python code touches tokens, and no intermediate flat
+    array or `[B, S]` boolean mask is built. Padding pages of `np.zeros` outputs are never
+    written."""
 
     def __init__(self, samples: Sequence[RolloutSample], spec: PayloadSpec) -> None:
-        import numpy as np
-
         self.samples = samples
         self.spec = spec
         self.B = len(samples)
-        P, R = spec.max_prompt_len, spec.max_response_len
-        # Token ids of row b in row order (prompt then response), for all rows: the real tokens
-        # of input_ids in row-major order, so one scatter fills them.
-        self.ids_flat, lengths = _ragged_ids(samples)
-        self.prompt_lens, self.response_lens = lengths[0::2], lengths[1::2]
-        _check_lengths(self.prompt_lens, P, "prompt_ids", "max_prompt_len", minimum=1)
-        _check_lengths(self.response_lens, R, "response_ids", "max_response_len", minimum=0)
-        # Boolean masks over the full [B, S] grid (contiguous targets scatter fastest):
-        # real_B_S: every real token; response_B_S: real response tokens.
-        columns = np.arange(P + R)[None, :]
-        end = (P + self.response_lens)[:, None]
-        self.real_B_S = (columns >= (P - self.prompt_lens)[:, None]) & (columns < end)
-        self.response_B_S = (columns >= P) & (columns < end)
+        self.P, self.S = spec.max_prompt_len, spec.max_prompt_len + spec.max_response_len
+        self.prompts = _rows([s.prompt_ids for s in samples], "prompt_ids", _INT64)
+        self.responses = _rows([s.response_ids for s in samples], "response_ids", _INT64)
+        self.prompt_lens, self.response_lens = _lengths(self.prompts), _lengths(self.responses)
+        _check_lengths(self.prompt_lens, self.P, "prompt_ids", "max_prompt_len", minimum=1)
+        _check_lengths(
+            self.response_lens, spec.max_response_len, "response_ids", "max_response_len", minimum=0
+        )
+        self.prompt_starts = (self.P - self.prompt_lens).tolist()
+        self.real_ends = (self.P + self.response_lens).tolist()
+        self.response_starts = [self.P] * self.B
 
     @classmethod
     def of(cls, samples: Sequence[RolloutSample], spec: PayloadSpec) -> _Layout:
@@ -139,33 +142,42 @@ class _Layout:
             )
         return cls(samples, spec)
 
+    def _grid(self, dtype: Any, fill: int = 0) -> np.ndarray:
+        import numpy as np
+
+        if fill == 0:
+            return np.zeros((self.B, self.S), dtype=dtype)
+        return np.full((self.B, self.S), fill, dtype=dtype)
+
     # -- model inputs --------------------------------------------------------------------------
     def model_inputs(self) -> dict[str, np.ndarray]:
         import numpy as np
 
-        P, R, B = self.spec.max_prompt_len, self.spec.max_response_len, self.B
-        input_ids = np.full((B, P + R), self.spec.pad_token_id, dtype=np.int64)
-        input_ids[self.real_B_S] = self.ids_flat
-        attention_mask = self.real_B_S.astype(np.int64)
+        input_ids = self._grid(_INT64, self.spec.pad_token_id)
+        _fill_rows(input_ids, self.prompts, self.prompt_starts, "prompt_ids")
+        _fill_rows(input_ids, self.responses, self.response_starts, "response_ids")
+        _check_token_ids(input_ids, self.P)
+        attention_mask = self._grid(_INT64)
+        for row, start, end in zip(attention_mask, self.prompt_starts, self.real_ends, strict=True):
+            row[start:end] = 1
         batch = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
-            "prompts": np.ascontiguousarray(input_ids[:, :P]),
+            "prompts": np.ascontiguousarray(input_ids[:, : self.P]),
         }
         if not self.spec.drop_position_ids:
             # position of the k-th real token of a row is k; padding is 0 (as the server rebuilds it)
-            first_real = (P - self.prompt_lens)[:, None]
-            position_ids = np.zeros((B, P + R), dtype=np.int64)
-            np.subtract(
-                np.arange(P + R, dtype=np.int64)[None, :], first_real, out=position_ids, where=self.real_B_S
-            )
+            position_ids = self._grid(_INT64)
+            positions = np.arange(self.S, dtype=np.int64)
+            for row, start, end in zip(position_ids, self.prompt_starts, self.real_ends, strict=True):
+                row[start:end] = positions[: end - start]
             batch["position_ids"] = position_ids
         return batch
 
     # -- loss inputs ---------------------------------------------------------------------------
     def loss_inputs(self) -> dict[str, np.ndarray]:
         spec, samples = self.spec, self.samples
-        response_mask = self._response_field_int("response_mask")
+        response_mask = self._response_mask()
         out: dict[str, np.ndarray] = {
             "response_mask": response_mask,
             "loss_mask": response_mask,  # the same array, as upstream sends it
@@ -177,7 +189,7 @@ class _Layout:
                 f"old_logprobs is None for samples {missing}: a train payload needs old log-probs on every "
                 "sample (run a forward payload first and use response_logprobs)"
             )
-        out["old_log_probs"] = self._response_field_float("old_logprobs", logprobs=True)
+        out["old_log_probs"] = self._logprobs("old_logprobs")
         ref_present = [s.ref_logprobs is not None for s in samples]
         if spec.use_kl_loss and not all(ref_present):
             missing = [i for i, present in enumerate(ref_present) if not present][:5]
@@ -187,163 +199,151 @@ class _Layout:
             )
         if any(ref_present):
             _require_all(ref_present, "ref_logprobs")
-            out["ref_log_prob"] = self._response_field_float("ref_logprobs", logprobs=True)
+            out["ref_log_prob"] = self._logprobs("ref_logprobs")
         rollout_present = [s.rollout_logprobs is not None for s in samples]
         if any(rollout_present):
             _require_all(rollout_present, "rollout_logprobs")
-            out["rollout_log_probs"] = self._response_field_float("rollout_logprobs", logprobs=True)
+            out["rollout_log_probs"] = self._logprobs("rollout_logprobs")
         return out
 
-    def _place_response(self, flat: np.ndarray, dtype: Any) -> np.ndarray:
-        """`[B, S]` zeros with `flat` (response-aligned, concatenated) at the response columns:
-        response token j of row b lands at column P + j (token-aligned, see the package docs)."""
+    def _response_rows(self, attr: str, dtype: Any, rows: list[int] | None = None) -> list[Any]:
+        """The `attr` sequences of the given rows (all by default), checked to be response-aligned."""
+        indices = range(self.B) if rows is None else rows
+        values = _rows([getattr(self.samples[i], attr) for i in indices], attr, dtype, indices)
+        expected = self.response_lens if rows is None else self.response_lens[rows]
+        _check_same_lengths(_lengths(values), expected, attr, rows)
+        return values
+
+    def _response_mask(self) -> np.ndarray:
+        """0/1 per response token; None on a sample means all ones."""
         import numpy as np
 
-        full = np.zeros(self.response_B_S.shape, dtype=dtype)
-        full[self.response_B_S] = flat
-        return full
-
-    def _response_flat(self, attr: str, dtype: Any) -> np.ndarray:
-        flat, lengths = _ragged(self.samples, attr, dtype)
-        _check_same_lengths(lengths, self.response_lens, attr)
-        return flat
-
-    def _response_field_int(self, attr: str) -> np.ndarray:
-        """A 0/1 field where None means "all ones" (per sample)."""
-        import numpy as np
-
-        P = self.spec.max_prompt_len
-        given = [i for i, s in enumerate(self.samples) if getattr(s, attr) is not None]
-        if len(given) == self.B:
-            flat, lengths = _ragged_mask([getattr(s, attr) for s in self.samples], attr)
-            _check_same_lengths(lengths, self.response_lens, attr)
-            return self._place_response(flat, np.int64)
-        full = self.response_B_S.astype(np.int64)
+        given = [i for i, s in enumerate(self.samples) if s.response_mask is not None]
+        full = self._grid(_INT64)
+        for i in range(self.B) if len(given) < self.B else ():
+            full[i, self.P : self.real_ends[i]] = 1
         if given:
-            flat, lengths = _ragged_mask([getattr(self.samples[i], attr) for i in given], attr)
-            _check_same_lengths(lengths, self.response_lens[given], attr, rows=given)
-            given_B_R = np.zeros((len(given), full.shape[1] - P), dtype=np.int64)
-            given_B_R[self.response_B_S[given, P:]] = flat
-            full[given, P:] = given_B_R
+            values = self._response_rows("response_mask", np.float64, given)
+            # lists of ints pack straight into the int64 rows; anything else is checked for
+            # integral values first (a 0.5 must not truncate to 0)
+            integral = [
+                v if type(v) is list or type(v) is tuple or v.dtype.kind in "iub" else _integral(v)
+                for v in values
+            ]
+            _fill_rows(full, integral, [self.P] * len(given), "response_mask", given, allow_floats=True)
+            if int(full.max()) > 1 or int(full.min()) < 0:
+                bad = full[(full != 0) & (full != 1)]
+                raise PayloadError(
+                    f"response_mask holds values other than 0/1 (e.g. {bad[0].item()!r}): use 0 or 1"
+                )
         return full
 
-    def _response_field_float(self, attr: str, *, logprobs: bool) -> np.ndarray:
-        import numpy as np
-
-        flat = self._response_flat(attr, np.float32)
-        _check_finite(flat, attr)
-        if logprobs and flat.size and float(flat.max()) > _MAX_LOGPROB:
+    def _logprobs(self, attr: str) -> np.ndarray:
+        full = self._grid(_FLOAT32)
+        _fill_rows(full, self._response_rows(attr, _FLOAT32), self.response_starts, attr)
+        highest = _check_finite(full, attr)
+        if highest > _MAX_LOGPROB:
             raise PayloadError(
-                f"{attr} holds positive values (max {float(flat.max()):.4g}): log-probs are <= 0; "
+                f"{attr} holds positive values (max {highest:.4g}): log-probs are <= 0; "
                 "pass log-probabilities, not probabilities"
             )
-        return self._place_response(flat, np.float32)
+        return full
 
     def _advantages(self) -> np.ndarray:
-        import numpy as np
-
         values = [s.advantages for s in self.samples]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            per_row = np.asarray(values, dtype=np.float32)
-            _check_finite(per_row, "advantages")
-            flat = np.repeat(per_row, self.response_lens)
-        else:
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             if any(isinstance(v, (int, float)) for v in values):
                 # mixed scalars and sequences: expand the scalars, then take the general path
                 values = [
                     [float(v)] * int(n) if isinstance(v, (int, float)) else v
                     for v, n in zip(values, self.response_lens, strict=True)
                 ]
-            flat, lengths = _ragged_values(values, "advantages", np.float32)
-            _check_same_lengths(lengths, self.response_lens, "advantages")
-            _check_finite(flat, "advantages")
-        return self._place_response(flat, np.float32)
+            full = self._grid(_FLOAT32)
+            rows = _rows(values, "advantages", _FLOAT32)
+            _check_same_lengths(_lengths(rows), self.response_lens, "advantages")
+            _fill_rows(full, rows, self.response_starts, "advantages")
+            _check_finite(full, "advantages")
+            return full
+        import numpy as np
+
+        _check_finite(np.asarray(values, dtype=np.float32), "advantages")
+        full = self._grid(_FLOAT32)
+        for row, value, end in zip(full, values, self.real_ends, strict=True):
+            row[self.P : end] = value
+        return full
 
 
 # ----------------------------------------------------------------------------------------------
-# Ragged per-sample sequences -> one flat array
+# Per-sample sequences -> rows
 # ----------------------------------------------------------------------------------------------
 
-
-def _ragged(samples: Sequence[RolloutSample], attr: str, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
-    return _ragged_values([getattr(s, attr) for s in samples], attr, dtype)
-
-
-def _ragged_ids(samples: Sequence[RolloutSample]) -> tuple[np.ndarray, np.ndarray]:
-    """prompt_ids and response_ids of every sample, interleaved (p0, r0, p1, r1, ...)."""
-    import numpy as np
-
-    values = [ids for s in samples for ids in (s.prompt_ids, s.response_ids)]
-
-    def describe(i: int) -> str:
-        return f"samples[{i // 2}].{('prompt_ids', 'response_ids')[i % 2]}"
-
-    flat, lengths = _ragged_values(values, describe, np.int64)
-    if flat.size and int(flat.min()) < 0:
-        index = int(np.searchsorted(np.cumsum(lengths), int(np.argmin(flat)), side="right"))
-        raise PayloadError(f"{describe(index)} holds a negative token id ({int(flat.min())})")
-    return flat, lengths
-
-
-def _ragged_values(
-    values: list[Any], attr: str | Callable[[int], str], dtype: Any
-) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate per-sample sequences; returns the flat array and the per-sample lengths.
-    `attr` names the field in errors (or maps an index to a name).
-
-    Lists/tuples are packed in C (`struct.pack_into`, one call per sample), about 2x faster than
-    `np.fromiter` and 10x faster than `torch.tensor`; anything else goes through `np.asarray`
-    per sample and one `np.concatenate`."""
-    import numpy as np
-
-    describe = attr if callable(attr) else (lambda i: f"samples[{i}].{attr}")
-    if all(type(v) is list or type(v) is tuple for v in values):
-        lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
-        return _pack_lists(values, lengths, describe, np.dtype(dtype)), lengths
-    arrays = [_as_1d(v, describe(i), dtype) for i, v in enumerate(values)]
-    lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
-    return np.concatenate(arrays).astype(dtype, copy=False), lengths
-
-
+_INT64, _FLOAT32 = "int64", "float32"
 _STRUCT_CODES = {"int64": "q", "float32": "f", "float64": "d"}
 
 
-def _pack_lists(
-    values: list[Any], lengths: np.ndarray, describe: Callable[[int], str], dtype: np.dtype
-) -> np.ndarray:
+def _rows(values: list[Any], attr: str, dtype: Any, indices: Sequence[int] | None = None) -> list[Any]:
+    """Lists and tuples as they are (packed in C later); arrays and tensors as checked 1-D numpy."""
+    indices = range(len(values)) if indices is None else indices
+    return [
+        v if type(v) is list or type(v) is tuple else _as_1d(v, f"samples[{i}].{attr}", dtype)
+        for i, v in zip(indices, values, strict=True)
+    ]
+
+
+def _lengths(rows: list[Any]) -> np.ndarray:
     import numpy as np
 
-    code = _STRUCT_CODES[dtype.name]
-    buffer = bytearray(int(lengths.sum()) * dtype.itemsize)
-    offset = 0
-    for index, value in enumerate(values):
-        try:
-            struct.pack_into(f"<{len(value)}{code}", buffer, offset, *value)
-        except (struct.error, TypeError, OverflowError) as exc:
-            expected = "integers" if code == "q" else f"{dtype.name}-representable numbers"
-            raise PayloadError(f"{describe(index)}: entries must be {expected} ({exc})") from None
-        offset += len(value) * dtype.itemsize
-    return np.frombuffer(buffer, dtype=dtype)
+    return np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
 
 
-def _ragged_mask(values: list[Any], attr: str) -> tuple[np.ndarray, np.ndarray]:
-    """0/1 sequences as one flat array (validated) and their lengths; lists of small ints take
-    the `bytes` fast path."""
+def _fill_rows(
+    target: np.ndarray,
+    rows: list[Any],
+    starts: list[int],
+    attr: str,
+    indices: Sequence[int] | None = None,
+    *,
+    allow_floats: bool = False,
+) -> None:
+    """Write `rows[k]` into row `indices[k]` of the C-contiguous `[B, S]` `target`, from column
+    `starts[k]` (lengths already checked to fit).
+
+    Lists/tuples are packed in C with `struct.pack_into` (one call per row), about 2x faster than
+    `np.fromiter` and 10x faster than `torch.tensor`; arrays are assigned as one slice. With
+    `allow_floats`, a list that does not pack as integers goes through numpy (for 0/1 masks given
+    as floats; the caller checks the values)."""
+    code = _STRUCT_CODES[target.dtype.name]
+    item, S = target.dtype.itemsize, target.shape[1]
+    indices = range(len(rows)) if indices is None else indices
+    for row, value, start in zip(indices, rows, starts, strict=True):
+        if type(value) is list or type(value) is tuple:
+            try:
+                struct.pack_into(f"{len(value)}{code}", target, (row * S + start) * item, *value)
+                continue
+            except (struct.error, TypeError, OverflowError) as exc:
+                if not allow_floats:
+                    expected = "integers" if code == "q" else f"{target.dtype.name}-representable numbers"
+                    raise PayloadError(f"samples[{row}].{attr}: entries must be {expected} ({exc})") from None
+                value = _integral(_as_1d(value, f"samples[{row}].{attr}", "float64"))
+        target[row, start : start + len(value)] = value
+
+
+def _integral(values: np.ndarray) -> np.ndarray:
+    """Float 0/1 flags as integers; a fractional value is left for the 0/1 check to report."""
+    if values.dtype.kind == "f" and (values % 1).any():
+        bad = values[values % 1 != 0]
+        raise PayloadError(f"response_mask holds values other than 0/1 (e.g. {bad[0].item()!r}): use 0 or 1")
+    return values
+
+
+def _check_token_ids(input_ids: np.ndarray, P: int) -> None:
     import numpy as np
 
-    flat: np.ndarray | None = None
-    if all(type(v) is list or type(v) is tuple for v in values):
-        lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
-        try:
-            flat = np.frombuffer(b"".join(map(bytes, values)), dtype=np.uint8)
-        except (TypeError, ValueError):  # floats, negatives, large values: checked below
-            flat = None
-    if flat is None:
-        flat, lengths = _ragged_values(values, attr, np.float64)
-    if flat.size and (flat.max() > 1 or flat.min() < 0 or (flat.dtype.kind == "f" and (flat % 1).any())):
-        bad = flat[(flat != 0) & (flat != 1)]
-        raise PayloadError(f"{attr} holds values other than 0/1 (e.g. {bad[0].item()!r}): use 0 or 1")
-    return flat, lengths
+    lowest = int(input_ids.min())
+    if lowest < 0:
+        row, column = divmod(int(np.argmin(input_ids)), input_ids.shape[1])
+        field = "prompt_ids" if column < P else "response_ids"
+        raise PayloadError(f"samples[{row}].{field} holds a negative token id ({lowest})")
 
 
 def _as_1d(value: Any, name: str, dtype: Any) -> np.ndarray:
@@ -365,12 +365,15 @@ def _as_1d(value: Any, name: str, dtype: Any) -> np.ndarray:
     return array
 
 
-def _check_finite(values: np.ndarray, attr: str) -> None:
-    # min/max propagate NaN and reach +-inf: two reductions, no temporary array
-    if values.size and not (
-        abs(float(values.min())) < float("inf") and abs(float(values.max())) < float("inf")
-    ):
+def _check_finite(values: np.ndarray, attr: str) -> float:
+    """Raise unless every value is finite; returns the maximum (min/max propagate NaN and reach
+    +-inf: two reductions, no temporary array)."""
+    if not values.size:
+        return 0.0
+    lowest, highest = float(values.min()), float(values.max())
+    if not (abs(lowest) < float("inf") and abs(highest) < float("inf")):
         raise PayloadError(f"{attr} holds NaN or infinite values: every response token needs a finite value")
+    return highest
 
 
 def _check_lengths(lengths: np.ndarray, limit: int, attr: str, limit_name: str, *, minimum: int) -> None:

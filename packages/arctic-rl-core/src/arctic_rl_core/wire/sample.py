@@ -12,7 +12,7 @@ class RolloutSample:
     entry j belonging to response token j.
 
     Sequences may be lists, tuples, numpy arrays or 1-D CPU torch tensors (arrays and tensors
-    take the fastest path). `response_mask` None means every response token counts;
+    are copied as whole rows; lists are packed into their rows in C). `response_mask` None means every response token counts;
     a scalar `advantages` is broadcast over the response tokens.
     """
 
