@@ -158,8 +158,9 @@ def test_bad_arguments_are_clear_errors():
         dispatch.run(coro, timeout=0)
 
 
-def test_private_loop_shutdown_cancels_pending_work_and_restarts_on_demand():
-    bridge = DispatchLoop(name="test-private-dispatch")
+@pytest.mark.parametrize("kind", ["asyncio", "uvloop"])
+def test_private_loop_shutdown_cancels_pending_work_and_restarts_on_demand(kind: str):
+    bridge = DispatchLoop(name="test-private-dispatch", new_loop=dispatch.loop_factory(kind))
     first = bridge.loop()
     cancelled = threading.Event()
 
@@ -182,6 +183,59 @@ def test_private_loop_shutdown_cancels_pending_work_and_restarts_on_demand():
     assert bridge.run(_double(3)) == 6  # a fresh loop on demand
     assert bridge.loop() is not first
     bridge.shutdown()
+
+
+def test_the_default_loop_is_uvloop_where_installed():
+    import uvloop
+
+    assert isinstance(dispatch.background_loop(), uvloop.Loop)
+
+
+@pytest.mark.parametrize("kind", ["asyncio", "uvloop"])
+def test_each_loop_kind_keeps_errors_timeouts_and_concurrency(kind: str):
+    bridge = DispatchLoop(name=f"test-{kind}", new_loop=dispatch.loop_factory(kind))
+    try:
+        loop = bridge.loop()
+        assert (type(loop).__module__.split(".")[0] == "uvloop") is (kind == "uvloop")
+        assert sum(bridge.run(_double(i)) for i in range(2000)) == 2 * sum(range(2000))
+        error = _CustomError(3)
+
+        async def fail() -> None:
+            await asyncio.sleep(0)
+            raise error
+
+        with pytest.raises(_CustomError) as caught:
+            bridge.run(fail())
+        assert caught.value is error
+        with pytest.raises(TimeoutError, match=r"timed out after 0\.05s"):
+            bridge.run(asyncio.sleep(30), timeout=0.05)
+        results: dict[int, list[int]] = {}
+
+        def caller(c: int) -> None:
+            results[c] = [bridge.run(_double(c * 1000 + i)) for i in range(100)]
+
+        threads = [threading.Thread(target=caller, args=(c,)) for c in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == {c: [2 * (c * 1000 + i) for i in range(100)] for c in range(4)}
+    finally:
+        bridge.shutdown()
+
+
+def test_loop_kind_comes_from_the_environment_and_bad_values_are_refused(monkeypatch):
+    monkeypatch.setenv(dispatch.LOOP_ENV, "asyncio")
+    assert dispatch.loop_factory() is asyncio.new_event_loop
+    monkeypatch.setenv(dispatch.LOOP_ENV, "uvlop")
+    with pytest.raises(
+        ValueError, match=r"ARCTIC_RL_DISPATCH_LOOP='uvlop': expected one of auto, uvloop, asyncio"
+    ):
+        dispatch.loop_factory()
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed
+    with pytest.raises(RuntimeError, match="uvloop is not importable"):
+        dispatch.loop_factory("uvloop")
+    assert dispatch.loop_factory("auto") is asyncio.new_event_loop
 
 
 def test_interpreter_exit_cancels_pending_work_and_exits_cleanly():
