@@ -66,6 +66,18 @@ def test_ctrl_c_leaves_a_checkpoint_and_resume_finishes(interrupted_then_resumed
         ("before", "heldout"), ("before", "train"), ("after", "heldout"), ("after", "train"),
     ]  # fmt: skip
     assert [r["step"] for r in log.records("grpo_step")] == [1, 2]  # step 2 ran once, after the resume
+    versions = {(r["phase"], r["split"]): r["weights_version"] for r in log.records("eval")}
+    assert versions[("before", "train")] == 2  # the warm start's 2 supervised steps
+    assert versions[("after", "train")] == 2  # the sampler on the final GRPO step's weights
+
+
+def test_the_backend_ran_in_the_driver_process(interrupted_then_resumed):
+    import os
+
+    run_dir, *_ = interrupted_then_resumed
+    placements = MetricsLog(run_dir).records("backend")
+    assert [p["where"] for p in placements] == ["in process", "in process"]  # first attempt, resume
+    assert {p["pid"] for p in placements} == {os.getpid()}
 
 
 def test_steps_are_real_grpo_steps_on_advancing_weights(interrupted_then_resumed):
@@ -99,3 +111,39 @@ def test_run_directory_holds_config_metrics_plot_checkpoints_and_summary(interru
         assert summary[phase]["heldout"]["metric"] == "EX" and summary[phase]["heldout"]["total"] == 10
         assert summary[phase]["train"]["total"] == 16
     assert set(summary["seconds"]) >= {"grpo", "eval_after", "total"}
+
+
+def test_gsm8k_task_runs_end_to_end_with_its_own_reward_and_metric(tmp_path):
+    from arctic_rl_core.demo.tasks import load_task
+    from arctic_rl_core.envs.gsm8k import compute_score
+
+    run_dir = tmp_path / "gsm8k"
+    options = DemoOptions(
+        task="gsm8k",
+        out=str(run_dir),
+        steps=1,
+        model=TINY,
+        warm_start_steps=2,
+        warm_start_batch=4,
+        prompts_per_step=2,
+        rollouts_per_prompt=2,
+        max_response_length=96,  # the longest supervised GSM8K answer is 64 tokens
+        num_threads=1,
+    )
+    assert demo_run.run_demo(options) == 0
+    rows = [json.loads(line) for line in (run_dir / "data" / "train.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and {row["env_class"] for row in rows} == {"gsm8k_arctic"}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["task"] == "gsm8k" and summary["steps"] == [1]
+    assert summary["after"]["heldout"]["metric"] == "accuracy" and summary["after"]["heldout"]["total"] == 4
+    assert summary["after"]["train"]["total"] == 8
+    assert 0.0 <= summary["reward_mean"][0] <= 1.0
+    # the recorded accuracy is the GSM8K exact-answer score of the recorded greedy answers
+    task = load_task("gsm8k")
+    for record in MetricsLog(run_dir).records("eval"):
+        split_rows = task.heldout_rows if record["split"] == "heldout" else task.train_rows
+        rescored = [
+            compute_score("gsm8k", answer, row["reward_model"]["ground_truth"])["score"]
+            for answer, row in zip(record["answers"], split_rows, strict=True)
+        ]
+        assert record["correct"] == sum(rescored) and record["total"] == len(split_rows)

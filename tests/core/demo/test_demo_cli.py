@@ -113,10 +113,19 @@ def test_a_missing_uv_ends_with_a_message_not_a_traceback(monkeypatch, capsys):
     assert "arctic-rl demo: uv is not installed" in capsys.readouterr().err
 
 
-def test_verl_is_refused_with_the_reason(capsys):
-    args = _parse(["--framework", "verl"])
-    assert args.func(args) == 2
-    assert "--framework verl: not available yet" in capsys.readouterr().err
+def test_verl_runs_in_the_verl_environment(monkeypatch, capsys):
+    monkeypatch.setattr(launch, "framework_importable", lambda framework: False)
+    monkeypatch.setattr(launch, "find_uv", lambda: ["/usr/bin/uv"])
+    launched = []
+    monkeypatch.setattr(launch, "run_launch", lambda command: launched.append(command) or 0)
+    args = _parse(["--framework", "verl", "--steps", "2"])
+    assert args.func(args) == 0
+    (command,) = launched
+    assert command.argv[:9] == ["/usr/bin/uv", "run", "--locked", "--package", "adapter-verl", "--extra", "cpu",
+                                "python", "-m"]  # fmt: skip
+    assert command.argv[10:14] == ["--framework", "verl", "--steps", "2"]
+    assert command.env["UV_PROJECT_ENVIRONMENT"].endswith(".venvs/verl")
+    assert "running in the verl environment" in capsys.readouterr().err
 
 
 def test_new_run_options_and_the_default_run_directory():

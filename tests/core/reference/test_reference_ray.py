@@ -58,6 +58,9 @@ def test_actor_reached_from_a_ray_task(ray_cluster):
         task = _use_from_another_process.remote(backend.handle(), "SELECT name")
         pid, tokens, used_version, new_version = ray.get(task)
         assert pid != os.getpid()
+        where = backend.handle().location()  # the engine's own process: neither the driver nor the task
+        assert where["pid"] not in (os.getpid(), pid)
+        assert where["node_id"] == ray.get_runtime_context().get_node_id()
         assert tokens == local.completions[0].token_ids and used_version == 0  # generated before the sync
         assert new_version == 1  # the trainer's step
         state = asyncio.run(backend.state())  # the actor outlived the borrower's shutdown

@@ -191,6 +191,31 @@ def test_loss_goes_down_on_a_fixed_batch(engine_factory, ref):
     assert losses[-1] >= -1.2 - 1e-6  # the clip (1 + 0.2) bounds the objective
 
 
+def test_a_grpo_step_moves_each_response_the_way_its_advantage_says(engine_factory, ref):
+    """The whole chain (wire payload -> verl_grpo loss -> AdamW step) points the right way: after one
+    step, responses with a positive advantage are more likely and those with a negative one less."""
+    engine = engine_factory(optimizer={"lr": 1e-4})
+    spec = ref.spec(engine)
+    samples = ref.samples(8, seed=3, with_old=False)
+    forward = build_forward_payload(samples, spec)
+    before, mask = response_logprobs(ref.run(engine.forward(forward)).logprobs_B_S, forward, spec)
+    advantages = [1.0, -1.0, 1.0, -1.0, -1.0, 1.0, -1.0, 1.0]
+    train = build_train_payload(
+        [
+            dataclasses.replace(s, advantages=a)
+            for s, a in zip(
+                with_response_logprobs(samples, before, field="old_logprobs"), advantages, strict=True
+            )
+        ],
+        spec,
+    )
+    ref.run(engine.forward_backward(train))
+    ref.run(engine.step())
+    after, _ = response_logprobs(ref.run(engine.forward(forward)).logprobs_B_S, forward, spec)
+    change = ((after - before) * mask).sum(dim=1)
+    assert [bool(c > 0) for c in change] == [a > 0 for a in advantages], change.tolist()
+
+
 def test_kl_against_the_reference_model_starts_at_zero(engine_factory, ref):
     engine = engine_factory()
     spec = ref.spec(engine, use_kl_loss=True, kl_loss_coef=0.5, kl_loss_type="k3")

@@ -73,6 +73,16 @@ class ArcticTrainer(PPOTrainerSync):
             )
         self.selected_mode = value
 
+    def on_step_end(self) -> None:
+        """verl's sync (weights to the sampler), then the sync's metrics into this step's logged
+        metrics: `arctic/weights_version`, `arctic/rollout_weights_version`,
+        `arctic/optimizer_steps`, `arctic/sync_time_s`."""
+        super().on_step_end()
+        reported = {}
+        for per_rank in self.actor_rollout_wg.sync_metrics():
+            reported.update(per_rank or {})
+        self._pending_sync_metrics = {**(getattr(self, "_pending_sync_metrics", None) or {}), **reported}
+
     def _init_resource_pool_mgr(self) -> None:
         """Runs in `_setup` after the dataloader (so the step count is known) and before any
         worker: resolve the settings, start the backend, publish the session; then swap in the

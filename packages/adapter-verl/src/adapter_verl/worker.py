@@ -102,6 +102,10 @@ class ArcticActorRolloutRefWorker(Worker):
         self._spec: PayloadSpec | None = None
         self._trace = TraceWriter(None, role)
         self.weights_version: int | None = None
+        # what the latest weight sync reports (rank 0), read by the trainer after each step
+        self._sync_metrics: dict[str, float] = {}
+        self._rollout_weights_version: int | None = None
+        self._optimizer_steps: int | None = None
 
     # -- set-up ---------------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -198,6 +202,8 @@ class ArcticActorRolloutRefWorker(Worker):
                 f"{expected} (ppo_mini_batch_size x rollout.n): the trainer and the adapter settings disagree"
             )
         metrics: dict[str, list[float]] = {}
+        # verl's sync trainer samples a step's rollouts on the weights synced before it
+        self._rollout_weights_version = self.weights_version
         iterator = tu.make_iterator(
             data,
             mini_batch_size=mini_batch_size,
@@ -215,6 +221,7 @@ class ArcticActorRolloutRefWorker(Worker):
             self._trace.write(
                 {"op": "step", "grad_norm": step.grad_norm, "lr": step.learning_rate, "step": step.step}
             )
+            self._optimizer_steps = step.step
             row = {
                 "loss": train.loss,
                 "grad_norm": step.grad_norm,
@@ -252,10 +259,29 @@ class ArcticActorRolloutRefWorker(Worker):
         self._trace.write(
             {"op": "update_weights", "global_steps": global_steps, "weights_version": self.weights_version}
         )
-        return {
+        self._sync_metrics = {
             "arctic/weights_version": float(self.weights_version),
             "arctic/sync_time_s": time.perf_counter() - start,
+            **(
+                {"arctic/rollout_weights_version": float(self._rollout_weights_version)}
+                if self._rollout_weights_version is not None
+                else {}
+            ),
+            **(
+                {"arctic/optimizer_steps": float(self._optimizer_steps)}
+                if self._optimizer_steps is not None
+                else {}
+            ),
         }
+        return dict(self._sync_metrics)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def sync_metrics(self) -> dict[str, float]:
+        """The latest weight sync's metrics (rank 0; {} on the others): the weights version the
+        sampler now serves, the one this step's rollouts used, the optimizer steps taken, the
+        sync time. verl's naive checkpoint engine drops `update_weights`' return value, so the
+        trainer asks here after each sync."""
+        return dict(self._sync_metrics)
 
     # -- checkpoints ----------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -113,30 +113,6 @@ def write_config(options: DemoOptions, extra: dict[str, Any] | None = None) -> P
     return path
 
 
-def _reference_backend(options: DemoOptions, *, model_path: Path | None, lr: float):
-    from arctic_rl_core.backends.reference.engine import ReferenceBackend
-    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
-    from arctic_rl_core.backends.reference.settings import OptimizerSettings, ReferenceEngineSettings
-
-    model = ReferenceModelConfig(
-        **options.model.model_dump(), model_path=None if model_path is None else str(model_path)
-    )
-    settings = ReferenceEngineSettings(
-        model=model,
-        seed=options.seed,
-        optimizer=OptimizerSettings(lr=lr),
-        colocated=False,
-        num_threads=options.num_threads,
-    )
-    return ReferenceBackend(settings)
-
-
-async def _synced(backend) -> None:
-    from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
-
-    await sync_after_step(backend, WeightSyncPolicy(colocated=False))
-
-
 @contextlib.contextmanager
 def output_to(path: Path) -> Iterator[None]:
     """Send this process's stdout and stderr (file descriptors 1 and 2: framework logs, library
@@ -168,15 +144,11 @@ def run_demo(options: DemoOptions) -> int:
         TimeRemainingColumn,
     )
 
+    from arctic_rl_core.demo.backend import reference_backend, synced
     from arctic_rl_core.demo.prompts import prompt_ids, response_ids
     from arctic_rl_core.demo.tasks import load_task
     from arctic_rl_core.demo.warm_start import warm_start
 
-    if options.framework != "skyrl":
-        raise SystemExit(
-            f"framework={options.framework!r}: the demo driver runs GRPO through SkyRL only for now; "
-            "use --framework skyrl"
-        )
     # The demo's own output goes to a copy of stdout: fds 1 and 2 go to the run log meanwhile.
     console = Console(file=os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, closefd=True))
     run_dir = options.run_dir
@@ -210,18 +182,17 @@ def run_demo(options: DemoOptions) -> int:
         ):
             t0 = time.perf_counter()
             task = load_task(options.task)
-            backend = None
-            if not (hf_dir / "config.json").is_file():
-                backend = _reference_backend(options, model_path=None, lr=options.warm_start_lr)
-            else:
-                backend = _reference_backend(options, model_path=hf_dir, lr=options.warm_start_lr)
+            warm_started = (hf_dir / "config.json").is_file()
+            backend = reference_backend(
+                options, model_path=hf_dir if warm_started else None, lr=options.warm_start_lr
+            )
             tokenizer = backend.tokenizer
             train_prompts = [prompt_ids(tokenizer, row["prompt"]) for row in task.train_rows]
             heldout_prompts = [prompt_ids(tokenizer, row["prompt"]) for row in task.heldout_rows]
             seconds["setup"] = time.perf_counter() - t0
 
             # 1. Supervised warm start (skipped when the run already has its checkpoint).
-            if not (hf_dir / "config.json").is_file():
+            if not warm_started:
                 t0 = time.perf_counter()
                 bar = progress.add_task("warm start (sft)", total=options.warm_start_steps, info="")
 
@@ -257,7 +228,7 @@ def run_demo(options: DemoOptions) -> int:
             before = {r["split"]: r for r in log.records("eval") if r["phase"] == "before"}
             if set(before) != set(EVAL_SPLITS):
                 t0 = time.perf_counter()
-                asyncio.run(_synced(backend))
+                asyncio.run(synced(backend))
                 before = _evaluate(
                     progress, log, backend, task, "before", train_prompts, heldout_prompts, options
                 )
@@ -269,7 +240,9 @@ def run_demo(options: DemoOptions) -> int:
             grpo_bar = progress.add_task("GRPO steps", total=options.steps, info="")
 
             def on_ready(first_step: int, overrides: list[str], arctic_config: dict[str, Any]) -> None:
-                write_config(options, {"skyrl_overrides": overrides, "arctic_rl": arctic_config})
+                write_config(
+                    options, {f"{options.framework}_overrides": overrides, "arctic_rl": arctic_config}
+                )
                 progress.update(grpo_bar, completed=first_step - 1)
 
             def on_step(step: int, record: dict[str, Any]) -> None:
@@ -281,9 +254,22 @@ def run_demo(options: DemoOptions) -> int:
                     info=f"reward {record['reward_mean']:.3f} loss {record['loss']:+.4f} v{record['weights_version']}",
                 )
 
-            from arctic_rl_core.demo.skyrl_driver import run_grpo
+            def on_backend(location: dict[str, Any]) -> None:
+                log.append("backend", **location, driver_pid=os.getpid())
+                node = f", node {location['node_id'][:12]}" if location.get("node_id") else ""
+                progress.console.print(
+                    f"backend: reference engine {location['where']} (pid {location['pid']}{node}); "
+                    f"driver pid {os.getpid()}"
+                )
 
-            backend = run_grpo(options, task, model_path=hf_dir, on_step=on_step, on_ready=on_ready)
+            if options.framework == "verl":
+                from arctic_rl_core.demo.verl_driver import run_grpo
+            else:
+                from arctic_rl_core.demo.skyrl_driver import run_grpo
+
+            backend = run_grpo(
+                options, task, model_path=hf_dir, on_step=on_step, on_ready=on_ready, on_backend=on_backend
+            )
             seconds["grpo"] = time.perf_counter() - t0
 
             # 4. Accuracy after GRPO, on the sampler's final weights.
@@ -318,6 +304,8 @@ def _evaluate(progress, log: MetricsLog, backend, task, phase: str, train_prompt
 
     bar = progress.add_task(f"accuracy {phase} GRPO", total=len(EVAL_SPLITS), info="")
     results: dict[str, dict[str, Any]] = {}
+    # the trainer step whose weights the sampler serves (after GRPO: the final step's)
+    weights_version = asyncio.run(backend.state()).weights_version
     for split, rows, prompts in (
         ("heldout", task.heldout_rows, heldout_prompts),
         ("train", task.train_rows, train_prompts),
@@ -325,7 +313,14 @@ def _evaluate(progress, log: MetricsLog, backend, task, phase: str, train_prompt
         score, answers = asyncio.run(
             evaluate_rows(backend, task, rows, prompts, max_tokens=options.max_response_length)
         )
-        results[split] = log.append("eval", phase=phase, split=split, **score.to_json(), answers=answers)
+        results[split] = log.append(
+            "eval",
+            phase=phase,
+            split=split,
+            weights_version=weights_version,
+            **score.to_json(),
+            answers=answers,
+        )
         progress.update(bar, advance=1, info=f"{split} {score.metric} {score.percent:.1f}%")
     return results
 

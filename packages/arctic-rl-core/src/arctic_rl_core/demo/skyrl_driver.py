@@ -97,13 +97,17 @@ def run_grpo(
     model_path: Path,
     on_step: Callable[[int, dict[str, Any]], None],
     on_ready: Callable[[int, list[str], dict[str, Any]], None],
+    on_backend: Callable[[dict[str, Any]], None],
 ) -> Backend:
     """Run (or resume) the GRPO steps; returns the backend (the caller shuts it down), its sampler
     on the final weights.
 
     `on_ready(first_step, overrides, arctic_config)` is called before training (a resumed run
-    starts after its latest checkpoint); `on_step(step, record)` after every step."""
+    starts after its latest checkpoint); `on_backend(location)` once the backend is built (where:
+    "in process", pid, hostname); `on_step(step, record)` after every step."""
     import os
+
+    from arctic_rl_core.backends.reference.ray_actor import process_location
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # the demo shows its own progress
     from adapter_skyrl.config import parse_cli, to_arctic_config
@@ -182,6 +186,7 @@ def run_grpo(
     # The demo builds the backend itself (so it stays up for the accuracy after GRPO; an
     # experiment shuts down only a backend it created), from the adapter's own config mapping.
     backend = build_backend(to_arctic_config(cfg, steps_per_epoch=steps_per_epoch))
+    on_backend({"where": "in process", **process_location()})
     exp = DemoExp(cfg, backend=backend)
     latest = run_dir / CHECKPOINT_DIR / "latest_ckpt_global_step.txt"
     first_step = int(latest.read_text().strip()) + 1 if latest.is_file() else 1

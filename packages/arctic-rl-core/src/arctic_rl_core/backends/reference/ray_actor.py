@@ -49,6 +49,9 @@ def _actor_class():
             def ready(self) -> bool:
                 return True
 
+            def location(self) -> dict[str, Any]:
+                return process_location()
+
             async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
                 if method.startswith("_") or method in ("handle",):
                     raise AttributeError(f"{method!r} is not callable through the reference actor")
@@ -56,6 +59,19 @@ def _actor_class():
 
         _ACTOR_CLASS = ray.remote(ReferenceEngineActor)
     return _ACTOR_CLASS
+
+
+def process_location() -> dict[str, Any]:
+    """Where the calling process runs: process id, host name and, inside Ray, the node id."""
+    import os
+    import socket
+    import sys
+
+    location: dict[str, Any] = {"pid": os.getpid(), "hostname": socket.gethostname(), "node_id": None}
+    ray = sys.modules.get("ray")  # never import Ray just to ask
+    if ray is not None and ray.is_initialized():
+        location["node_id"] = ray.get_runtime_context().get_node_id()
+    return location
 
 
 def launch_reference_actor(
@@ -99,6 +115,14 @@ class RayReferenceHandle(BackendHandle):
                 "process is attached to another Ray cluster"
             ) from None
         return RayReferenceBackend(actor, name=self.name, namespace=self.namespace, owner=False)
+
+    def location(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Where the engine actor runs (`process_location()` inside it); blocking."""
+        import ray
+
+        return ray.get(
+            ray.get_actor(self.name, namespace=self.namespace).location.remote(), timeout=timeout_s
+        )
 
 
 class RayReferenceBackend(Backend):

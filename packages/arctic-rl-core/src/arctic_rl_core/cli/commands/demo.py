@@ -1,5 +1,5 @@
 """`arctic-rl demo`: the main job on the embedded default, a real GRPO run of a tiny model on the
-bundled BIRD sample (or GSM8K) through SkyRL, on the CPU reference backend.
+bundled BIRD sample (or GSM8K) through SkyRL (or verl), on the CPU reference backend.
 
 Runs in-process when the framework is importable here; otherwise re-executes the driver in the
 framework's locked CPU environment with uv (see `arctic_rl_core.demo.launch`).
@@ -15,13 +15,6 @@ def run(args: argparse.Namespace) -> int:
     from arctic_rl_core.demo import launch
 
     framework = args.framework or "skyrl"
-    if framework == "verl":
-        print(
-            "arctic-rl demo --framework verl: not available yet; the demo runs GRPO through SkyRL "
-            "(--framework skyrl, the default). verl runs are covered by tests/verl and recipes/verl.",
-            file=sys.stderr,
-        )
-        return 2
     extra = {
         "--warm-start-steps": args.warm_start_steps,
         "--prompts-per-step": args.prompts_per_step,
@@ -51,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser(
         "demo",
-        help="Run a real GRPO job of a tiny model on the bundled BIRD sample on CPU (SkyRL, reference backend).",
+        help="Run a real GRPO job of a tiny model on the bundled BIRD sample on CPU (SkyRL or verl, reference backend).",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

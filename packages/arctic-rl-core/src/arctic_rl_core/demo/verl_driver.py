@@ -1,0 +1,265 @@
+"""GRPO through verl 0.9.1's real V1 trainer on the reference backend, driven through the verl
+adapter's public entry points (`adapter_verl.main.with_arctic_defaults` / `compose`, verl's own
+`main_ppo.run_ppo` with the adapter's `arctic` trainer mode). Imported only inside the verl
+environment.
+
+verl runs its trainer in a Ray actor (`TaskRunnerV1`) of a local Ray cluster; the trainer starts
+the reference backend as another Ray actor, in its own process, and the forwarder workers and
+rollout servers connect to it by handle. The demo reads verl's per-step metrics from verl's own
+file logger (`trainer.logger=[console,file]`) while the run goes on. The backend actor ends with
+the Ray cluster, so the accuracy after GRPO is measured on a fresh in-process reference backend
+restored from the run's final checkpoint (the trained weights, synced to its sampler).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from arctic_rl_core.backends.protocol import Backend
+    from arctic_rl_core.demo.options import DemoOptions
+    from arctic_rl_core.demo.tasks import DemoTask
+
+CHECKPOINT_DIR = "checkpoints"
+METRICS_DIR = "verl_metrics"  # one verl file-logger JSONL per attempt (verl truncates its file)
+LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's record of its latest checkpoint
+REWARD_FUNCTIONS = {
+    "bird": "pkg://arctic_rl_core.envs.bird.reward",
+    "gsm8k": "pkg://arctic_rl_core.envs.gsm8k",
+}
+# verl timing keys -> the demo's per-phase seconds.
+PHASE_TIMINGS = {
+    "seconds_generate": "timing_s/gen",
+    "seconds_logprobs": "timing_s/old_log_prob",
+    "seconds_train": "timing_s/update_actor",
+    "seconds_sync": "timing_s/update_weights",
+    "seconds_step": "timing_s/step",
+}
+_POLL_S = 0.5
+
+
+def verl_overrides(
+    options: DemoOptions, *, train_file: Path, model_path: Path, steps_per_epoch: int
+) -> list[str]:
+    """verl's Hydra overrides of the demo's GRPO run (written to config.yaml), before the adapter
+    adds its selection overrides."""
+    run_dir = options.run_dir.resolve()
+    rows_per_step = options.prompts_per_step * options.rollouts_per_prompt
+    use_kl = options.kl_loss_coef > 0
+    return [
+        "algorithm.adv_estimator=grpo",
+        f"data.train_files={train_file.resolve()}",
+        f"data.val_files={train_file.resolve()}",  # required by verl; validation is off
+        f"data.train_batch_size={options.prompts_per_step}",
+        f"data.max_prompt_length={options.max_prompt_length}",
+        f"data.max_response_length={options.max_response_length}",
+        "data.dataloader_num_workers=0",
+        f"data.seed={options.seed}",
+        f"actor_rollout_ref.model.path={model_path.resolve()}",
+        f"actor_rollout_ref.rollout.n={options.rollouts_per_prompt}",
+        f"actor_rollout_ref.rollout.temperature={options.temperature}",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={rows_per_step}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={rows_per_step}",
+        # one optimizer step per GRPO step, the whole batch in one micro batch (as the SkyRL demo)
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={options.prompts_per_step}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rows_per_step}",
+        f"actor_rollout_ref.actor.optim.lr={options.lr}",
+        f"actor_rollout_ref.actor.use_kl_loss={str(use_kl).lower()}",
+        *([f"actor_rollout_ref.actor.kl_loss_coef={options.kl_loss_coef}"] if use_kl else []),
+        f"actor_rollout_ref.actor.entropy_coeff={options.entropy_loss_coef}",
+        "reward.num_workers=1",
+        f"reward.custom_reward_function.path={REWARD_FUNCTIONS[options.task]}",
+        "reward.custom_reward_function.name=compute_score",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        f"trainer.total_epochs={math.ceil(options.steps / steps_per_epoch)}",
+        f"trainer.total_training_steps={options.steps}",
+        "trainer.logger=[console,file]",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=1",
+        f"trainer.default_local_dir={run_dir / CHECKPOINT_DIR}",
+        "trainer.resume_mode=auto",
+        "trainer.project_name=arctic-rl-demo",
+        f"trainer.experiment_name={options.task}",
+        # logical CPUs for verl's actors (trainer, forwarder, rollout server, reward, TransferQueue)
+        "ray_kwargs.ray_init.num_cpus=8",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        f"+remote_backend.core.backend.reference.model_path={model_path.resolve()}",
+        f"+remote_backend.core.determinism.seed={options.seed}",
+    ]
+
+
+def step_record(data: dict[str, Any]) -> dict[str, Any]:
+    """The demo's per-step metrics from what verl's trainer logged for one step."""
+    scores = data.get("critic/score/mean")
+    record: dict[str, Any] = {
+        "reward_mean": float(data["critic/rewards/mean"]),
+        # GRPO reward per rollout is 1.0 only for a correct answer: the mean score is the rollout EX
+        "rollout_ex": 100.0 * float(scores) if scores is not None else None,
+        "loss": float(data["actor/pg_loss"]),
+        "grad_norm": float(data["actor/grad_norm"]),
+        # the adapter's trainer logs what its weight sync reports after every step
+        "weights_version": int(data["arctic/weights_version"]),
+        "rollout_weights_version": int(data["arctic/rollout_weights_version"]),
+        "optimizer_steps": int(data["arctic/optimizer_steps"]),
+    }
+    for name, key in PHASE_TIMINGS.items():
+        record[name] = float(data[key]) if key in data else None
+    return record
+
+
+class _MetricsTail:
+    """Follows verl's file-logger JSONL from a thread and hands each step's record to `on_step`."""
+
+    def __init__(
+        self, path: Path, on_step: Callable[[int, dict[str, Any]], None], on_first_step: Callable[[], None]
+    ) -> None:
+        self.path = path
+        self.on_step = on_step
+        self.on_first_step = on_first_step
+        self._seen_step = False
+        self.error: BaseException | None = None
+        self._offset = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="demo-verl-metrics", daemon=True)
+
+    def __enter__(self) -> _MetricsTail:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self.error is None:
+            self._read()  # the lines written since the last poll
+        if self.error is not None and exc_info[0] is None:
+            raise self.error
+
+    def _follow(self) -> None:
+        while not self._stop.wait(_POLL_S):
+            try:
+                self._read()
+            except BaseException as error:  # reported by __exit__ in the driver's thread
+                self.error = error
+                return
+
+    def _read(self) -> None:
+        if not self.path.is_file():
+            return
+        with self.path.open("rb") as handle:
+            handle.seek(self._offset)
+            chunk = handle.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        for line in complete.splitlines():
+            entry = json.loads(line)
+            if "actor/pg_loss" in entry["data"]:
+                if not self._seen_step:
+                    self._seen_step = True
+                    self.on_first_step()
+                self.on_step(int(entry["step"]), step_record(entry["data"]))
+
+
+def _backend_location() -> dict[str, Any]:
+    """Where verl's trainer started the reference engine: its Ray actor's process and node."""
+    from adapter_verl.session import lookup_session
+
+    handle = lookup_session().handle
+    return {"where": "ray actor", **handle.location()}
+
+
+def _first_step(checkpoints: Path) -> int:
+    latest = checkpoints / LATEST_FILE
+    return int(latest.read_text().strip()) + 1 if latest.is_file() else 1
+
+
+def run_grpo(
+    options: DemoOptions,
+    task: DemoTask,
+    *,
+    model_path: Path,
+    on_step: Callable[[int, dict[str, Any]], None],
+    on_ready: Callable[[int, list[str], dict[str, Any]], None],
+    on_backend: Callable[[dict[str, Any]], None],
+) -> Backend:
+    """Run (or resume) the GRPO steps; returns an in-process reference backend holding the
+    final trained weights, synced to its sampler (the caller shuts it down).
+
+    `on_ready(first_step, overrides, arctic_config)` is called before training (a resumed run
+    starts after its latest checkpoint); `on_backend(location)` once the trainer's backend runs
+    (where: "ray actor", pid, hostname, node_id); `on_step(step, record)` after every step."""
+    import asyncio
+
+    import ray
+    from adapter_verl.config import UnsupportedVerlSettingError, arctic_config_from_verl, check_supported
+    from adapter_verl.main import compose, with_arctic_defaults
+    from adapter_verl.plugin import require_registered
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    run_dir = options.run_dir
+    data_dir = run_dir / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    train_file = data_dir / "train.parquet"
+    _write_rows(task, train_file)
+    steps_per_epoch = len(task.train_rows) // options.prompts_per_step
+    if steps_per_epoch < 1:
+        raise ValueError(
+            f"prompts_per_step={options.prompts_per_step} exceeds the {len(task.train_rows)} training prompts"
+        )
+    overrides, _added = with_arctic_defaults(
+        verl_overrides(options, train_file=train_file, model_path=model_path, steps_per_epoch=steps_per_epoch)
+    )
+    config = compose(overrides)
+    problems = check_supported(config)
+    if problems:
+        raise UnsupportedVerlSettingError(problems)
+    require_registered()
+    arctic_cfg = arctic_config_from_verl(config, options.steps)
+    checkpoints = run_dir / CHECKPOINT_DIR
+    first_step = _first_step(checkpoints)
+    on_ready(first_step, overrides, arctic_cfg.model_dump(mode="json"))
+
+    if first_step <= options.steps:
+        metrics_file = run_dir / METRICS_DIR / f"from_step_{first_step}-{int(time.time())}.jsonl"
+        metrics_file.parent.mkdir(parents=True, exist_ok=True)
+        # verl's file logger reads this in the trainer's Ray actor, which inherits the driver's
+        # environment through the local cluster ray.init starts (and verl's runtime env)
+        os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file.resolve())
+        try:
+            with _MetricsTail(metrics_file, on_step, lambda: on_backend(_backend_location())):
+                run_ppo(config, task_runner_class=TaskRunnerV1)
+        finally:
+            ray.shutdown()  # also on Ctrl-C: the trainer and backend actors end with the cluster
+
+    return asyncio.run(_restored_backend(options, model_path, checkpoints))
+
+
+def _write_rows(task: DemoTask, path: Path) -> None:
+    if task.name == "bird":
+        from arctic_rl_core.envs.bird.preprocess import write_parquet
+    else:
+        from arctic_rl_core.envs.gsm8k import write_parquet
+    write_parquet(task.train_rows, path)
+
+
+async def _restored_backend(options: DemoOptions, model_path: Path, checkpoints: Path) -> Backend:
+    """A reference backend on the final checkpoint's weights, synced to its sampler."""
+    from arctic_rl_core.demo.backend import reference_backend, synced
+
+    step = _first_step(checkpoints) - 1
+    if step < 1:
+        raise RuntimeError(f"verl left no checkpoint in {checkpoints}: the GRPO run did not finish a step")
+    backend = reference_backend(options, model_path=model_path, lr=options.lr)
+    await backend.load_checkpoint(str(checkpoints / f"global_step_{step}" / "actor"), step)
+    await synced(backend)
+    return backend
