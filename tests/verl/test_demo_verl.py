@@ -6,6 +6,7 @@ in `tests/shared/demo_checks.py`). One module-scoped run: Ray and verl start-up 
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -52,3 +53,13 @@ def test_run_directory_holds_config_metrics_plot_checkpoints_and_summary(interru
     assert "trainer.v1.trainer_mode=arctic" in config["verl_overrides"]
     assert (run_dir / "checkpoints" / "global_step_2" / "actor" / "checkpoint-2").is_dir()
     assert len(list((run_dir / "verl_metrics").glob("*.jsonl"))) == 2  # verl's own log, per attempt
+
+
+def test_rollout_reward_and_ex_are_those_of_verls_rollout_dump(interrupted_then_resumed):
+    run_dir, *_ = interrupted_then_resumed
+    for record in MetricsLog(run_dir).grpo_steps():
+        dump = (run_dir / "rollouts" / f"{record['step']}.jsonl").read_text().splitlines()
+        scores = [json.loads(line)["score"] for line in dump]
+        assert len(scores) == 4  # 2 prompts x 2 rollouts
+        assert record["rollout_ex"] == 100.0 * sum(s == 1.0 for s in scores) / 4
+        assert record["reward_mean"] == pytest.approx(sum(scores) / 4)

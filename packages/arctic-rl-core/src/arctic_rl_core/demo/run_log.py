@@ -126,3 +126,14 @@ def write_plot(steps: list[Mapping[str, Any]], path: str | Path, title: str) -> 
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def rollout_ex(rewards: list[float]) -> float | None:
+    """Percent of a step's rollouts scoring 1.0 (BIRD: result set equals the gold query's; GSM8K:
+    exact answer); None without rollouts."""
+    return 100.0 * sum(r == 1.0 for r in rewards) / len(rewards) if rewards else None
+
+
+def phase_seconds(data: dict[str, Any], timings: dict[str, str]) -> dict[str, float | None]:
+    """The demo's per-phase seconds (`timings`: demo name -> the framework's timing key)."""
+    return {name: float(data[key]) if key in data else None for name, key in timings.items()}

@@ -76,18 +76,18 @@ def skyrl_overrides(
 
 def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
     """The demo's per-step metrics from what SkyRL's trainer logged for one step."""
-    record: dict[str, Any] = {
+    from arctic_rl_core.demo.run_log import phase_seconds, rollout_ex
+
+    return {
         "reward_mean": float(data["reward/avg_raw_reward"]),
-        "rollout_ex": 100.0 * sum(r == 1.0 for r in rewards) / len(rewards) if rewards else None,
+        "rollout_ex": rollout_ex(rewards),
         "loss": float(data["policy/policy_loss"]),
         "grad_norm": float(data["policy/grad_norm"]),
         "weights_version": int(data["arctic/weights_version"]),
         "rollout_weights_version": int(data["generate/weights_version"]),
         "optimizer_steps": int(data["arctic/optimizer_steps"]),
+        **phase_seconds(data, PHASE_TIMINGS),
     }
-    for name, key in PHASE_TIMINGS.items():
-        record[name] = float(data[key]) if key in data else None
-    return record
 
 
 def run_grpo(

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 CHECKPOINT_DIR = "checkpoints"
 METRICS_DIR = "verl_metrics"  # one verl file-logger JSONL per attempt (verl truncates its file)
+ROLLOUT_DIR = "rollouts"  # verl's per-step dump of every rollout with its reward
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's record of its latest checkpoint
 REWARD_FUNCTIONS = {
     "bird": "pkg://arctic_rl_core.envs.bird.reward",
@@ -86,6 +87,7 @@ def verl_overrides(
         "trainer.val_before_train=false",
         "trainer.test_freq=-1",
         "trainer.save_freq=1",
+        f"trainer.rollout_data_dir={run_dir / ROLLOUT_DIR}",
         f"trainer.default_local_dir={run_dir / CHECKPOINT_DIR}",
         "trainer.resume_mode=auto",
         "trainer.project_name=arctic-rl-demo",
@@ -98,32 +100,43 @@ def verl_overrides(
     ]
 
 
-def step_record(data: dict[str, Any]) -> dict[str, Any]:
-    """The demo's per-step metrics from what verl's trainer logged for one step."""
-    scores = data.get("critic/score/mean")
-    record: dict[str, Any] = {
+def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
+    """The demo's per-step metrics from what verl's trainer logged for one step and the step's
+    per-rollout rewards (verl's rollout dump)."""
+    from arctic_rl_core.demo.run_log import phase_seconds, rollout_ex
+
+    return {
         "reward_mean": float(data["critic/rewards/mean"]),
-        # GRPO reward per rollout is 1.0 only for a correct answer: the mean score is the rollout EX
-        "rollout_ex": 100.0 * float(scores) if scores is not None else None,
+        "rollout_ex": rollout_ex(rewards),
         "loss": float(data["actor/pg_loss"]),
         "grad_norm": float(data["actor/grad_norm"]),
         # the adapter's trainer logs what its weight sync reports after every step
         "weights_version": int(data["arctic/weights_version"]),
         "rollout_weights_version": int(data["arctic/rollout_weights_version"]),
         "optimizer_steps": int(data["arctic/optimizer_steps"]),
+        **phase_seconds(data, PHASE_TIMINGS),
     }
-    for name, key in PHASE_TIMINGS.items():
-        record[name] = float(data[key]) if key in data else None
-    return record
+
+
+def step_rewards(rollout_dir: Path, step: int) -> list[float]:
+    """Per-rollout rewards of one step from verl's rollout dump (`<step>.jsonl`, written before the
+    step's metrics are logged)."""
+    path = rollout_dir / f"{step}.jsonl"
+    return [float(json.loads(line)["score"]) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 class _MetricsTail:
     """Follows verl's file-logger JSONL from a thread and hands each step's record to `on_step`."""
 
     def __init__(
-        self, path: Path, on_step: Callable[[int, dict[str, Any]], None], on_first_step: Callable[[], None]
+        self,
+        path: Path,
+        rollout_dir: Path,
+        on_step: Callable[[int, dict[str, Any]], None],
+        on_first_step: Callable[[], None],
     ) -> None:
         self.path = path
+        self.rollout_dir = rollout_dir
         self.on_step = on_step
         self.on_first_step = on_first_step
         self._seen_step = False
@@ -166,7 +179,8 @@ class _MetricsTail:
                 if not self._seen_step:
                     self._seen_step = True
                     self.on_first_step()
-                self.on_step(int(entry["step"]), step_record(entry["data"]))
+                step = int(entry["step"])
+                self.on_step(step, step_record(entry["data"], step_rewards(self.rollout_dir, step)))
 
 
 def _backend_location() -> dict[str, Any]:
@@ -236,7 +250,10 @@ def run_grpo(
         # environment through the local cluster ray.init starts (and verl's runtime env)
         os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file.resolve())
         try:
-            with _MetricsTail(metrics_file, on_step, lambda: on_backend(_backend_location())):
+            tail = _MetricsTail(
+                metrics_file, run_dir / ROLLOUT_DIR, on_step, lambda: on_backend(_backend_location())
+            )
+            with tail:
                 run_ppo(config, task_runner_class=TaskRunnerV1)
         finally:
             ray.shutdown()  # also on Ctrl-C: the trainer and backend actors end with the cluster
