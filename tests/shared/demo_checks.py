@@ -33,6 +33,7 @@ def tiny_options(framework: str, run_dir: Path, **overrides: Any) -> DemoOptions
         "prompts_per_step": 2,
         "rollouts_per_prompt": 2,
         "entropy_loss_coef": 0.01,  # a gradient even when every reward ties: the weights move every step
+        "eval_samples": 2,
         "num_threads": 1,
     }
     return DemoOptions(**{**settings, **overrides})
@@ -110,5 +111,9 @@ def assert_run_directory(run_dir: Path, framework: str, *, step_override: str) -
     for phase in ("before", "after"):
         assert summary[phase]["heldout"]["metric"] == "EX" and summary[phase]["heldout"]["total"] == 10
         assert summary[phase]["train"]["total"] == 16
+        # 2 answers per question sampled at the rollout temperature, scored with the same EX
+        assert summary[phase]["heldout"]["sampled"]["total"] == 20
+        assert summary[phase]["train"]["sampled"]["metric"] == "EX"
+        assert summary[phase]["train"]["sampled"]["total"] == 32
     assert set(summary["seconds"]) >= {"grpo", "eval_after", "total"}
     return config

@@ -118,9 +118,10 @@ def test_verl_runs_in_the_verl_environment(monkeypatch, capsys):
     monkeypatch.setattr(launch, "find_uv", lambda: ["/usr/bin/uv"])
     launched = []
     monkeypatch.setattr(launch, "run_launch", lambda command: launched.append(command) or 0)
-    args = _parse(["--framework", "verl", "--steps", "2"])
+    args = _parse(["--framework", "verl", "--steps", "2", "--lr", "3e-5", "--eval-samples", "4"])
     assert args.func(args) == 0
     (command,) = launched
+    assert command.argv[-4:] == ["--lr", "3e-05", "--eval-samples", "4"]  # forwarded to the driver
     assert command.argv[:9] == ["/usr/bin/uv", "run", "--locked", "--package", "adapter-verl", "--extra", "cpu",
                                 "python", "-m"]  # fmt: skip
     assert command.argv[10:14] == ["--framework", "verl", "--steps", "2"]
@@ -129,8 +130,9 @@ def test_verl_runs_in_the_verl_environment(monkeypatch, capsys):
 
 
 def test_new_run_options_and_the_default_run_directory():
-    options = resolve_options(_parse(["--steps", "3", "--warm-start-steps", "5"]))
+    options = resolve_options(_parse(["--steps", "3", "--warm-start-steps", "5", "--lr", "3e-5"]))
     assert options.steps == 3 and options.warm_start_steps == 5 and options.framework == "skyrl"
+    assert options.lr == 3e-5 and options.eval_samples == 8
     assert Path(options.out).parent == Path("runs") and Path(options.out).name.startswith("demo-")
     from datetime import UTC, datetime
 

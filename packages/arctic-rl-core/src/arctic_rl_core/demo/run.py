@@ -46,14 +46,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--task", choices=("bird", "gsm8k"), default=None, help="bundled sample (default bird)"
     )
-    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default 12)")
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default 24)")
     parser.add_argument("--out", default=None, help="run directory (default runs/demo-<UTC timestamp>)")
     parser.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")
     parser.add_argument("--warm-start-steps", type=int, default=None, help="supervised steps (default 80)")
     parser.add_argument(
         "--prompts-per-step", type=int, default=None, help="prompts per GRPO step (default 4)"
     )
-    parser.add_argument("--rollouts-per-prompt", type=int, default=None, help="GRPO group size (default 4)")
+    parser.add_argument("--rollouts-per-prompt", type=int, default=None, help="GRPO group size (default 8)")
+    parser.add_argument("--lr", type=float, default=None, help="GRPO learning rate (default 1e-4)")
+    parser.add_argument(
+        "--eval-samples",
+        type=int,
+        default=None,
+        help="sampled answers per question in the accuracy (default 8)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
 
 
@@ -65,6 +72,8 @@ def _explicit(args: argparse.Namespace) -> dict[str, Any]:
         "warm_start_steps": "warm_start_steps",
         "prompts_per_step": "prompts_per_step",
         "rollouts_per_prompt": "rollouts_per_prompt",
+        "lr": "lr",
+        "eval_samples": "eval_samples",
         "threads": "num_threads",
     }
     return {field: getattr(args, flag) for flag, field in names.items() if getattr(args, flag) is not None}
@@ -300,7 +309,7 @@ def run_demo(options: DemoOptions) -> int:
 
 
 def _evaluate(progress, log: MetricsLog, backend, task, phase: str, train_prompts, heldout_prompts, options):
-    from arctic_rl_core.demo.evaluation import evaluate_rows
+    from arctic_rl_core.demo.evaluation import evaluate_rows, evaluate_sampled
 
     bar = progress.add_task(f"accuracy {phase} GRPO", total=len(EVAL_SPLITS), info="")
     results: dict[str, dict[str, Any]] = {}
@@ -313,6 +322,19 @@ def _evaluate(progress, log: MetricsLog, backend, task, phase: str, train_prompt
         score, answers = asyncio.run(
             evaluate_rows(backend, task, rows, prompts, max_tokens=options.max_response_length)
         )
+        sampled = None
+        if options.eval_samples:
+            sampled = asyncio.run(
+                evaluate_sampled(
+                    backend,
+                    task,
+                    rows,
+                    prompts,
+                    samples_per_prompt=options.eval_samples,
+                    temperature=options.temperature,
+                    max_tokens=options.max_response_length,
+                )
+            ).to_json()
         results[split] = log.append(
             "eval",
             phase=phase,
@@ -320,14 +342,19 @@ def _evaluate(progress, log: MetricsLog, backend, task, phase: str, train_prompt
             weights_version=weights_version,
             **score.to_json(),
             answers=answers,
+            sampled=sampled,
         )
-        progress.update(bar, advance=1, info=f"{split} {score.metric} {score.percent:.1f}%")
+        info = f"{split} {score.metric} {score.percent:.1f}%"
+        if sampled is not None:
+            info += f", sampled {sampled['percent']:.1f}%"
+        progress.update(bar, advance=1, info=info)
     return results
 
 
 def _summary(options: DemoOptions, before, after, steps, seconds) -> dict[str, Any]:
     def pick(record: dict[str, Any]) -> dict[str, Any]:
-        return {k: record[k] for k in ("metric", "correct", "total", "percent", "well_formatted", "errors")}
+        keys = ("metric", "correct", "total", "percent", "well_formatted", "errors", "sampled")
+        return {k: record.get(k) for k in keys}
 
     return {
         "framework": options.framework,
@@ -345,8 +372,20 @@ def _summary(options: DemoOptions, before, after, steps, seconds) -> dict[str, A
 def _print_summary(console, summary: dict[str, Any], plot: Path) -> None:
     from rich.table import Table
 
-    table = Table(title="Accuracy (greedy), before -> after GRPO")
-    for column in ("split", "metric", "before", "after", "well formatted before -> after"):
+    def share(score: dict[str, Any] | None) -> str:
+        return "-" if score is None else f"{score['correct']}/{score['total']} ({score['percent']:.1f}%)"
+
+    table = Table(title="Accuracy before -> after GRPO")
+    columns = (
+        "split",
+        "metric",
+        "greedy before",
+        "greedy after",
+        "sampled before",
+        "sampled after",
+        "formatted",
+    )
+    for column in columns:
         table.add_column(column)
     for split in EVAL_SPLITS:
         b, a = summary["before"][split], summary["after"][split]
@@ -354,11 +393,17 @@ def _print_summary(console, summary: dict[str, Any], plot: Path) -> None:
         table.add_row(
             name,
             b["metric"],
-            f"{b['correct']}/{b['total']} ({b['percent']:.1f}%)",
-            f"{a['correct']}/{a['total']} ({a['percent']:.1f}%)",
+            share(b),
+            share(a),
+            share(b.get("sampled")),
+            share(a.get("sampled")),
             f"{b['well_formatted']} -> {a['well_formatted']}",
         )
     console.print(table)
+    console.print(
+        "greedy: one answer per question at temperature 0; sampled: several answers per question at the "
+        "rollout temperature, the expected reward GRPO optimises"
+    )
     rewards = summary["reward_mean"]
     if rewards:
         console.print(

@@ -19,6 +19,8 @@ def run(args: argparse.Namespace) -> int:
         "--warm-start-steps": args.warm_start_steps,
         "--prompts-per-step": args.prompts_per_step,
         "--rollouts-per-prompt": args.rollouts_per_prompt,
+        "--lr": args.lr,
+        "--eval-samples": args.eval_samples,
         "--threads": args.threads,
     }
     forwarded = launch.driver_args(
