@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -213,9 +214,13 @@ def run_grpo(
     (where: "ray actor", pid, hostname, node_id); `on_step(step, record)` after every step."""
     import asyncio
 
+    from adapter_verl.main import compose, keep_ray_off_uv_run, with_arctic_defaults
+
+    notice = keep_ray_off_uv_run()  # `uv run arctic-rl demo` runs this driver under uv run
+    if notice:
+        print(notice, file=sys.stderr)  # into the run log
     import ray
     from adapter_verl.config import UnsupportedVerlSettingError, arctic_config_from_verl, check_supported
-    from adapter_verl.main import compose, with_arctic_defaults
     from adapter_verl.plugin import require_registered
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
