@@ -5,13 +5,12 @@ dry-run mode), through the adapter's real config path: SkyRL's strict parse with
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from adapter_skyrl.config import UnsupportedSkyRLSettingError, check_supported, parse_cli, to_arctic_config
+from recipe_checks import assert_arctic_stack, dry_run, training_overrides
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE_DIR = REPO / "recipes" / "skyrl"
@@ -44,45 +43,6 @@ EXPECTED: dict[str, dict[str, Any]] = {
     ),
 }  # fmt: skip
 
-# Runs a launcher with RECIPE_DRY_RUN=1 and re-emits each printed command as
-# "<argc>\0<arg>\0<arg>\0..." (the launcher prints every argument shell-quoted).
-_DRY_RUN = r"""
-set -euo pipefail
-RECIPE_DRY_RUN=1 bash "$@" | while IFS= read -r line; do
-  eval "cmd=($line)"
-  printf '%s\0' "${#cmd[@]}" "${cmd[@]}"
-done
-"""
-
-
-def dry_run(launcher: Path, tmp_path: Path, *extra: str, **env: str) -> list[list[str]]:
-    """The commands `launcher` would run, each as its argv."""
-    base = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(tmp_path / "home"),
-        "BIRD_DIR": str(tmp_path / "bird"),
-    }
-    proc = subprocess.run(
-        ["bash", "-c", _DRY_RUN, "dry-run", str(launcher), *extra],
-        env={**base, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    fields = proc.stdout.split("\0")[:-1]
-    commands = []
-    while fields:
-        count = int(fields.pop(0))
-        commands.append(fields[:count])
-        del fields[:count]
-    return commands
-
-
-def training_overrides(commands: list[list[str]]) -> list[str]:
-    (train,) = [c for c in commands if "adapter_skyrl.main" in c]
-    return train[train.index("adapter_skyrl.main") + 1 :]
-
 
 def test_every_launcher_has_expectations():
     assert {p.stem for p in LAUNCHERS} == set(EXPECTED)
@@ -96,7 +56,7 @@ def test_recipe_overrides_validate_through_the_skyrl_adapter(launcher: Path, tmp
 
     want = EXPECTED[launcher.stem]
     commands = dry_run(launcher, tmp_path)
-    overrides = training_overrides(commands)
+    overrides = training_overrides(commands, "adapter_skyrl.main")
     assert len(overrides) > 30, overrides  # the whole file, not a truncated read
 
     cfg = parse_cli(overrides)
@@ -119,34 +79,7 @@ def test_recipe_overrides_validate_through_the_skyrl_adapter(launcher: Path, tmp
         want["rollouts"],
     )
     assert shape.gradient_accumulation_steps == want["grad_accum"]
-    assert arctic.zorro.enable is want["zorro"]
-    # ZoRRo needs flash-attention; without ZoRRo, sdpa (the locked GPU extras have no flash-attn)
-    assert arctic.kernels.attn_implementation == ("flash_attention_2" if want["zorro"] else "sdpa")
-    assert arctic.arctic_inference.fca is want["fca"]
-    assert arctic.arctic_inference.speculative_model == want["spec"]
-    assert arctic.deepspeed.zero_stage == want["zero"]
-    assert arctic.weight_sync.cuda_ipc is want["colocate"]
-    assert arctic.loss.use_kl_loss is False and arctic.placement.log_prob_gpus == 0
-
-    # What the Arctic server receives: the real arctic-platform client config (extra="forbid").
-    client = arctic.to_client_config()
-    assert (client.model_name, client.training_gpus, client.sampling_gpus, client.log_prob_gpus) == (
-        want["model"],
-        want["training_gpus"],
-        want["sampling_gpus"],
-        0,
-    )
-    assert (client.backend.protocol, client.backend.colocate) == ("ray", want["colocate"])
-    vllm = client.sampling.vllm
-    assert vllm["tensor_parallel_size"] * want["engines"] == want["sampling_gpus"]
-    assert vllm.get("speculative_config", {}).get("model") == want["spec"]
-    assert ("forest_cascade_attn_configs" in vllm) is want["fca"]
-    ds = client.training.ds_config
-    assert (ds["train_batch_size"], ds["gradient_accumulation_steps"]) == (
-        shape.train_batch_size,
-        want["grad_accum"],
-    )
-    assert ds["zero_optimization"]["stage"] == want["zero"] and client.training.cuda_ipc is want["colocate"]
+    assert_arctic_stack(arctic, shape, want)
     # The vLLM context holds the longest prompt plus the longest response.
     assert (
         shape.max_model_len
@@ -168,7 +101,8 @@ def test_recipe_overrides_validate_through_the_skyrl_adapter(launcher: Path, tmp
 @pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda p: p.stem)
 def test_extra_arguments_and_environment_reach_the_config(launcher: Path, tmp_path: Path):
     overrides = training_overrides(
-        dry_run(launcher, tmp_path, "trainer.max_training_steps=50", MODEL="/models/my-qwen", CKPT_DIR="/ck")
+        dry_run(launcher, tmp_path, "trainer.max_training_steps=50", MODEL="/models/my-qwen", CKPT_DIR="/ck"),
+        "adapter_skyrl.main",
     )
     cfg = parse_cli(overrides)
     assert cfg.trainer.max_training_steps == 50  # appended after the file: the user's value wins
@@ -180,14 +114,20 @@ def test_extra_arguments_and_environment_reach_the_config(launcher: Path, tmp_pa
 def test_a_typo_in_an_arctic_knob_fails_naming_it(launcher: Path, tmp_path: Path):
     from arctic_rl_core.config import ConfigError
 
-    cfg = parse_cli(training_overrides(dry_run(launcher, tmp_path, "trainer.arctic_rl.zorro.enabel=true")))
+    cfg = parse_cli(
+        training_overrides(
+            dry_run(launcher, tmp_path, "trainer.arctic_rl.zorro.enabel=true"), "adapter_skyrl.main"
+        )
+    )
     with pytest.raises(ConfigError) as info:
         to_arctic_config(cfg, steps_per_epoch=100)
     assert [issue.path for issue in info.value.issues] == ["trainer.arctic_rl.zorro.enabel"]
 
 
 def test_a_typo_in_a_skyrl_knob_fails_in_the_strict_parse(tmp_path: Path):
-    overrides = training_overrides(dry_run(LAUNCHERS[0], tmp_path, "trainer.train_batch_sise=8"))
+    overrides = training_overrides(
+        dry_run(LAUNCHERS[0], tmp_path, "trainer.train_batch_sise=8"), "adapter_skyrl.main"
+    )
     with pytest.raises(ValueError, match="train_batch_sise"):
         parse_cli(overrides)
 
@@ -198,7 +138,9 @@ def test_a_shape_that_does_not_divide_names_the_skyrl_field(tmp_path: Path):
     launcher = RECIPE_DIR / "bird-qwen3-32b-32gpu.sh"
     # 24 training GPUs x 8 rows per micro-step do not divide the 1024 rows of a step
     cfg = parse_cli(
-        training_overrides(dry_run(launcher, tmp_path, "trainer.arctic_rl.placement.training_gpus=24"))
+        training_overrides(
+            dry_run(launcher, tmp_path, "trainer.arctic_rl.placement.training_gpus=24"), "adapter_skyrl.main"
+        )
     )
     with pytest.raises(ConfigError) as info:
         to_arctic_config(cfg, steps_per_epoch=100)
@@ -209,7 +151,9 @@ def test_a_shape_that_does_not_divide_names_the_skyrl_field(tmp_path: Path):
 
 def test_an_unhonourable_skyrl_setting_fails_before_the_core(tmp_path: Path):
     cfg = parse_cli(
-        training_overrides(dry_run(LAUNCHERS[0], tmp_path, "trainer.placement.colocate_all=true"))
+        training_overrides(
+            dry_run(LAUNCHERS[0], tmp_path, "trainer.placement.colocate_all=true"), "adapter_skyrl.main"
+        )
     )
     with pytest.raises(UnsupportedSkyRLSettingError, match="colocate_all=True"):
         check_supported(cfg)

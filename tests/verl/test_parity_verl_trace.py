@@ -16,27 +16,19 @@ with its tensors into `<trace dir>/verl.trace` (trace dir: `$ARCTIC_RL_PARITY_DI
 from __future__ import annotations
 
 import asyncio
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from parity_trace_checks import (
+    assert_advantages_are_the_core_grpo_advantages,
+    assert_config_maps_onto_the_scenario,
+    assert_every_call_of_the_scenario,
+    projection,
+    trace_dir,
+)
 
 pytest.importorskip("arctic_rl_core.backends.reference.engine", reason="reference engine not landed yet")
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def trace_dir() -> Path:
-    from arctic_rl_core.parity.scenario import DEFAULT_TRACE_SUBDIR, TRACE_DIR_ENV
-
-    return Path(os.environ.get(TRACE_DIR_ENV) or REPO_ROOT / DEFAULT_TRACE_SUBDIR)
-
-
-def _projection(full: dict, shape: dict) -> dict:
-    """The entries of `full` at the keys of `shape` (recursively)."""
-    return {k: _projection(full[k], v) if isinstance(v, dict) else full[k] for k, v in shape.items()}
 
 
 def _rows_tensordict(rows):
@@ -86,7 +78,7 @@ def recorded(tmp_path_factory):
     settings = settings_from_verl(config, total_training_steps=scenario.steps)
     arctic = settings.arctic_config()
     assert arctic.backend.reference.model_dump(include=set(core_model)) == core_model
-    mapped = _projection(arctic.model_dump(mode="json"), scenario.core_config())
+    mapped = projection(arctic.model_dump(mode="json"), scenario.core_config())
     engine = ReferenceBackend(ReferenceEngineSettings.from_config(arctic))
     writer = ParityTraceWriter(trace_dir() / "verl.trace")
     writer.record_event("config", core=mapped)
@@ -152,50 +144,15 @@ def recorded(tmp_path_factory):
 
 
 def test_verl_config_maps_onto_the_scenario_core_config(recorded):
-    from arctic_rl_core.config import ArcticRLConfig
-
     scenario, mapped, _, _ = recorded
-    expected = ArcticRLConfig.from_dict(scenario.core_config()).model_dump(mode="json")
-    assert mapped == _projection(expected, scenario.core_config())
+    assert_config_maps_onto_the_scenario(scenario, mapped)
 
 
 def test_verl_trace_has_every_call_of_the_scenario(recorded):
     scenario, _, _, calls = recorded
-    mini_batches = scenario.prompts_per_step // scenario.mini_batch_prompts * scenario.epochs
-    per_step = ["rollouts", "forward", "forward_ref", *["forward_backward", "step"] * mini_batches]
-    assert [c.op for c in calls] == ["config", *per_step * scenario.steps, "weights"]
-    steps = [c for c in calls if c.op == "step"]
-    assert [c.record["step"] for c in steps] == list(range(1, len(steps) + 1))
-    assert all(np.isfinite(c.record["grad_norm"]) and c.record["grad_norm"] > 0 for c in steps)
-    for call in calls:
-        if call.op == "forward_backward":
-            assert call.tensors[(0, "advantages")].abs().sum() > 0
-            assert (
-                call.record["meta"]["global_batch_size"]
-                == scenario.mini_batch_prompts * scenario.rollouts_per_prompt
-            )
+    assert_every_call_of_the_scenario(scenario, calls, logprob_ops=("forward", "forward_ref"))
 
 
 def test_verl_advantages_are_the_core_grpo_advantages_of_the_rewards(recorded):
-    from arctic_rl_core.advantages import token_level_grpo_advantages
-
     scenario, _, rollouts, calls = recorded
-    train = [c for c in calls if c.op == "forward_backward"]
-    per_step = len(train) // scenario.steps
-    P = scenario.max_prompt_length
-    for step, rows in enumerate(rollouts):
-        lengths = [len(r.response_ids) for r in rows]
-        width = max(lengths)
-        rewards = torch.zeros(len(rows), width)
-        mask = torch.zeros(len(rows), width)
-        for b, (row, n) in enumerate(zip(rows, lengths, strict=True)):
-            rewards[b, n - 1] = row.reward
-            mask[b, :n] = 1.0
-        expected = token_level_grpo_advantages(
-            rewards, mask, [r.group for r in rows], epsilon=1e-6, norm_by_std=True
-        )
-        sent = torch.cat(
-            [c.tensors[(0, "advantages")] for c in train[step * per_step : (step + 1) * per_step]]
-        )
-        for b, n in enumerate(lengths):
-            torch.testing.assert_close(sent[b, P : P + n], expected[b, :n], rtol=0, atol=0)
+    assert_advantages_are_the_core_grpo_advantages(scenario, rollouts, calls)

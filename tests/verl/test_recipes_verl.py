@@ -7,12 +7,11 @@ GPU."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from recipe_checks import assert_arctic_stack, dry_run, training_overrides
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE_DIR = REPO / "recipes" / "verl"
@@ -42,41 +41,6 @@ EXPECTED: dict[str, dict[str, Any]] = {
     ),
 }  # fmt: skip
 
-# Runs a launcher with RECIPE_DRY_RUN=1 and re-emits each printed command as
-# "<argc>\0<arg>\0<arg>\0..." (the launcher prints every argument shell-quoted).
-_DRY_RUN = r"""
-set -euo pipefail
-RECIPE_DRY_RUN=1 bash "$@" | while IFS= read -r line; do
-  eval "cmd=($line)"
-  printf '%s\0' "${#cmd[@]}" "${cmd[@]}"
-done
-"""
-
-
-def dry_run(launcher: Path, tmp_path: Path, *extra: str, **env: str) -> list[list[str]]:
-    """The commands `launcher` would run, each as its argv."""
-    base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "BIRD_DIR": str(tmp_path / "bird")}
-    proc = subprocess.run(
-        ["bash", "-c", _DRY_RUN, "dry-run", str(launcher), *extra],
-        env={**base, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    fields = proc.stdout.split("\0")[:-1]
-    commands = []
-    while fields:
-        count = int(fields.pop(0))
-        commands.append(fields[:count])
-        del fields[:count]
-    return commands
-
-
-def training_overrides(commands: list[list[str]]) -> list[str]:
-    (train,) = [c for c in commands if "adapter_verl.main" in c]
-    return train[train.index("adapter_verl.main") + 1 :]
-
 
 def compose_as_main(overrides: list[str]):
     """The composed config `python -m adapter_verl.main <overrides>` checks and hands to verl."""
@@ -99,7 +63,7 @@ def test_recipe_overrides_validate_through_the_verl_adapter(launcher: Path, tmp_
 
     want = EXPECTED[launcher.stem]
     commands = dry_run(launcher, tmp_path)
-    overrides = training_overrides(commands)
+    overrides = training_overrides(commands, "adapter_verl.main")
     assert len(overrides) > 40, overrides  # the whole file, not a truncated read
 
     cfg, added = compose_as_main(overrides)
@@ -129,34 +93,7 @@ def test_recipe_overrides_validate_through_the_verl_adapter(launcher: Path, tmp_
         cfg.trainer.total_training_steps * shape.optimizer_steps_per_step,
         want["warmup"],
     )
-    assert arctic.zorro.enable is want["zorro"]
-    # ZoRRo needs flash-attention; without ZoRRo, sdpa (the locked GPU extras have no flash-attn)
-    assert arctic.kernels.attn_implementation == ("flash_attention_2" if want["zorro"] else "sdpa")
-    assert arctic.arctic_inference.fca is want["fca"]
-    assert arctic.arctic_inference.speculative_model == want["spec"]
-    assert arctic.deepspeed.zero_stage == want["zero"]
-    assert arctic.weight_sync.cuda_ipc is want["colocate"]
-    assert arctic.loss.use_kl_loss is False and arctic.placement.log_prob_gpus == 0
-
-    # What the Arctic server receives: the real arctic-platform client config (extra="forbid").
-    client = arctic.to_client_config()
-    assert (client.model_name, client.training_gpus, client.sampling_gpus, client.log_prob_gpus) == (
-        want["model"],
-        want["training_gpus"],
-        want["sampling_gpus"],
-        0,
-    )
-    assert (client.backend.protocol, client.backend.colocate) == ("ray", want["colocate"])
-    vllm = client.sampling.vllm
-    assert vllm["tensor_parallel_size"] * want["engines"] == want["sampling_gpus"]
-    assert vllm.get("speculative_config", {}).get("model") == want["spec"]
-    assert ("forest_cascade_attn_configs" in vllm) is want["fca"]
-    ds = client.training.ds_config
-    assert (ds["train_batch_size"], ds["gradient_accumulation_steps"]) == (
-        shape.train_batch_size,
-        want["grad_accum"],
-    )
-    assert ds["zero_optimization"]["stage"] == want["zero"] and client.training.cuda_ipc is want["colocate"]
+    assert_arctic_stack(arctic, shape, want)
     # verl's lengths are the data lengths; the vLLM context holds both.
     assert (arctic.batch.max_prompt_length, arctic.batch.max_response_length) == (
         cfg.data.max_prompt_length,
@@ -189,7 +126,7 @@ def test_extra_arguments_and_environment_reach_the_config(tmp_path: Path):
     launcher = RECIPE_DIR / "bird-qwen3-32b-32gpu.sh"
     extra = ("trainer.total_training_steps=50", "++remote_backend.core.vllm.gpu_memory_utilization=0.4")
     overrides = training_overrides(
-        dry_run(launcher, tmp_path, *extra, MODEL="/models/my-qwen", CKPT_DIR="/ck")
+        dry_run(launcher, tmp_path, *extra, MODEL="/models/my-qwen", CKPT_DIR="/ck"), "adapter_verl.main"
     )
     cfg, _ = compose_as_main(overrides)
     arctic = settings_from_verl(cfg, total_training_steps=cfg.trainer.total_training_steps).arctic_config()
@@ -202,7 +139,9 @@ def test_a_typo_in_an_arctic_knob_fails_naming_it(tmp_path: Path):
     from adapter_verl.config import settings_from_verl
     from arctic_rl_core.config import ConfigError
 
-    overrides = training_overrides(dry_run(LAUNCHERS[0], tmp_path, "+remote_backend.core.zorro.enabel=true"))
+    overrides = training_overrides(
+        dry_run(LAUNCHERS[0], tmp_path, "+remote_backend.core.zorro.enabel=true"), "adapter_verl.main"
+    )
     cfg, _ = compose_as_main(overrides)
     with pytest.raises(ConfigError) as info:
         settings_from_verl(cfg, total_training_steps=cfg.trainer.total_training_steps)
@@ -212,6 +151,8 @@ def test_a_typo_in_an_arctic_knob_fails_naming_it(tmp_path: Path):
 def test_a_typo_in_a_verl_knob_fails_in_the_composition(tmp_path: Path):
     from hydra.errors import ConfigCompositionException
 
-    overrides = training_overrides(dry_run(LAUNCHERS[0], tmp_path, "data.train_batch_sise=8"))
+    overrides = training_overrides(
+        dry_run(LAUNCHERS[0], tmp_path, "data.train_batch_sise=8"), "adapter_verl.main"
+    )
     with pytest.raises(ConfigCompositionException, match="train_batch_sise"):
         compose_as_main(overrides)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from recipe_checks import dry_run
 
 REPO = Path(__file__).resolve().parents[3]
 FRAMEWORKS = ("skyrl", "verl")
@@ -28,37 +29,9 @@ SOURCES = {
 }
 UV_CORE = ["uv", "run", "--isolated", "--locked", "--package", "arctic-rl-core"]
 
-_DRY_RUN = r"""
-set -euo pipefail
-RECIPE_DRY_RUN=1 bash "$@" | while IFS= read -r line; do
-  eval "cmd=($line)"
-  printf '%s\0' "${#cmd[@]}" "${cmd[@]}"
-done
-"""
-
 
 def framework(launcher: Path) -> str:
     return launcher.parent.name
-
-
-def dry_run(launcher: Path, tmp_path: Path, *extra: str, **env: str) -> list[list[str]]:
-    """The commands `launcher` would run (RECIPE_DRY_RUN=1), each as its argv."""
-    base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "BIRD_DIR": str(tmp_path / "bird")}
-    proc = subprocess.run(
-        ["bash", "-c", _DRY_RUN, "dry-run", str(launcher), *extra],
-        env={**base, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    fields = proc.stdout.split("\0")[:-1]
-    commands = []
-    while fields:
-        count = int(fields.pop(0))
-        commands.append(fields[:count])
-        del fields[:count]
-    return commands
 
 
 def test_there_are_four_recipes_per_framework_with_matching_names():

@@ -127,11 +127,7 @@ def run_grpo(
     data_dir.mkdir(parents=True, exist_ok=True)
     train_file = data_dir / "train.jsonl"
     train_file.write_text("".join(json.dumps(row) + "\n" for row in task.train_rows), encoding="utf-8")
-    steps_per_epoch = len(task.train_rows) // options.prompts_per_step
-    if steps_per_epoch < 1:
-        raise ValueError(
-            f"prompts_per_step={options.prompts_per_step} exceeds the {len(task.train_rows)} training prompts"
-        )
+    steps_per_epoch = task.steps_per_epoch(options.prompts_per_step)
     overrides = skyrl_overrides(
         options, train_file=train_file, model_path=model_path, steps_per_epoch=steps_per_epoch
     )

@@ -56,6 +56,15 @@ class DemoTask:
     heldout_rows: list[dict[str, Any]]
     train_targets: list[str]  # reference answer of train_rows[i], in the format the reward asks for
 
+    def steps_per_epoch(self, prompts_per_step: int) -> int:
+        """GRPO steps per pass over the training rows (the last partial batch is dropped)."""
+        steps = len(self.train_rows) // prompts_per_step
+        if steps < 1:
+            raise ValueError(
+                f"prompts_per_step={prompts_per_step} exceeds the {len(self.train_rows)} training prompts"
+            )
+        return steps
+
     def score(self, rows: Sequence[dict[str, Any]], responses: Sequence[str]) -> HeldoutScore:
         """Accuracy of one response per row (BIRD: official EX; GSM8K: exact final answer)."""
         if len(responses) != len(rows):

@@ -224,17 +224,12 @@ def run_grpo(
     from adapter_verl.plugin import require_registered
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
-    os.environ.setdefault("TQDM_DISABLE", "1")
     run_dir = options.run_dir
     data_dir = run_dir / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     train_file = data_dir / "train.parquet"
     _write_rows(task, train_file)
-    steps_per_epoch = len(task.train_rows) // options.prompts_per_step
-    if steps_per_epoch < 1:
-        raise ValueError(
-            f"prompts_per_step={options.prompts_per_step} exceeds the {len(task.train_rows)} training prompts"
-        )
+    steps_per_epoch = task.steps_per_epoch(options.prompts_per_step)
     overrides, _added = with_arctic_defaults(
         verl_overrides(options, train_file=train_file, model_path=model_path, steps_per_epoch=steps_per_epoch)
     )
