@@ -1,6 +1,7 @@
 """GRPO through SkyRL 0.4.0's real `RayPPOTrainer.train()` on the reference backend, driven through
 the SkyRL adapter's public classes (`adapter_skyrl.config.parse_cli`, `ArcticPPOExp`,
-`ArcticGenerator`). Imported only inside the SkyRL environment."""
+`ArcticGenerator`). The GRPO phase of `arctic-rl demo --framework skyrl`: registered in the
+`arctic_rl.demo_drivers` entry-point group, which `arctic_rl_core.demo.drivers` reads."""
 
 from __future__ import annotations
 
