@@ -40,7 +40,9 @@ def test_the_core_environment_registers_no_driver():
     # the core depends on no adapter: only an adapter's own distribution registers a driver
     assert registered_frameworks() == []
     assert not is_registered("skyrl")
-    with pytest.raises(DriverNotFoundError, match=r"framework='skyrl'.*arctic_rl\.demo_drivers.*adapter-skyrl"):
+    with pytest.raises(
+        DriverNotFoundError, match=r"framework='skyrl'.*arctic_rl\.demo_drivers.*adapter-skyrl"
+    ):
         load_driver("skyrl")
 
 

@@ -111,10 +111,11 @@ def run_grpo(
     from arctic_rl_core.backends.reference.ray_actor import process_location
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # the demo shows its own progress
+    from loguru import logger
+
     from adapter_skyrl.config import parse_cli, to_arctic_config
     from adapter_skyrl.generator import ArcticGenerator
     from adapter_skyrl.trainer import ArcticPPOExp, build_backend
-    from loguru import logger
 
     run_dir = options.run_dir
     log_file = run_dir / "skyrl.log"

@@ -221,9 +221,10 @@ def run_grpo(
     if notice:
         print(notice, file=sys.stderr)  # into the run log
     import ray
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+
     from adapter_verl.config import UnsupportedVerlSettingError, arctic_config_from_verl, check_supported
     from adapter_verl.plugin import require_registered
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
     run_dir = options.run_dir
     data_dir = run_dir / "data"
