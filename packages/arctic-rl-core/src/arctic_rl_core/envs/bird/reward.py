@@ -120,9 +120,17 @@ def tier_score(correct: bool, execution_success: bool, format_correct: bool) -> 
     return ZERO_SCORE
 
 
-def judge(response: str, predicted: ExecutionResult | None, golds: Sequence[ExecutionResult]) -> Verdict:
-    """The verdict for one response given its execution result (None: no SQL) and the golds'."""
-    format_correct = is_well_formatted(response)
+def judge(
+    response: str,
+    predicted: ExecutionResult | None,
+    golds: Sequence[ExecutionResult],
+    *,
+    format_correct: bool | None = None,
+) -> Verdict:
+    """The verdict for one response given its execution result (None: no SQL) and the golds'
+    (`format_correct`: `is_well_formatted(response)` when the caller has it already)."""
+    if format_correct is None:
+        format_correct = is_well_formatted(response)
     execution_success = predicted is not None and predicted.ok
     correct = False
     if execution_success:
@@ -187,9 +195,12 @@ class BirdScorer:
                 key = key_of_text[sql] = execution_key(sql)
             return (db_path, key)
 
+        sql_of_response: dict[str, str | None] = {}  # identical responses are parsed once
         for request in requests:
             try:
-                sql = extract_sql(request.solution_str).sql
+                if request.solution_str not in sql_of_response:
+                    sql_of_response[request.solution_str] = extract_sql(request.solution_str).sql
+                sql = sql_of_response[request.solution_str]
                 key = None if sql is None else key_for(request.db_path, sql)
                 if key is not None:
                     first_text.setdefault(key, sql)
@@ -236,6 +247,7 @@ class BirdScorer:
                 self.gold_cache.put(gold_to_run[key][1], outcome)
 
         verdicts: list[Verdict] = []
+        formatted: dict[str, bool] = {}  # identical responses are format-checked once
         for request, key in zip(requests, predicted_keys, strict=True):
             try:
                 if isinstance(key, Exception):
@@ -245,7 +257,10 @@ class BirdScorer:
                     results[key_for(request.db_path, gold)]
                     for gold in (request.gold_sql, *request.alternative_answers)
                 ]
-                verdict = judge(request.solution_str, predicted, golds)
+                response = request.solution_str
+                if response not in formatted:
+                    formatted[response] = is_well_formatted(response)
+                verdict = judge(response, predicted, golds, format_correct=formatted[response])
             except Exception as error:  # counted and reported below, never a silent 0
                 logger.exception("BIRD scoring failed for one rollout")
                 verdict = Verdict(
