@@ -14,7 +14,8 @@ the verdict names it, `BatchScores.scoring_error_counts` counts it and it is log
 of such a verdict is the tier the prediction earns on its own (0.1 or 0.0); it is never 1.0.
 
 `score_batch` executes each distinct (database, SQL) once per batch, and each gold SQL once per
-database content (cached across batches, keyed by the file's path, size and mtime), in
+database content (cached across batches, keyed by the file's path, size and mtime; a gold
+that fails the same way every time, e.g. by timing out, is cached too), in
 parallel worker processes. `compute_score` is verl's custom-reward signature on top of it.
 """
 
@@ -40,7 +41,22 @@ PARTIAL_SCORE = 0.1
 ZERO_SCORE = 0.0
 # Keyword arguments that frameworks pass to every reward function and that this reward ignores.
 _FRAMEWORK_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
-_SETTINGS_KWARGS = frozenset({"timeout_s", "max_rows", "num_workers"})
+_SETTINGS_KWARGS = frozenset({"timeout_s", "max_rows", "max_result_mb", "num_workers"})
+# Gold failures that the same database file and SQL give again (a gold that times out would
+# otherwise cost the full timeout in every batch); the others (a crashed worker, a missing file,
+# memory) are retried in the next batch.
+GOLD_FAILURES_CACHED = frozenset(
+    {
+        "timeout",
+        "row_limit",
+        "result_too_large",
+        "not_read_only",
+        "multiple_statements",
+        "invalid_sql",
+        "not_a_query",
+        "sql_error",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -214,7 +230,7 @@ class BirdScorer:
                 try:
                     stat = os.stat(request.db_path)
                     db_versions[request.db_path] = (stat.st_size, stat.st_mtime_ns)
-                except OSError:
+                except (OSError, ValueError):  # ValueError: a NUL byte in the path
                     db_versions[request.db_path] = None
         # Distinct queries of this batch (by execution key) -> their result. Golds first, from the
         # cache when there; each key runs once, as the first SQL text seen with that key.
@@ -243,7 +259,7 @@ class BirdScorer:
         outcomes = self.executor.run(tasks)
         for key, outcome in zip(keys, outcomes, strict=True):
             results[key] = outcome
-            if key in gold_to_run and outcome.ok:  # failures are retried in the next batch
+            if key in gold_to_run and (outcome.ok or outcome.error_kind in GOLD_FAILURES_CACHED):
                 self.gold_cache.put(gold_to_run[key][1], outcome)
 
         verdicts: list[Verdict] = []
@@ -355,8 +371,8 @@ def compute_score(
     """verl's custom reward signature for one rollout; returns `Verdict.to_dict()`.
 
     `extra_info["db_path"]` is required; `extra_info["alternative_answers"]` (gold SQLs that
-    also count as correct) is optional. Keyword arguments `timeout_s`, `max_rows` and
-    `num_workers` configure the shared executor.
+    also count as correct) is optional. Keyword arguments `timeout_s`, `max_rows`, `max_result_mb`
+    and `num_workers` configure the shared executor.
     """
     del data_source  # one reward for every BIRD-style source
     scorer = default_scorer(_settings_from_kwargs(kwargs))
