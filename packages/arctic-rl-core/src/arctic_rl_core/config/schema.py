@@ -386,8 +386,20 @@ class WireSettings(_Group):
     """Per-request payload options."""
 
     drop_position_ids: bool = Field(
-        default=False,
-        description="Omit position_ids; the server rebuilds them from attention_mask (not for mrope / 3D rope).",
+        default=True,
+        description=(
+            "Omit position_ids; the 0.1.4 server rebuilds exactly these from attention_mask before it splits "
+            "the batch, on every transport (false for mrope / 3D rope models)."
+        ),
+    )
+    pad_to_multiple: int | None = Field(
+        default=64,
+        ge=1,
+        description=(
+            "Pad each payload to its own longest prompt and response rounded up to this multiple (capped at "
+            "the batch maxima; under ZoRRo the response width stays max_response_length, as the server's "
+            "patched model requires); null = always pad to max_prompt_length + max_response_length."
+        ),
     )
 
 
