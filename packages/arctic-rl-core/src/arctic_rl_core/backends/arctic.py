@@ -10,7 +10,10 @@ or Cortex (`cortex` extra). Version and dependency handling live in `arctic_comp
 - Payloads: numpy arrays/scalars are converted to torch/Python before sending and every payload
   is checked with `arctic_rl_core.wire.validate_payload`; log-probs come back as float32 CPU
   tensors whatever the transport returned.
-- Errors: the server's error body is in the raised `ArcticServerError` (HTTP).
+- Errors: every call is bounded by the client's `request_timeout` (`backend.request_timeout_s`) on
+  every transport; failures raise `arctic_errors.ArcticServerError` (with the server's error body),
+  `ArcticTimeoutError` or `ArcticConnectionError`, each naming the op, the job, the payload size and
+  the server, and, where the server gives no cause, where its log is.
 - State: the server has no state query, so this object tracks the sleep/wake state and the
   weights/trainer versions of what it drives (a handle carries a snapshot to other processes).
 - `shutdown()` is idempotent, closes the HTTP session on the loop and destroys (in a worker
@@ -25,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from arctic_rl_core.backends import arctic_compat
+from arctic_rl_core.backends import arctic_compat, arctic_errors
 from arctic_rl_core.backends.protocol import (
     Backend,
     BackendHandle,
@@ -102,12 +105,12 @@ class ArcticBackend(Backend):
                 "ArcticBackend.create() does blocking HTTP and would stall the running event loop: "
                 "use `await ArcticBackend.acreate(...)` from async code"
             )
-        return cls._construct(client_config)
+        return arctic_compat.bounded_construction(cls._construct, client_config)
 
     @classmethod
     async def acreate(cls, client_config: Any) -> ArcticBackend:
         """`create` in a worker thread, for async callers."""
-        return await asyncio.to_thread(cls._construct, client_config)
+        return await asyncio.to_thread(arctic_compat.bounded_construction, cls._construct, client_config)
 
     @classmethod
     def from_config(cls, cfg: ArcticRLConfig) -> ArcticBackend:
@@ -168,6 +171,8 @@ class ArcticBackend(Backend):
         out = await self._call(
             "forward",
             self._client.fwd_no_grad(body, processing=payload.processing, reference_model=reference_model),
+            job_type="log_prob" if reference_model else "training",
+            payload=payload,
         )
         batch = out.get("batch") if isinstance(out, Mapping) else None
         if not isinstance(batch, Mapping) or "logprobs" not in batch:
@@ -192,7 +197,9 @@ class ArcticBackend(Backend):
                 f"forward_backward() while training is {self._training.value}: wake_training() first"
             )
         body = {"batch": payload.batch, "meta": payload.meta}
-        out = await self._call("forward-backward", self._client.fwd_bwd(body, processing=payload.processing))
+        out = await self._call(
+            "forward-backward", self._client.fwd_bwd(body, processing=payload.processing), payload=payload
+        )
         return TrainOutput(loss=float(out["avg_loss"]), metrics=_float_metrics(out.get("metrics")))
 
     async def step(self, learning_rate: float | None = None) -> StepOutput:
@@ -304,7 +311,7 @@ class ArcticBackend(Backend):
             await arctic_compat.close_session(self._client)
         finally:
             if self._owns_jobs:
-                await asyncio.to_thread(arctic_compat.destroy_jobs, self._client)
+                await self._call("destroy", asyncio.to_thread(arctic_compat.destroy_jobs, self._client))
             await asyncio.to_thread(arctic_compat.release_connections, self._client)
 
     @property
@@ -315,20 +322,69 @@ class ArcticBackend(Backend):
         if self._closed:
             raise RuntimeError(f"{op}() on a shut-down ArcticBackend")
 
-    async def _call(self, op: str, awaitable: Any) -> Any:
-        if self._closed:
+    async def _call(
+        self, op: str, awaitable: Any, *, job_type: str | None = None, payload: WirePayload | None = None
+    ) -> Any:
+        """Await one client call, bounded by the client's `request_timeout` on every transport
+        (0.1.4's Ray `acall` has none); failures name the op, the job, the payload size and the
+        server (`arctic_errors`)."""
+        if self._closed and op != "destroy":
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()
             raise RuntimeError(f"{op} on a shut-down ArcticBackend")
+        timeout = float(self._client.config.request_timeout)
         try:
-            return await awaitable
-        except arctic_compat.ArcticServerError:
-            raise
+            return await asyncio.wait_for(awaitable, timeout)
+        except arctic_errors.ArcticServerError as exc:
+            raise arctic_errors.ArcticServerError(
+                op, exc.status, exc.body, self._context(op, job_type, payload)
+            ) from exc
+        except TimeoutError as exc:
+            raise arctic_errors.timeout_error(self._context(op, job_type, payload), timeout) from exc
         except Exception as exc:
+            context = self._context(op, job_type, payload)
             status = getattr(exc, "status", None)
             if isinstance(status, int) and type(exc).__name__ == "ClientResponseError":
-                raise arctic_compat.ArcticServerError(op, status, str(getattr(exc, "message", exc))) from exc
+                raise arctic_errors.ArcticServerError(
+                    op, status, str(getattr(exc, "message", exc)), context
+                ) from exc
+            if _is_connection_failure(exc):
+                raise arctic_errors.connection_error(context, exc) from exc
             raise
+
+    def _context(
+        self, op: str, job_type: str | None, payload: WirePayload | None
+    ) -> arctic_errors.CallContext:
+        size = None if payload is None else _tensor_bytes(payload.batch)
+        return arctic_compat.call_context(self._client, op, job_type=job_type, payload_bytes=size)
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    """aiohttp's ServerDisconnectedError / ClientConnectionError, requests' ConnectionError,
+    OSError-level resets, and a Ray actor that died (the server process is gone)."""
+    if isinstance(exc, ConnectionError):
+        return True
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(
+        names
+        & {
+            "ClientConnectionError",
+            "ServerDisconnectedError",
+            "ClientOSError",
+            "RayActorError",
+            "ActorDiedError",
+        }
+    ) or (type(exc).__module__.startswith("requests") and "ConnectionError" in names)
+
+
+def _tensor_bytes(value: Any) -> int:
+    if hasattr(value, "nbytes") and hasattr(value, "dtype"):
+        return int(value.nbytes)
+    if isinstance(value, Mapping):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------

@@ -33,22 +33,14 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from arctic_rl_core.backends.arctic_errors import ArcticServerError, CallContext
+
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.1.4",)
 INSTALL_HINT = "pip install 'arctic-rl-core[transport]' (arctic-platform[transport]==0.1.4)"
-_MAX_BODY_CHARS = 4000
 
 
 class ArcticUnavailableError(ImportError):
     """arctic-platform is missing, has an unverified version, or lacks the extra a transport needs."""
-
-
-class ArcticServerError(RuntimeError):
-    """The Arctic server answered an op with an HTTP error; `body` is what it said."""
-
-    def __init__(self, op: str, status: int, body: str) -> None:
-        shown = body if len(body) <= _MAX_BODY_CHARS else body[:_MAX_BODY_CHARS] + f"... ({len(body)} chars)"
-        super().__init__(f"Arctic server op {op!r} failed with HTTP {status}: {shown}")
-        self.op, self.status, self.body = op, status, body
 
 
 @dataclass(frozen=True)
@@ -133,6 +125,58 @@ def create_client(config: Any, *, server_state: Any = None) -> Any:
         raise ArcticUnavailableError(f"{what} ({exc})") from None
 
 
+def bounded_construction(construct: Any, config: Any) -> Any:
+    """`construct(config)` (job creation: BLOCKING), bounded: 0.1.4's Ray transport waits for its
+    jobs with no timeout (`ray.get` on the state actor). The bound is the client's own
+    `job_ready_timeout` per job it creates, plus `startup_timeout` when it launches a server; on
+    expiry the construction thread is abandoned (a daemon) and `ArcticTimeoutError` names what
+    hung. HTTP polls within the same bound itself."""
+    import threading
+
+    from arctic_rl_core.backends.arctic_errors import ArcticTimeoutError
+
+    handles = load_client_api().job_handles.from_config(config)
+    creating = [t for t in ("sampling", "log_prob", "training") if getattr(config, f"{t}_gpus", 0) > 0]
+    if handles.any_set:
+        creating = []
+    backend = config.backend
+    bound = float(config.job_ready_timeout) * max(1, len(creating)) + float(config.request_timeout)
+    if getattr(backend, "launch_local_server", False):
+        bound += float(backend.startup_timeout)
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = construct(config)
+        except BaseException as exc:  # re-raised in the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="arctic-client-construction", daemon=True)
+    thread.start()
+    thread.join(bound)
+    if thread.is_alive():
+        context = call_context(
+            _ConfigOnly(config), "initialize", job_type=creating[0] if creating else "training"
+        )
+        raise ArcticTimeoutError(
+            f"creating the Arctic jobs {creating or '(reattach)'} at {context.server} did not finish within "
+            f"{bound:g} s (job_ready_timeout={config.job_ready_timeout:g} s per job + request_timeout): the "
+            f"server may be stuck allocating GPUs or loading the model; check {context.server_log}",
+            context,
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+@dataclass(frozen=True)
+class _ConfigOnly:
+    """A stand-in client for `call_context` before a client exists."""
+
+    config: Any
+    jobs: Any = None
+
+
 def _client_with_transport(api: ClientAPI, config: Any, transport: Any) -> Any:
     """The client with a transport built here. Mirrors the client core's constructor in 0.1.4
     (transport, then `initialize_or_cleanup`), which otherwise insists on `make_transport`."""
@@ -178,6 +222,47 @@ def _http_transport_class() -> type:
 # ----------------------------------------------------------------------------------------------
 # Calls
 # ----------------------------------------------------------------------------------------------
+
+# The job each client op addresses in 0.1.4 (`client/requests.py`); weight-sync goes from the
+# training job to the sampling job.
+_OP_JOB: dict[str, str] = {
+    "generate": "sampling",
+    "sleep-inference": "sampling",
+    "wake-inference": "sampling",
+    "reset-prefix-cache": "sampling",
+    "log-probs": "log_prob",
+}
+_RAY_LOGS = (
+    "the Ray worker logs of the server's actors (/tmp/ray/session_latest/logs/worker-*.err on their nodes)"
+)
+
+
+def call_context(
+    client: Any, op: str, *, job_type: str | None = None, payload_bytes: int | None = None
+) -> CallContext:
+    """Which job and server an op goes to, and where that server logs what it does not answer."""
+    job_type = job_type or _OP_JOB.get(op, "training")
+    jobs = getattr(client, "jobs", None)
+    job_id = getattr(jobs, job_type, None)
+    job = f"{job_type} job {job_id}" if job_id is not None else f"{job_type} job (none)"
+    if op == "weight-sync":
+        job += f" -> sampling job {getattr(jobs, 'sampling', None)}"
+    backend = client.config.backend
+    kind = getattr(backend, "type", "onprem")
+    if kind == "remote":
+        url = getattr(backend, "base_url", None) or getattr(backend, "host", None) or "Snowflake Cortex"
+        server, log = f"Cortex {url}", "the Cortex job's logs in Snowflake"
+    elif getattr(backend, "protocol", "http") == "ray":
+        server, log = "the in-process Ray server (ray.init(address='auto'))", _RAY_LOGS
+    else:
+        server = f"http://{backend.host}:{backend.port}"
+        process = (
+            "this process's stderr (the client launched the server as its child)"
+            if getattr(backend, "launch_local_server", False)
+            else f"the stderr of the `python -m arctic_platform.common.http_server` process serving {server}"
+        )
+        log = f"{process}, and for a failure inside a worker {_RAY_LOGS}"
+    return CallContext(op=op, job=job, server=server, payload_bytes=payload_bytes, server_log=log)
 
 
 async def transfer_weights(client: Any, *, cuda_ipc: bool | None, low_memory: bool | None) -> dict:
