@@ -523,7 +523,33 @@ class ArcticRLConfig(BaseModel):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str | None = None) -> ArcticRLConfig:
-        """Validate plain data; every problem is raised at once as a `ConfigError`."""
+        """Validate plain data; every problem is raised at once as a `ConfigError`.
+
+        Before the schema: the data's bounds (`input_bounds`: size, depth, cycles, non-finite
+        numbers; nothing else is checked past one of those) and the coercions pydantic would make
+        silently (`strict_types`: `true` or `"2"` for a number)."""
+        from arctic_rl_core.config.input_bounds import bounded_issues
+        from arctic_rl_core.config.strict_types import coercion_issues
+
+        bounded = bounded_issues(data)
+        if bounded:
+            raise ConfigError(bounded, source=source)
+        coerced = coercion_issues(cls, data)
+        if not coerced:
+            return cls._validate_all(data, source)
+        bad = {issue.path.split("[", 1)[0] for issue in coerced}
+        try:
+            cls._validate_all(_without_paths(data, bad), source)
+        except ConfigError as error:
+            coerced += [
+                issue
+                for issue in error.issues
+                if not any(path in f"{issue.path} {issue.problem}" for path in bad)
+            ]
+        raise ConfigError(coerced, source=source) from None
+
+    @classmethod
+    def _validate_all(cls, data: dict[str, Any], source: str | None) -> ArcticRLConfig:
         from pydantic import ValidationError
 
         try:
