@@ -185,7 +185,9 @@ def test_job_creation_is_bounded(monkeypatch):
         request_timeout=0.1,
         backend=OnPremConfig(protocol="ray"),
     )
-    monkeypatch.setattr(ArcticBackend, "_construct", classmethod(lambda cls, cfg: time.sleep(30)))
+    monkeypatch.setattr(
+        ArcticBackend, "_construct", classmethod(lambda cls, cfg, ledger=None: time.sleep(30))
+    )
     start = time.monotonic()
     with pytest.raises(ArcticTimeoutError, match=r"creating the Arctic jobs \['sampling', 'training'\]"):
         ArcticBackend.create(config)
