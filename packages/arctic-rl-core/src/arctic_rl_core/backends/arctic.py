@@ -118,8 +118,14 @@ class ArcticBackend(Backend):
 
     @classmethod
     def from_config(cls, cfg: ArcticRLConfig, *, state_ledger: StateLedger | None = None) -> ArcticBackend:
-        """`create(cfg.to_client_config())` for backend.kind ray | http | cortex."""
-        return cls.create(cfg.to_client_config(), state_ledger=state_ledger)
+        """`create(cfg.to_client_config())` for backend.kind ray | http | cortex, after putting the
+        plan's worker environment (`backend.worker_env`, ARCTIC_INFERENCE_ENABLED) where the
+        server's workers inherit it (`arctic_compat.apply_worker_env`)."""
+        from arctic_rl_core.config.plan import worker_env
+
+        client_config = cfg.to_client_config()
+        arctic_compat.apply_worker_env(client_config, worker_env(cfg))
+        return cls.create(client_config, state_ledger=state_ledger)
 
     @classmethod
     def _construct(cls, client_config: Any, state_ledger: StateLedger | None = None) -> ArcticBackend:
@@ -131,6 +137,10 @@ class ArcticBackend(Backend):
             )
         owns = arctic_compat.owns_jobs(client_config)
         client = arctic_compat.create_client(client_config)
+        if owns and _offloads_log_prob(client):
+            # colocated: offload the new reference engine until the first reference forward (the
+            # 0.1.4 server keeps it on the GPUs the sampler and the trainer share otherwise)
+            arctic_compat.log_prob_residency_blocking(client, "sleep-log-prob")
         return cls(
             client,
             colocated=bool(getattr(client_config.backend, "colocate", False)),
@@ -178,12 +188,29 @@ class ArcticBackend(Backend):
                 "(reference log-probs are computed on a frozen copy of the initial model)"
             )
         body = {"batch": payload.batch, "meta": payload.meta}
-        out = await self._call(
-            "forward",
-            self._client.fwd_no_grad(body, processing=payload.processing, reference_model=reference_model),
-            job_type="log_prob" if reference_model else "training",
-            payload=payload,
-        )
+        offload = reference_model and self._offloads_log_prob()
+        if offload:  # colocated: the reference engine lives on the CPU between reference forwards
+            await self._call(
+                "wake-log-prob",
+                arctic_compat.log_prob_residency(self._client, "wake-log-prob"),
+                job_type="log_prob",
+            )
+        try:
+            out = await self._call(
+                "forward",
+                self._client.fwd_no_grad(
+                    body, processing=payload.processing, reference_model=reference_model
+                ),
+                job_type="log_prob" if reference_model else "training",
+                payload=payload,
+            )
+        finally:
+            if offload:
+                await self._call(
+                    "sleep-log-prob",
+                    arctic_compat.log_prob_residency(self._client, "sleep-log-prob"),
+                    job_type="log_prob",
+                )
         batch = out.get("batch") if isinstance(out, Mapping) else None
         if not isinstance(batch, Mapping) or "logprobs" not in batch:
             keys = sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__
@@ -317,8 +344,15 @@ class ArcticBackend(Backend):
         return await self._ledger.history()
 
     # -- checkpoints ----------------------------------------------------------------------------
-    async def save_checkpoint(self, path: str, step: int) -> str:
-        out = await self._call("save", self._client.save_checkpoint(path=path, step=step))
+    async def save_checkpoint(
+        self, path: str, step: int, *, export_hf: bool = False, save_total_limit: int | None = None
+    ) -> str:
+        out = await self._call(
+            "save",
+            self._client.save_checkpoint(
+                path=path, step=step, export_hf=export_hf, save_total_limit=save_total_limit
+            ),
+        )
         saved = out.get("path") if isinstance(out, Mapping) else None
         return str(saved or path)
 
@@ -353,6 +387,9 @@ class ArcticBackend(Backend):
     @property
     def owns_jobs(self) -> bool:
         return self._owns_jobs
+
+    def _offloads_log_prob(self) -> bool:
+        return _offloads_log_prob(self._client)
 
     def _check_open(self, op: str) -> None:
         if self._closed:
@@ -393,6 +430,17 @@ class ArcticBackend(Backend):
     ) -> arctic_errors.CallContext:
         size = None if payload is None else _tensor_bytes(payload.batch)
         return arctic_compat.call_context(self._client, op, job_type=job_type, payload_bytes=size)
+
+
+def _offloads_log_prob(client: Any) -> bool:
+    """Colocated on-prem servers with a DeepSpeed log-prob job offload it between reference forwards."""
+    backend = client.config.backend
+    return (
+        bool(getattr(backend, "colocate", False))
+        and getattr(backend, "type", "onprem") == "onprem"
+        and getattr(client.jobs, "log_prob", None) is not None
+        and client.config.sampling.log_prob_engine == "deepspeed"
+    )
 
 
 def _is_connection_failure(exc: BaseException) -> bool:

@@ -125,6 +125,55 @@ def create_client(config: Any, *, server_state: Any = None) -> Any:
         raise ArcticUnavailableError(f"{what} ({exc})") from None
 
 
+def apply_worker_env(config: Any, env: dict[str, str], environ: Any = None) -> str:
+    """Make `env` reach the Arctic server's workers where this process can: 0.1.4 passes no Ray
+    runtime environment (`ray.init(address="auto")`), so its workers inherit the environment of
+    the process that started Ray. A server this client launches (`launch_local_server`, a copy of
+    `os.environ`) and the in-process Ray server (this process starts Ray unless a cluster runs)
+    get it through `os.environ`; a remote server and a running Ray cluster need it exported on
+    every node before `ray start` (recipes/worker-env.sh). A variable this process already has
+    with another value is an error (which one would the workers see?). Returns what was done."""
+    import logging
+    import os
+
+    environ = os.environ if environ is None else environ
+    backend = config.backend
+    if not env or getattr(backend, "type", "onprem") == "remote":
+        return "nothing to set" if not env else "Cortex: not sent (Cortex runs its own workers)"
+    names = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
+    if backend.protocol == "http" and not backend.launch_local_server:
+        logging.getLogger(__name__).info(
+            "Arctic server at http://%s:%s: its workers need %s exported before `ray start` on every node "
+            "(recipes/worker-env.sh); the 0.1.4 server cannot report its workers' environment",
+            backend.host,
+            backend.port,
+            names,
+        )
+        return f"remote server: export {names} on its nodes"
+    conflicts = [
+        f"{k}={environ[k]!r} (wanted {v!r})" for k, v in sorted(env.items()) if environ.get(k, v) != v
+    ]
+    if conflicts:
+        raise ValueError(
+            f"this process has {', '.join(conflicts)}, which backend.worker_env / arctic_inference.enable set "
+            "differently for the Arctic server's workers: unset them, or make the configuration agree"
+        )
+    environ.update(env)
+    if backend.protocol == "ray":
+        try:
+            import ray
+        except ImportError:
+            ray = None
+        if ray is not None and ray.is_initialized():
+            logging.getLogger(__name__).warning(
+                "Ray is already running: the Arctic server's workers get the environment Ray's daemons were "
+                "started with, not this process's; make sure %s were exported before `ray start`",
+                names,
+            )
+            return f"Ray already running: {names} must have been exported before `ray start`"
+    return f"set in this process: {names}"
+
+
 def bounded_construction(construct: Any, config: Any) -> Any:
     """`construct(config)` (job creation: BLOCKING), bounded: 0.1.4's Ray transport waits for its
     jobs with no timeout (`ray.get` on the state actor). The bound is the client's own
@@ -271,6 +320,39 @@ async def transfer_weights(client: Any, *, cuda_ipc: bool | None, low_memory: bo
         client.jobs, cuda_ipc=cuda_ipc, low_memory=low_memory
     )
     return await client.transport.acall(request)
+
+
+LOG_PROB_OFFLOAD_OPS = ("sleep-log-prob", "wake-log-prob")
+
+
+def _log_prob_residency_request(client: Any, op: str) -> Any:
+    from arctic_platform.client.transport import Request
+
+    if op not in LOG_PROB_OFFLOAD_OPS:
+        raise ValueError(f"op={op!r}: expected one of {LOG_PROB_OFFLOAD_OPS}")
+    return Request(op, client.jobs.require("log_prob"), {})
+
+
+async def log_prob_residency(client: Any, op: str) -> dict:
+    """`/sleep-log-prob` or `/wake-log-prob`: offload the DeepSpeed log-prob (reference) engine to
+    CPU or bring it back. Server routes of 0.1.4 that the client does not expose. Over HTTP they are
+    plain POSTs; the Ray server's methods take the job id only (no body), so they are called
+    directly there."""
+    request = _log_prob_residency_request(client, op)
+    server = getattr(client.transport, "_server", None)
+    if server is not None and client.config.backend.protocol == "ray":
+        return await getattr(server, op.replace("-", "_"))(request.job_id)
+    return await client.transport.acall(request)
+
+
+def log_prob_residency_blocking(client: Any, op: str) -> dict:
+    """`log_prob_residency` from a thread without a loop (construction). BLOCKING."""
+    request = _log_prob_residency_request(client, op)
+    transport = client.transport
+    server = getattr(transport, "_server", None)
+    if server is not None and client.config.backend.protocol == "ray":
+        return transport._run_on_loop(getattr(server, op.replace("-", "_"))(request.job_id))
+    return transport.call(request)
 
 
 async def close_session(client: Any) -> None:
