@@ -30,6 +30,7 @@ CORTEX: dict[str, Any] = {
     },
     "batch": {**RAY["batch"], "mini_batch_prompts": None},
     "kernels": {"attn_implementation": "sdpa"},
+    "zorro": {"enable": False},  # ZoRRo (on by default) needs flash attention
 }
 REFERENCE: dict[str, Any] = {"backend": {"kind": "reference"}}
 
@@ -74,7 +75,7 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
     (
         "rows-not-divisible-by-dp-x-micro",
         RAY,
-        ["batch.micro_batch_size_per_gpu=3"],
+        ["batch.micro_batch_size_per_gpu=3", "zorro.enable=false"],
         "batch.micro_batch_size_per_gpu",
         "divide evenly",
     ),
@@ -96,21 +97,21 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
     (
         "speculative-model-without-arctic-inference",
         RAY,
-        ["arctic_inference.speculative_model=/models/draft"],
+        ["arctic_inference.enable=false", "arctic_inference.speculative_model=/models/draft"],
         "arctic_inference.speculative_model",
         "arctic_inference.enable=true",
     ),
     (
         "fca-without-arctic-inference",
         RAY,
-        ["arctic_inference.fca=true"],
+        ["arctic_inference.enable=false", "arctic_inference.fca=true"],
         "arctic_inference.fca",
         "enable=true",
     ),
     (
         "memory-logits-without-zorro",
         RAY,
-        ["zorro.logits_optimization=memory"],
+        ["zorro.enable=false", "zorro.logits_optimization=memory"],
         "zorro.logits_optimization",
         "zorro.enable=true",
     ),
@@ -305,7 +306,20 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
         "deepspeed.config_overrides.zero_optimization",
         "key: value pairs",
     ),
-    ("zorro-max-rollouts-too-large", RAY, ["zorro.max_rollouts=16"], "zorro.max_rollouts", "<= 8"),
+    (
+        "zorro-max-rollouts-too-large",
+        RAY,
+        ["zorro.max_rollouts=16", "~batch.micro_batch_size_per_gpu"],
+        "zorro.max_rollouts",
+        "<= 8",
+    ),
+    (
+        "zorro-default-micro-batch-splits-groups",
+        RAY,
+        ["batch.micro_batch_size_per_gpu=4"],
+        "batch.micro_batch_size_per_gpu",
+        "multiple of 8",
+    ),
     (
         "reference-model-too-short",
         REFERENCE,

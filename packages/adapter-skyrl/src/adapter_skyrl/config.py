@@ -421,7 +421,10 @@ def skyrl_owned_values(cfg: SkyRLTrainConfig, *, steps_per_epoch: int) -> dict[s
         "batch.prompts_per_step": cfg.trainer.train_batch_size,
         "batch.rollouts_per_prompt": cfg.generator.n_samples_per_prompt,
         "batch.mini_batch_prompts": cfg.trainer.policy_mini_batch_size,
-        "batch.micro_batch_size_per_gpu": cfg.trainer.micro_train_batch_size_per_gpu,
+        # SkyRL's default (1) leaves the core's: whole prompt groups with ZoRRo, else 1.
+        "batch.micro_batch_size_per_gpu": cfg.trainer.micro_train_batch_size_per_gpu
+        if cfg.trainer.micro_train_batch_size_per_gpu != 1
+        else None,
         "batch.epochs": cfg.trainer.update_epochs_per_batch,
         "batch.max_prompt_length": cfg.trainer.max_prompt_length,
         "batch.max_response_length": sp.max_generate_length,

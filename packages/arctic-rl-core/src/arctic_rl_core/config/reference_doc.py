@@ -33,6 +33,12 @@ with `arctic-rl config show FILE [k=v ...] [--json]`.
 
 How the translation works:
 
+- Defaults of the Arctic backends are the seed integration's: ZoRRo with memory-lean logits and
+  micro-batches of whole prompt groups, Liger kernels, Arctic Inference with FCA (the fields whose
+  default is `null`). Each can be turned off (`zorro.enable=false`, `kernels.use_liger=false`,
+  `arctic_inference.enable=false`, `arctic_inference.fca=false`, `zorro.logits_optimization=none`); an
+  explicit value always wins. On the reference backend they are all off and the plan lists them under
+  `no_cpu_meaning`.
 - Batch identity, computed: `train_batch_size` (rows per optimizer step) =
   `mini_batch_prompts x rollouts_per_prompt` = `micro_batch_size_per_gpu x gradient_accumulation_steps
   x data_parallel_size`, with `data_parallel_size = training_gpus / ulysses_sequence_parallel_size`;

@@ -176,8 +176,13 @@ class BatchSettings(_Group):
         ge=1,
         description="Prompts per optimizer step (PPO mini-batch); null = prompts_per_step (one step per epoch).",
     )
-    micro_batch_size_per_gpu: int = Field(
-        default=1, ge=1, description="Rows (responses) per GPU per forward/backward micro-step."
+    micro_batch_size_per_gpu: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Rows (responses) per GPU per forward/backward micro-step; null = whole prompt groups "
+            "(zorro.max_rollouts or rollouts_per_prompt) with ZoRRo, else 1."
+        ),
     )
     epochs: int = Field(default=1, ge=1, description="Passes over each rollout batch (PPO epochs).")
     max_prompt_length: int = Field(default=256, ge=1, description="Longest prompt, in tokens.")
@@ -358,14 +363,26 @@ class KernelSettings(_Group):
         default="flash_attention_2",
         description="Hugging Face attention implementation of the training model.",
     )
-    use_liger: bool = Field(default=False, description="Liger fused kernels (RMSNorm, MLP, ...) in training.")
+    use_liger: bool | None = Field(
+        default=None,
+        description=(
+            "Liger fused kernels (RMSNorm, MLP, ...) in training; null = on with the Arctic backends "
+            "(the seed integration's default), off on the reference backend (no CPU meaning)."
+        ),
+    )
     gradient_checkpointing: bool = Field(default=True, description="Activation checkpointing in training.")
 
 
 class ZorroSettings(_Group):
     """ZoRRo: prompt de-duplication in training, its load balancer and logits strategy."""
 
-    enable: bool = Field(default=False, description="Compute each prompt once per group in training (ZoRRo).")
+    enable: bool | None = Field(
+        default=None,
+        description=(
+            "Compute each prompt once per group in training (ZoRRo); null = on with the Arctic backends "
+            "(the seed integration's default), off on the reference backend (no CPU meaning)."
+        ),
+    )
     max_rollouts: int | None = Field(
         default=None,
         ge=1,
@@ -374,11 +391,11 @@ class ZorroSettings(_Group):
     load_balancer: bool = Field(
         default=True, description="Server reorganizes the global batch across workers by token count."
     )
-    logits_optimization: Literal["none", "compute", "memory"] = Field(
-        default="none",
+    logits_optimization: Literal["none", "compute", "memory"] | None = Field(
+        default=None,
         description=(
             "none: one fused call (~2x peak logits memory); compute: materialize once, chunk softmax; "
-            "memory: never materialize full logits (needs ZoRRo)."
+            "memory: never materialize full logits (needs ZoRRo); null = memory when ZoRRo is on, else none."
         ),
     )
     logits_peak_mem_gib: float = Field(
@@ -393,12 +410,19 @@ class ZorroSettings(_Group):
 
 
 class ArcticInferenceSettings(_Group):
-    """Arctic Inference (vLLM plugin) on the sampling engines; opt-in."""
+    """Arctic Inference (vLLM plugin) on the sampling engines."""
 
-    enable: bool = Field(
-        default=False, description="Load the plugin on sampling workers (ARCTIC_INFERENCE_ENABLED=1)."
+    enable: bool | None = Field(
+        default=None,
+        description=(
+            "Load the plugin on sampling workers (ARCTIC_INFERENCE_ENABLED=1); null = on with the Arctic "
+            "backends (the seed integration's default), off on the reference backend (no CPU meaning)."
+        ),
     )
-    fca: bool = Field(default=False, description="Forest Cascade Attention (shared-prefix attention).")
+    fca: bool | None = Field(
+        default=None,
+        description="Forest Cascade Attention (shared-prefix attention); null = on when Arctic Inference is on.",
+    )
     speculative_model: str | None = Field(
         default=None, description="Arctic speculative-decoding draft model (id or path); null = off."
     )
@@ -481,6 +505,40 @@ def _without_paths(data: Any, paths: set[str]) -> Any:
     return copy
 
 
+# The seed integration's optimisations: on by default with the Arctic backends, off on the reference
+# backend, where they have no CPU meaning (`plan()` lists them there).
+SEED_OPTIMISATIONS: tuple[str, ...] = (
+    "zorro.enable",
+    "zorro.logits_optimization",
+    "kernels.use_liger",
+    "arctic_inference.enable",
+    "arctic_inference.fca",
+)
+
+
+def _set_resolved(cfg: BaseModel, group: str, values: dict[str, Any]) -> None:
+    """Fill null ("backend default") fields of a frozen group without marking them as set by the user."""
+    settings = getattr(cfg, group).model_copy()
+    for name, value in values.items():
+        if getattr(settings, name) is None:
+            object.__setattr__(settings, name, value)
+    object.__setattr__(cfg, group, settings)
+
+
+def _resolve_backend_defaults(cfg: ArcticRLConfig) -> None:
+    """Null knobs take the backend's default: the seed's optimisations on the Arctic backends (ZoRRo
+    with memory-lean logits and micro-batches of whole prompt groups, Liger, Arctic Inference with
+    FCA), all off on the reference backend. An explicit value always wins."""
+    arctic = cfg.backend.kind in ARCTIC_BACKENDS
+    zorro_on = cfg.zorro.enable if cfg.zorro.enable is not None else arctic
+    ai_on = cfg.arctic_inference.enable if cfg.arctic_inference.enable is not None else arctic
+    group = cfg.zorro.max_rollouts or cfg.batch.rollouts_per_prompt
+    _set_resolved(cfg, "zorro", {"enable": zorro_on, "logits_optimization": "memory" if zorro_on else "none"})
+    _set_resolved(cfg, "kernels", {"use_liger": arctic})
+    _set_resolved(cfg, "arctic_inference", {"enable": ai_on, "fca": ai_on})
+    _set_resolved(cfg, "batch", {"micro_batch_size_per_gpu": group if zorro_on else 1})
+
+
 class ArcticRLConfig(BaseModel):
     """One Arctic RL run. Build it with `load_config` (YAML/TOML + overrides) or `from_dict`."""
 
@@ -533,6 +591,7 @@ class ArcticRLConfig(BaseModel):
     def _cross_field_rules(self) -> ArcticRLConfig:
         from arctic_rl_core.config.validation import check
 
+        _resolve_backend_defaults(self)
         issues = check(self)
         if issues:
             raise ConfigError(issues)
@@ -540,7 +599,33 @@ class ArcticRLConfig(BaseModel):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str | None = None) -> ArcticRLConfig:
-        """Validate plain data; every problem is raised at once as a `ConfigError`."""
+        """Validate plain data; every problem is raised at once as a `ConfigError`.
+
+        Before the schema: the data's bounds (`input_bounds`: size, depth, cycles, non-finite
+        numbers; nothing else is checked past one of those) and the coercions pydantic would make
+        silently (`strict_types`: `true` or `"2"` for a number)."""
+        from arctic_rl_core.config.input_bounds import bounded_issues
+        from arctic_rl_core.config.strict_types import coercion_issues
+
+        bounded = bounded_issues(data)
+        if bounded:
+            raise ConfigError(bounded, source=source)
+        coerced = coercion_issues(cls, data)
+        if not coerced:
+            return cls._validate_all(data, source)
+        bad = {issue.path.split("[", 1)[0] for issue in coerced}
+        try:
+            cls._validate_all(_without_paths(data, bad), source)
+        except ConfigError as error:
+            coerced += [
+                issue
+                for issue in error.issues
+                if not any(path in f"{issue.path} {issue.problem}" for path in bad)
+            ]
+        raise ConfigError(coerced, source=source) from None
+
+    @classmethod
+    def _validate_all(cls, data: dict[str, Any], source: str | None) -> ArcticRLConfig:
         from pydantic import ValidationError
 
         try:
