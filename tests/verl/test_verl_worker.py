@@ -269,7 +269,9 @@ async def _sampler_on_trained_weights(backend, arctic_cfg) -> None:
     await sync_after_step(backend, WeightSyncPolicy.from_config(arctic_cfg))
 
 
-def test_rollout_server_sends_text_to_text_only_servers_and_checks_the_round_trip(session, backend, arctic_cfg):
+def test_rollout_server_sends_text_to_text_only_servers_and_checks_the_round_trip(
+    session, backend, arctic_cfg
+):
     from adapter_verl.replica import ArcticRolloutServer
 
     server = ArcticRolloutServer(replica_rank=1, response_length=MAX_RESPONSE)
