@@ -155,6 +155,9 @@ def probe_worker_env(report: Report, cfg) -> None:
         report.check(
             "env", f"server workers see {name}={value}", seen.get(name) == value, f"seen {seen.get(name)!r}"
         )
+    for name in WORKER_ENV_NAMES:  # what recipes/worker-env.sh exported here reached the workers too
+        if name in os.environ and name not in wanted:
+            report.check("env", f"server workers see {name} as exported", seen.get(name) == os.environ[name])
     if cfg.placement.colocate:
         alloc = seen.get("PYTORCH_CUDA_ALLOC_CONF") or ""
         report.check(
