@@ -301,7 +301,7 @@ class ArcticActorRolloutRefWorker(Worker):
         # One backend folder for every step (`<default_local_dir>/arctic_backend/checkpoint-<n>`), so that
         # the server prunes to verl's max_ckpt_to_keep (trainer.max_actor_ckpt_to_keep) or, unset,
         # checkpoint.save_total_limit; verl's global_step_<n>/actor folder names the step.
-        root = _backend_root(local_path)
+        root = backend_checkpoint_root(local_path)
         checkpoint = self._arctic_config.checkpoint
         limit = max_ckpt_to_keep if max_ckpt_to_keep is not None and max_ckpt_to_keep > 0 else None
         saved = self._run(
@@ -322,7 +322,7 @@ class ArcticActorRolloutRefWorker(Worker):
         if self.rank != 0:
             return None
         step = _step_of(local_path)
-        root = _backend_root(local_path)
+        root = backend_checkpoint_root(local_path)
         self._run(self._backend.load_checkpoint(root, step))
         self._trace.write({"op": "load_checkpoint", "path": root, "step": step})
         return None
@@ -333,7 +333,7 @@ class ArcticActorRolloutRefWorker(Worker):
         return None
 
 
-def _backend_root(actor_path: str) -> str:
+def backend_checkpoint_root(actor_path: str) -> str:
     """`<dir>/global_step_<n>/actor` -> `<dir>/arctic_backend` (the backend's checkpoint-<n> live there)."""
     import os
 
