@@ -108,7 +108,8 @@ def verl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[st
     from arctic_rl_core.demo.backend import grpo_backend_settings, override_value
 
     settings = grpo_backend_settings(options, model_path=model_path)
-    return [f"+remote_backend.core.{key}={override_value(value)}" for key, value in settings.items()]
+    # `++`: add or override (the adapter's `remote_backend=arctic` config already sets backend.kind)
+    return [f"++remote_backend.core.{key}={override_value(value)}" for key, value in settings.items()]
 
 
 def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
