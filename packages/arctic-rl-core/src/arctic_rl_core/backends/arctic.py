@@ -109,8 +109,20 @@ class ArcticBackend(Backend):
 
     @classmethod
     def from_config(cls, cfg: ArcticRLConfig, *, state_ledger: StateLedger | None = None) -> ArcticBackend:
-        """`create(cfg.to_client_config())` for backend.kind ray | http | cortex."""
-        return cls.create(cfg.to_client_config(), state_ledger=state_ledger)
+        """`create(cfg.to_client_config())` for backend.kind ray | http | cortex. With
+        loss.loss_fn=arctic_rl_core on an HTTP server, one probe call checks that the server can import
+        the loss (`loss_probe`) and fails fast, naming the fix."""
+        backend = cls.create(cfg.to_client_config(), state_ledger=state_ledger)
+        if cfg.backend.kind == "http" and cfg.loss.loss_fn == "arctic_rl_core":
+            from arctic_rl_core import dispatch
+            from arctic_rl_core.backends.loss_probe import check_server_imports_losses
+
+            try:
+                dispatch.run(check_server_imports_losses(backend, cfg))
+            except BaseException:
+                dispatch.run(backend.shutdown())
+                raise
+        return backend
 
     @classmethod
     def _construct(cls, client_config: Any, state_ledger: StateLedger | None = None) -> ArcticBackend:
