@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 from arctic_rl_core import __version__
-from arctic_rl_core.backends.arctic_compat import ArcticServerError
+from arctic_rl_core.backends.arctic_errors import ArcticServerError
 from arctic_rl_core.backends.loss_probe import (
     ServerLossImportError,
     check_server_imports_losses,
@@ -37,7 +37,7 @@ class _Backend:
     def __init__(self, answer):
         self._client = _Client(answer)
 
-    async def _call(self, op, awaitable):
+    async def _call(self, op, awaitable, **context):
         return await awaitable
 
 

@@ -54,13 +54,15 @@ def fix_text(cfg: ArcticRLConfig) -> str:
 async def check_server_imports_losses(backend: ArcticBackend, cfg: ArcticRLConfig) -> dict[str, float]:
     """Send the probe through the backend's client; raise `ServerLossImportError` naming the fix."""
     from arctic_rl_core import __version__
-    from arctic_rl_core.backends import arctic_compat
+    from arctic_rl_core.backends.arctic_errors import ArcticServerError
 
     body = probe_payload(cfg.shape.data_parallel_size * cfg.shape.gradient_accumulation_steps)
     processing = body.pop("processing")
     try:
-        out = await backend._call("forward", backend._client.fwd_no_grad(body, processing=processing))
-    except arctic_compat.ArcticServerError as err:
+        out = await backend._call(
+            "forward", backend._client.fwd_no_grad(body, processing=processing), job_type="training"
+        )
+    except ArcticServerError as err:
         if err.status != 500:  # not the worker's import failing: the probe itself was refused
             raise ServerLossImportError(
                 f"the Arctic server refused the {IMPORT_PROBE_FN} probe: {err}"
