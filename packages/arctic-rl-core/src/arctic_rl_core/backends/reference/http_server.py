@@ -8,7 +8,9 @@ whose optimizer/schedule/clipping/accumulation keys are honoured (`deepspeed_map
 `log_prob` job with a `ds_config` is a DeepSpeed reference engine (`/forward`, tensor `/log-probs`);
 without one it is vLLM-like (`/log-probs` returns prompt log-probs); both use the frozen initial
 weights. Every data route takes `?job_id=`. Errors come back as JSON `{"detail": ...}`: 400 bad
-input, 404 unknown job, 409 wrong state, 422 unreadable body.
+input, 404 unknown job, 409 wrong state, 422 unreadable body. Where arctic-platform 0.1.4 answers
+differently (it ignores unknown keys, answers a bare 500 where a worker fails, ...) the `Fidelity`
+profile decides (`fidelity.py`; default: as 0.1.4); the state guard (409) is separate and on by default.
 """
 
 from __future__ import annotations
@@ -17,14 +19,24 @@ import asyncio
 import json
 import logging
 import math
-import re
-import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends.protocol import SamplingParams
+from arctic_rl_core.backends.reference.checkpoint import prune_checkpoint_dirs
+from arctic_rl_core.backends.reference.fidelity import (
+    GENERATE_KEYS,
+    LOAD_KEYS,
+    SAVE_KEYS,
+    STEP_KEYS,
+    WEIGHT_SYNC_KEYS,
+    Fidelity,
+    FidelityRefusal,
+    InternalServerError,
+    deepspeed_rejects,
+)
 from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 
 if TYPE_CHECKING:
@@ -72,6 +84,7 @@ class Job:
     cuda_ipc: bool = False
     low_memory: bool = False
     deepspeed: bool = False  # log_prob job: DeepSpeed reference engine (else vLLM-like)
+    offloaded: bool = False  # log_prob job: /sleep-log-prob moved its DeepSpeed engine to the CPU
     max_model_len: int | None = None  # sampling job: vllm_config.max_model_len
 
 
@@ -87,15 +100,24 @@ class ServerState:
 class ReferenceServer:
     """Routes of the on-prem server over one reference engine (`application()` builds the aiohttp app)."""
 
-    def __init__(self, settings: ReferenceEngineSettings | None = None) -> None:
-        self.settings = settings or ReferenceEngineSettings()
+    def __init__(
+        self,
+        settings: ReferenceEngineSettings | None = None,
+        *,
+        request_log: Path | None = None,
+        fidelity: Fidelity | None = None,
+    ) -> None:
+        self.fidelity = fidelity or Fidelity()
+        self.settings = self.fidelity.engine_settings(settings or ReferenceEngineSettings())
         self.state = ServerState()
         self._lock = asyncio.Lock()
+        self.request_log = request_log
 
     def application(self) -> web.Application:
         from aiohttp import web
 
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        middlewares = [] if self.request_log is None else [_request_logger(self.request_log)]
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
         routes: list[tuple[str, str, Callable[[web.Request], Awaitable[Any]]]] = [
             ("GET", "/health", self.health),
             ("GET", "/status", self.status),
@@ -114,12 +136,14 @@ class ReferenceServer:
             ("POST", "/wake-inference", self.wake_inference),
             ("POST", "/sleep-training", self.sleep_training),
             ("POST", "/wake-training", self.wake_training),
+            ("POST", "/sleep-log-prob", self.sleep_log_prob),
+            ("POST", "/wake-log-prob", self.wake_log_prob),
             ("POST", "/save", self.save),
             ("POST", "/load-checkpoint", self.load_checkpoint),
             ("POST", "/weight-norm", self.weight_norm),
         ]
         for method, path, handler in routes:
-            app.router.add_route(method, path, _guarded(handler))
+            app.router.add_route(method, path, _guarded(handler, self.fidelity))
         app.on_cleanup.append(lambda _app: self.close())
         return app
 
@@ -157,8 +181,7 @@ class ReferenceServer:
         for other in self.state.jobs.values():
             if other.job_type == job_type:
                 raise HTTPError(409, f"{job_type.capitalize()} job already running")
-        if body.get("training_config") is not None:
-            raise HTTPError(400, "training_config is not supported by the reference server: send ds_config")
+        self.fidelity.training_config(body)
         seed = body.get("seed")
         seed = 42 if seed is None else seed
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -201,7 +224,9 @@ class ReferenceServer:
         from arctic_rl_core.backends.reference.engine import ReferenceBackend
 
         if self.state.engine is not None:
-            if model_name != self.state.engine_model or seed != self.state.engine_seed:
+            if model_name != self.state.engine_model or not self.fidelity.job_seed(
+                seed, self.state.engine_seed
+            ):
                 raise HTTPError(
                     400,
                     f"model_name={model_name!r} seed={seed} but the running jobs share one reference engine with "
@@ -233,6 +258,9 @@ class ReferenceServer:
         if ds_config is not None:
             if not isinstance(ds_config, Mapping):
                 raise HTTPError(422, "ds_config must be a JSON object")
+            rejected = deepspeed_rejects(ds_config)
+            if rejected is not None:  # 0.1.4: the worker's DeepSpeed raises while the job starts
+                raise InternalServerError(rejected) if self.fidelity.as_0_1_4 else HTTPError(400, rejected)
             overrides = training_overrides(
                 ds_config, dp_size=engine.settings.dp_size, defaults=engine.settings.optimizer
             )
@@ -292,11 +320,19 @@ class ReferenceServer:
 
     async def forward(self, request: web.Request) -> Any:
         job_id = _job_id(request)
+        if self.fidelity.as_0_1_4 and job_id not in self.state.jobs:
+            raise InternalServerError(f"/forward: job {job_id} (0.1.4 reads app.state.jobs[job_id] first)")
         job = self._job(job_id, ("training", "log_prob"))
         if job.job_type == "log_prob" and not job.deepspeed:
             raise HTTPError(
                 400, f"Job {job_id} (log_prob) has no DeepSpeed workers: create it with a ds_config"
             )
+        if job.offloaded:
+            # 0.1.4 runs the forward with the engine's parameters on the CPU: it fails in the worker
+            detail = f"Job {job_id} (log_prob) is offloaded (/sleep-log-prob): POST /wake-log-prob first"
+            if self.fidelity.state_guard:
+                raise HTTPError(409, detail)
+            raise InternalServerError(detail)
         payload = await _wire_body(request)
         out = await self.engine.forward(payload, reference_model=job.job_type == "log_prob")
         batch: dict[str, Any] = {"logprobs": out.logprobs_B_S}
@@ -307,31 +343,16 @@ class ReferenceServer:
     async def step(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         self._job(job_id, "training")
-        body = await _json_body(request, required=False) or {}
-        unknown = sorted(set(body) - {"learning_rate"})
-        if unknown:
-            raise HTTPError(422, f"/step body has unknown keys {unknown}")
-        out = await self.engine.step(body.get("learning_rate"))
+        body = self.fidelity.known_keys("/step", await _json_body(request, required=False) or {}, STEP_KEYS)
+        out = await self.engine.step(self.fidelity.step_learning_rate(body))
         metrics = {"last_lr": out.learning_rate, "grad_norm": out.grad_norm}
         return {"job_id": job_id, "metrics": _per_rank(metrics, self.engine.settings.dp_size), "batch": {}}
 
     async def save(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         job = self._job(job_id, "training")
-        body = await _json_body(request, required=False) or {}
-        allowed = {
-            "checkpoint_id",
-            "checkpoint_type",
-            "path",
-            "step",
-            "export_hf",
-            "save_total_limit",
-            "stage_info",
-        }
-        unknown = sorted(set(body) - allowed)
-        if unknown:
-            raise HTTPError(422, f"/save body has unknown keys {unknown}")
-        if body.get("checkpoint_type", "resumable") != "resumable":
+        body = self.fidelity.known_keys("/save", await _json_body(request, required=False) or {}, SAVE_KEYS)
+        if body.get("checkpoint_type", "resumable") != "resumable" and not self.fidelity.as_0_1_4:
             raise HTTPError(
                 400, f"checkpoint_type={body['checkpoint_type']!r}: the reference saves 'resumable' only"
             )
@@ -345,17 +366,16 @@ class ReferenceServer:
             (root / "latest").write_text(str(int(step)), encoding="utf-8")
         limit = body.get("save_total_limit")
         if limit is not None and int(limit) > 0:
-            _prune_checkpoints(root, int(limit))
+            prune_checkpoint_dirs(root, int(limit))
         hf_path = str(path / "hf") if export_hf else None
         return {"job_id": job_id, "path": str(path), "hf_path": hf_path, "global_step": global_step}
 
     async def load_checkpoint(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         job = self._job(job_id, "training")
-        body = await _json_body(request, required=False) or {}
-        unknown = sorted(set(body) - {"path", "step"})
-        if unknown:
-            raise HTTPError(422, f"/load-checkpoint body has unknown keys {unknown}")
+        body = self.fidelity.known_keys(
+            "/load-checkpoint", await _json_body(request, required=False) or {}, LOAD_KEYS
+        )
         path = Path(body.get("path") or job.info["checkpoint_path"])
         if body.get("step") is not None:
             path = path / f"checkpoint-{int(body['step'])}"
@@ -368,16 +388,15 @@ class ReferenceServer:
     async def generate(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         job = self._job(job_id, "sampling")
-        body = await _wire_body(request)
-        unknown = sorted(set(body) - {"prompts", "sampling_params", "routing_key", "strict"})
-        if unknown:
-            raise HTTPError(422, f"/generate body has unknown keys {unknown}")
+        body = self.fidelity.known_keys("/generate", await _wire_body(request), GENERATE_KEYS)
         prompts = body.get("prompts")
         if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
             raise HTTPError(
                 422, "prompts must be a list of strings (the on-prem server takes text prompts only)"
             )
-        params, top, stop_ids = vllm_sampling(body.get("sampling_params"), job.max_model_len or 0)
+        params, top, stop_ids = vllm_sampling(
+            body.get("sampling_params"), job.max_model_len or 0, fidelity=self.fidelity
+        )
         sequences, version = await self.engine.sample(
             prompts, params, top_logprobs=top, extra_stop_ids=stop_ids, max_model_len=job.max_model_len
         )
@@ -390,8 +409,8 @@ class ReferenceServer:
                 "prompt_len": len(seq.prompt_ids),
                 "generation_len": len(seq.token_ids),
                 "prefix_cache_len": 0,
-                "weights_version": version,
             }
+            result = self.fidelity.generate_result(result, version)
             if top is not None:
                 result["logprobs"] = [_logprob_entries(entries) for entries in seq.top_logprobs]
             results.append(result)
@@ -454,9 +473,7 @@ class ReferenceServer:
 
     async def _weight_sync(self, payload: Mapping[str, Any]) -> Any:
         """The source training job's weights into the target sampling job (the response names the source)."""
-        unknown = sorted(set(payload) - {"source_sub_job_id", "target_sub_job_ids", "cuda_ipc", "low_memory"})
-        if unknown:
-            raise HTTPError(422, f"weight-sync payload has unknown keys {unknown}")
+        payload = self.fidelity.known_keys("weight-sync payload", payload, WEIGHT_SYNC_KEYS)
         try:
             source, targets = int(payload["source_sub_job_id"]), list(payload["target_sub_job_ids"])
         except (KeyError, TypeError, ValueError):
@@ -536,6 +553,23 @@ class ReferenceServer:
         await self.engine.wake_training()
         return {"job_id": job_id, "workers": [{"state": "awake"}] * self.engine.settings.dp_size}
 
+    async def sleep_log_prob(self, request: web.Request) -> Any:
+        """0.1.4: offload the DeepSpeed log-prob engine to the CPU (a no-op without DeepSpeed workers)."""
+        return await self._log_prob_residency(request, offloaded=True)
+
+    async def wake_log_prob(self, request: web.Request) -> Any:
+        return await self._log_prob_residency(request, offloaded=False)
+
+    async def _log_prob_residency(self, request: web.Request, *, offloaded: bool) -> Any:
+        job_id = _job_id(request)
+        job = self._job(job_id, "log_prob")
+        await _json_body(request, required=False)
+        if not job.deepspeed:
+            return {"job_id": job_id, "workers": []}
+        job.offloaded = offloaded
+        state = "offloaded" if offloaded else "on_gpu"
+        return {"job_id": job_id, "workers": [{"state": state}] * self.engine.settings.dp_size}
+
     async def weight_norm(self, request: web.Request) -> Any:
         body = await _json_body(request, required=True)
         self._job(int(body["training_job_id"]), "training")
@@ -562,7 +596,7 @@ class _Wire:
 
 
 def _guarded(
-    handler: Callable[[web.Request], Awaitable[Any]],
+    handler: Callable[[web.Request], Awaitable[Any]], fidelity: Fidelity | None = None
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def route(request: web.Request) -> web.Response:
         from aiohttp import web
@@ -572,14 +606,19 @@ def _guarded(
 
         try:
             result = await handler(request)
+        except (FidelityRefusal, InternalServerError) as err:
+            return _fidelity_response(err)
         except HTTPError as err:
             return web.json_response({"detail": err.detail}, status=err.status)
         except BackendStateError as err:
             return web.json_response({"detail": str(err)}, status=409)
-        except FileNotFoundError as err:
-            return web.json_response({"detail": str(err)}, status=404)
-        except (ValueError, RuntimeError) as err:
-            return web.json_response({"detail": str(err)}, status=400)
+        except (FileNotFoundError, ValueError, RuntimeError) as err:
+            internal = None if fidelity is None else fidelity.internal_error(err)
+            if internal is not None:  # 0.1.4: the worker raised and nothing handles it
+                logger.info("%s %s: %s (answered 500 as 0.1.4)", request.method, request.path, err)
+                return web.Response(status=internal[0], text=internal[1])
+            status = 404 if isinstance(err, FileNotFoundError) else 400
+            return web.json_response({"detail": str(err)}, status=status)
         except Exception as err:  # report, never kill the server
             logger.exception("%s %s failed", request.method, request.path)
             return web.json_response({"detail": f"{type(err).__name__}: {err}"}, status=500)
@@ -588,6 +627,18 @@ def _guarded(
         return web.json_response(result)
 
     return route
+
+
+def _fidelity_response(err: FidelityRefusal | InternalServerError) -> web.Response:
+    """The strict profile's refusal (JSON detail), or 0.1.4's bare 500 where its worker fails."""
+    from aiohttp import web
+
+    from arctic_rl_core.backends.reference.fidelity import INTERNAL_ERROR_BODY
+
+    if isinstance(err, FidelityRefusal):
+        return web.json_response({"detail": err.detail}, status=err.status)
+    logger.info("answered 500 as arctic-platform 0.1.4 does: %s", err)
+    return web.Response(status=500, text=INTERNAL_ERROR_BODY)
 
 
 def _job_id(request: web.Request) -> int:
@@ -626,9 +677,10 @@ async def _wire_body(request: web.Request) -> Any:
 
 
 def vllm_sampling(
-    params: Mapping[str, Any] | None, max_model_len: int
+    params: Mapping[str, Any] | None, max_model_len: int, *, fidelity: Fidelity | None = None
 ) -> tuple[SamplingParams, int | None, frozenset[int]]:
     """A vLLM `sampling_params` dict -> (SamplingParams, logprobs k or None, extra stop token ids)."""
+    fidelity = fidelity or Fidelity()
     params = dict(params or {})
     known = {"n", "max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "logprobs", "stop_token_ids"}
     for key, value in params.items():
@@ -640,14 +692,8 @@ def vllm_sampling(
                     400, f"sampling_params.{key}={value!r} is not supported by the reference sampler"
                 )
             continue
-        raise HTTPError(
-            400, f"sampling_params.{key} is not a vLLM sampling parameter the reference sampler knows"
-        )
-    if params.get("n") not in (None, 1):
-        raise HTTPError(
-            400,
-            f"sampling_params.n={params['n']}: the server returns one output per prompt; replicate prompts",
-        )
+        fidelity.unknown_sampling_key(key)
+    fidelity.sampling_n(params.get("n"))
     max_tokens = params.get("max_tokens", VLLM_DEFAULT_MAX_TOKENS)
     if max_tokens is None:
         max_tokens = max(1, max_model_len)
@@ -695,14 +741,43 @@ def _per_rank(metrics: dict[str, float], dp_size: int) -> dict[str, Any]:
     return metrics if dp_size == 1 else {k: [v] * dp_size for k, v in metrics.items()}
 
 
-def _prune_checkpoints(root: Path, keep: int) -> None:
-    found = sorted(
-        (int(m.group(1)), child)
-        for child in root.iterdir()
-        if child.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", child.name))
-    )
-    for _, child in found[:-keep]:
-        shutil.rmtree(child, ignore_errors=True)
+def _request_logger(path: Path) -> Any:
+    """aiohttp middleware: one JSON line per request to `path` (route, job id, the control fields of
+    JSON bodies: operation type, level, tags, mode, step), in the order the server received them, from
+    whichever client sent them. Tests read it to check the sequence a multi-process run produced."""
+    from aiohttp import web
+
+    @web.middleware
+    async def log_request(request: web.Request, handler: Any) -> Any:
+        entry: dict[str, Any] = {"route": request.path, "job_id": request.query.get("job_id")}
+        if request.content_type != "application/octet-stream" and request.can_read_body:
+            raw = await request.read()  # aiohttp keeps the body for the handler
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = None
+            entry.update(_control_fields(body))
+        response = await handler(request)
+        entry["status"] = response.status
+        with path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(entry) + "\n")
+        return response
+
+    return log_request
+
+
+def _control_fields(body: Any) -> dict[str, Any]:
+    if isinstance(body, list):
+        return {"tags": body}
+    if not isinstance(body, Mapping):
+        return {}
+    fields = {
+        k: body[k] for k in ("operation_type", "level", "tags", "mode", "step", "job_type") if k in body
+    }
+    payload = body.get("payload")
+    if isinstance(payload, Mapping):
+        fields.update({k: payload[k] for k in ("level", "tags") if k in payload})
+    return fields
 
 
 async def serve(
@@ -712,13 +787,15 @@ async def serve(
     *,
     on_ready: Callable[[str, int], None] | None = None,
     stop: asyncio.Event | None = None,
+    request_log: Path | None = None,
+    fidelity: Fidelity | None = None,
 ) -> None:
     """Run the server until `stop` is set (or SIGINT/SIGTERM when `stop` is None)."""
     import signal
 
     from aiohttp import web
 
-    server = ReferenceServer(settings)
+    server = ReferenceServer(settings, request_log=request_log, fidelity=fidelity)
     runner = web.AppRunner(server.application(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
