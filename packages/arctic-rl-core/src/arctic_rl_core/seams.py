@@ -1,7 +1,7 @@
 """The record of one framework internal that an adapter touches.
 
 Each adapter keeps every private symbol of its framework that it relies on in one seam module
-(`adapter_skyrl.skyrl_internals`, `adapter_verl.verl_internals`) as a tuple of `Internal`s; the
+(`skyrl_internals`, `verl_internals` in each adapter package) as a tuple of `Internal`s; the
 adapter's test suite checks each still exists with the shape used, so a framework release that
 moves one fails there, loudly, with the list. This module only defines the record (the core
 imports no framework).
