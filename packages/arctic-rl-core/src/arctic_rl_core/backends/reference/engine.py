@@ -453,9 +453,11 @@ class ReferenceBackend(Backend):
 
     # -- checkpoints ----------------------------------------------------------------------------
     async def save_checkpoint(self, path: str, step: int) -> str:
+        from arctic_rl_core.backends.reference.checkpoint import write_text_atomic
+
         directory = Path(path) / f"checkpoint-{int(step)}"
         await self.save_to(directory)
-        (Path(path) / "latest").write_text(str(int(step)), encoding="utf-8")
+        write_text_atomic(Path(path) / "latest", str(int(step)))
         return str(directory)
 
     async def load_checkpoint(self, path: str, step: int) -> None:
