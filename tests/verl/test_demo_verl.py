@@ -51,7 +51,7 @@ def test_run_directory_holds_config_metrics_plot_checkpoints_and_summary(interru
     run_dir, *_ = interrupted_then_resumed
     config = assert_run_directory(run_dir, "verl", step_override="trainer.total_training_steps=2")
     assert "trainer.v1.trainer_mode=arctic" in config["verl_overrides"]
-    assert (run_dir / "checkpoints" / "global_step_2" / "actor" / "checkpoint-2").is_dir()
+    assert (run_dir / "checkpoints" / "arctic_backend" / "checkpoint-2").is_dir()
     assert len(list((run_dir / "verl_metrics").glob("*.jsonl"))) == 2  # verl's own log, per attempt
 
 

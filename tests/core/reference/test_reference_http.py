@@ -55,6 +55,10 @@ def server(tmp_path_factory):
             "1",
             "--file-root",  # every test's tmp_path is under the session's base folder
             str(tmp_path_factory.getbasetemp()),
+            # strict: generate results carry the sampler's weights_version (0.1.4's never do), which
+            # this test reads; the 0.1.4 profile is driven in tests/core/reference/test_reference_fidelity.py
+            "--profile",
+            "strict",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

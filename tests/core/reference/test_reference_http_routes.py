@@ -1,5 +1,7 @@
 """Routes of the reference HTTP server in-process (aiohttp test client): job rules, sampling
-parameters, log-prob jobs, checkpoints, error statuses; and the ds_config mapping."""
+parameters, log-prob jobs, checkpoints, error statuses; and the ds_config mapping. These run the
+STRICT profile (refusals with a 4xx naming the field); the default arctic-0.1.4 profile, where the
+server answers as the real one, is pinned in test_reference_fidelity.py."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import torch
 from aiohttp.test_utils import TestClient, TestServer
 from arctic_platform import wire
 from arctic_rl_core.backends.reference.deepspeed_mapping import DeepSpeedConfigError, training_overrides
+from arctic_rl_core.backends.reference.fidelity import Fidelity, ServerProfile
 from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
 from arctic_rl_core.backends.reference.settings import OptimizerSettings, ReferenceEngineSettings
 
@@ -18,7 +21,11 @@ NAME = REFERENCE_MODEL_NAME
 
 def _serve(test, file_root):
     async def main():
-        server = ReferenceServer(ReferenceEngineSettings(num_threads=1), file_root=file_root)
+        server = ReferenceServer(
+            ReferenceEngineSettings(num_threads=1),
+            fidelity=Fidelity(profile=ServerProfile.STRICT),
+            file_root=file_root,
+        )
         async with TestClient(TestServer(server.application())) as client:
             await test(client, server)
 
@@ -166,6 +173,16 @@ def test_log_prob_jobs(tmp_path):
                 )
             for t in range(lengths[b] - 1):
                 assert tensor[b, t].item() == pytest.approx(logp[t, ids[t + 1]].item(), abs=1e-5)
+        # 0.1.4's /sleep-log-prob and /wake-log-prob offload the DeepSpeed engine and bring it back;
+        # a forward in between is refused (the real server would fail inside its workers)
+        response = await client.post("/sleep-log-prob", params={"job_id": 2}, json={})
+        assert response.status == 200 and (await response.json())["workers"] == [{"state": "offloaded"}]
+        status, body = await _wire_post(client, "/forward", 2, {"batch": {}, "meta": {}, "processing": {}})
+        assert status == 409 and "POST /wake-log-prob first" in body["detail"]
+        response = await client.post("/wake-log-prob", params={"job_id": 2}, json={})
+        assert (await response.json())["workers"] == [{"state": "on_gpu"}]
+        response = await client.post("/sleep-log-prob", params={"job_id": 99}, json={})
+        assert response.status == 404
 
     _serve(test, tmp_path)
 

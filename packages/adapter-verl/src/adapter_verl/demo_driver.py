@@ -279,6 +279,10 @@ async def _restored_backend(options: DemoOptions, model_path: Path, checkpoints:
     if step < 1:
         raise RuntimeError(f"verl left no checkpoint in {checkpoints}: the GRPO run did not finish a step")
     backend = reference_backend(options, model_path=model_path, lr=options.lr)
-    await backend.load_checkpoint(str(checkpoints / f"global_step_{step}" / "actor"), step)
+    from adapter_verl.worker import backend_checkpoint_root
+
+    await backend.load_checkpoint(
+        backend_checkpoint_root(str(checkpoints / f"global_step_{step}" / "actor")), step
+    )
     await synced(backend)
     return backend

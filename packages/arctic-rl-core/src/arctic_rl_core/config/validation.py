@@ -7,6 +7,7 @@ the server mid-run) or would silently ignore what the user asked for.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -69,7 +70,7 @@ def _backend_fields_match_kind(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     backend = cfg.backend
     kind = backend.kind
     if kind != "http":
-        for name in ("host", "port", "launch_local_server", "startup_timeout_s"):
+        for name in ("host", "port", "launch_local_server", "startup_timeout_s", "server_has_arctic_rl_core"):
             if _explicit(backend, name):
                 yield _issue(
                     f"backend.{name}",
@@ -102,6 +103,46 @@ def _backend_fields_match_kind(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
                 )
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _worker_env_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    env = cfg.backend.worker_env
+    if env and not cfg.is_arctic:
+        yield _issue(
+            "backend.worker_env",
+            env,
+            f"only the Arctic server's workers take it, and backend.kind is '{cfg.backend.kind}'",
+            "remove backend.worker_env, or set backend.kind to ray or http",
+        )
+    for name in env:
+        if not _ENV_NAME.fullmatch(name):
+            yield _issue(
+                f"backend.worker_env.{name}",
+                env[name],
+                "not an environment variable name",
+                "use letters, digits, _",
+            )
+    if "ARCTIC_INFERENCE_ENABLED" in env:
+        yield _issue(
+            "backend.worker_env.ARCTIC_INFERENCE_ENABLED",
+            env["ARCTIC_INFERENCE_ENABLED"],
+            "owned by arctic_inference.enable (it sets the variable for every Arctic Inference run)",
+            "remove it from backend.worker_env; set arctic_inference.enable instead",
+        )
+    if (
+        cfg.placement.colocate
+        and "expandable_segments:true" in env.get("PYTORCH_CUDA_ALLOC_CONF", "").lower()
+    ):
+        yield _issue(
+            "backend.worker_env.PYTORCH_CUDA_ALLOC_CONF",
+            env["PYTORCH_CUDA_ALLOC_CONF"],
+            "colocated vLLM engines run in sleep mode, whose CuMemAllocator asserts 'Expandable segments are "
+            "not compatible with memory pool' at start-up",
+            "drop expandable_segments:True for colocated runs (keep it for separate training GPUs only)",
+        )
+
+
 def _arctic_needs_model_and_checkpoint(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     if not cfg.is_arctic:
         return
@@ -119,11 +160,11 @@ def _arctic_needs_model_and_checkpoint(cfg: ArcticRLConfig) -> Iterable[ConfigIs
             "the Arctic server refuses a training job without a checkpoint directory (HTTP 400)",
             "set checkpoint.path to a directory the training job can write (shared across nodes)",
         )
-    if cfg.loss.loss_fn == "verl_grpo" and cfg.placement.sampling_gpus == 0:
+    if cfg.loss.loss_fn != "sft" and cfg.placement.sampling_gpus == 0:
         yield _issue(
             "placement.sampling_gpus",
             0,
-            "RL training (loss.loss_fn=verl_grpo) generates rollouts, which needs a sampling job",
+            f"RL training (loss.loss_fn={cfg.loss.loss_fn}) generates rollouts, which needs a sampling job",
             "set placement.sampling_gpus >= 1",
         )
 
@@ -217,6 +258,22 @@ def _placement_divisibility(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
             place.log_prob_gpus,
             f"not divisible by placement.ulysses_sequence_parallel_size={sp} (the log-prob job uses the same SP)",
             "make log_prob_gpus a multiple of ulysses_sequence_parallel_size",
+        )
+
+
+def _sequence_parallel_unsupported(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    """0.1.4's batch splitter (`common/utils/batch.py:_split_batch`) raises for sp_size > 1 on
+    every forward and forward-backward: such a run would start, allocate its GPUs, then fail its
+    first data call."""
+    sp = cfg.placement.ulysses_sequence_parallel_size
+    if cfg.is_arctic and sp > 1:
+        yield _issue(
+            "placement.ulysses_sequence_parallel_size",
+            sp,
+            "the arctic-platform 0.1.4 server cannot split batches for Ulysses sequence parallelism (its "
+            "_split_batch refuses sp_size > 1 on every forward / forward-backward)",
+            "set placement.ulysses_sequence_parallel_size=1 (longer sequences: lower "
+            "batch.micro_batch_size_per_gpu or use ZoRRo) until a server release supports it",
         )
 
 
@@ -321,37 +378,85 @@ def _schedule(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
 
 
 def _loss_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    from arctic_rl_core.config.schema import FAMILY_KNOB_FAMILIES
+
+    loss = cfg.loss
+    if loss.loss_fn == "verl_grpo":
+        yield from _builtin_verl_grpo_rules(cfg)
+    if loss.loss_fn == "arctic_rl_core" and not cfg.server_imports_core:
+        if cfg.backend.kind == "cortex":
+            why = "Cortex runs only its built-in losses and cannot import arctic_rl_core"
+            fix = "use loss.loss_fn=verl_grpo with loss.policy_loss=dual_clip, or a ray/http backend"
+        else:
+            why = "backend.server_has_arctic_rl_core=false: the HTTP server cannot import arctic_rl_core"
+            fix = (
+                "install arctic-rl-core (the same version as here) in the server's environment and set "
+                "backend.server_has_arctic_rl_core=true, or use loss.loss_fn=verl_grpo with loss.policy_loss=dual_clip"
+            )
+        yield _issue(
+            "loss.loss_fn", loss.loss_fn, f"{why}, so the {loss.policy_loss} loss cannot run there", fix
+        )
+    for name, family in FAMILY_KNOB_FAMILIES.items():
+        value = getattr(loss, name)
+        if value is not None and (loss.loss_fn != "arctic_rl_core" or loss.policy_loss != family):
+            yield _issue(
+                f"loss.{name}",
+                value,
+                f"only loss.policy_loss={family} with loss.loss_fn=arctic_rl_core reads it (policy_loss is "
+                f"{loss.policy_loss}, loss_fn is {loss.loss_fn})",
+                f"remove loss.{name}, or set loss.policy_loss={family} and loss.loss_fn=arctic_rl_core",
+            )
+    if loss.loss_scale_factor is not None and loss.loss_agg_mode != "seq-mean-token-sum-norm":
+        yield _issue(
+            "loss.loss_scale_factor",
+            loss.loss_scale_factor,
+            f"only loss_agg_mode=seq-mean-token-sum-norm uses it (loss_agg_mode is {loss.loss_agg_mode})",
+            "remove loss.loss_scale_factor, or set loss.loss_agg_mode=seq-mean-token-sum-norm",
+        )
+
+
+def _builtin_verl_grpo_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    """What the server's built-in `verl_grpo` (arctic-platform 0.1.4) cannot honour."""
     from arctic_rl_core.config.schema import ARCTIC_SERVER_CLIP_RATIOS
 
     loss = cfg.loss
-    if cfg.is_arctic and loss.loss_fn == "verl_grpo":
-        for name, server_value in ARCTIC_SERVER_CLIP_RATIOS.items():
-            value = getattr(loss, name)
-            if value != server_value:
-                yield _issue(
-                    f"loss.{name}",
-                    value,
-                    f"the Arctic server's verl_grpo loss (arctic-platform 0.1.4) hard-codes {name}="
-                    f"{server_value} and ignores the value sent, so this setting would silently not apply",
-                    f"set loss.{name}={server_value} with backend.kind={cfg.backend.kind}, or use the "
-                    "reference backend, which honours any value",
-                )
-    if loss.loss_scale_factor is not None:
-        if loss.loss_agg_mode != "seq-mean-token-sum-norm":
+    fix = "set loss.loss_fn=arctic_rl_core (computed exactly, imported by the server)"
+    if loss.policy_loss != "dual_clip":
+        yield _issue(
+            "loss.policy_loss",
+            loss.policy_loss,
+            "the built-in verl_grpo loss is dual-clip PPO only",
+            f"{fix}, or loss.policy_loss=dual_clip",
+        )
+    for name, value in (("loss_agg_mode", loss.loss_agg_mode), ("pg_loss_agg_mode", loss.pg_loss_agg_mode)):
+        if value == "token-sum" or (name == "pg_loss_agg_mode" and value is not None):
             yield _issue(
-                "loss.loss_scale_factor",
-                loss.loss_scale_factor,
-                f"only loss_agg_mode=seq-mean-token-sum-norm uses it (loss_agg_mode is {loss.loss_agg_mode})",
-                "remove loss.loss_scale_factor, or set loss.loss_agg_mode=seq-mean-token-sum-norm",
+                f"loss.{name}",
+                value,
+                "the built-in verl_grpo loss aggregates the policy term with loss_agg_mode, which has no token-sum",
+                f"{fix}, or remove loss.{name} / use another mode",
             )
-        elif cfg.is_arctic:
+    if not cfg.is_arctic:
+        return
+    for name, server_value in ARCTIC_SERVER_CLIP_RATIOS.items():
+        value = getattr(loss, name)
+        if value != server_value:
             yield _issue(
-                "loss.loss_scale_factor",
-                loss.loss_scale_factor,
-                "the Arctic server (arctic-platform 0.1.4) always divides by the padded response length "
-                "and ignores this value",
-                "set loss.loss_scale_factor=null with an Arctic backend, or use the reference backend",
+                f"loss.{name}",
+                value,
+                f"the Arctic server's verl_grpo loss (arctic-platform 0.1.4) hard-codes {name}="
+                f"{server_value} and ignores the value sent, so this setting would silently not apply",
+                f"{fix}, or set loss.{name}={server_value} with backend.kind={cfg.backend.kind}",
             )
+    if loss.loss_agg_mode in ("seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        yield _issue(
+            "loss.loss_agg_mode",
+            loss.loss_agg_mode,
+            "the Arctic server's verl_grpo loss (arctic-platform 0.1.4) sees each packed micro-batch as ONE "
+            "sequence, so this mode would not average per sequence (it divides by the packed token count) and "
+            "ignores loss.loss_scale_factor",
+            f"{fix}, or use loss_agg_mode=token-mean / seq-mean-token-sum",
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -440,6 +545,13 @@ def _weight_sync_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
             True,
             "CUDA IPC hands GPU memory between processes on the same GPUs, which needs colocated jobs",
             "set placement.colocate=true, or weight_sync.cuda_ipc=false (NCCL sync)",
+        )
+    if sync.inference_sleep_level is not None and not cfg.placement.colocate:
+        yield _issue(
+            "weight_sync.inference_sleep_level",
+            sync.inference_sleep_level,
+            "only colocated samplers sleep (to free the GPUs for training); this one stays awake",
+            "remove weight_sync.inference_sleep_level, or set placement.colocate=true",
         )
     if sync.low_memory and not sync.cuda_ipc:
         yield _issue(
@@ -547,9 +659,11 @@ def _vllm_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
 
 RULES: tuple[Rule, ...] = (
     _backend_fields_match_kind,
+    _worker_env_rules,
     _arctic_needs_model_and_checkpoint,
     _cortex_rules,
     _placement_divisibility,
+    _sequence_parallel_unsupported,
     _batch_divisibility,
     _lengths,
     _log_prob_job,

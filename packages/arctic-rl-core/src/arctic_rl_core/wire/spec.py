@@ -8,12 +8,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from arctic_rl_core.config import ArcticRLConfig
 
-LOSS_AGG_MODES: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
+from arctic_rl_core.losses.names import LOSS_AGG_MODES, POLICY_LOSSES, SERVER_LOSS_FN
+
 KL_LOSS_TYPES: tuple[str, ...] = tuple(
     name + suffix for suffix in ("", "+") for name in ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
 )
@@ -55,6 +51,10 @@ class PayloadSpec:
     kl_loss_type: str = "low_var_kl"
     entropy_coeff: float = 0.0
     loss_scale_factor: float | None = None  # seq-mean-token-sum-norm divisor; None = server default
+    # arctic_rl_core.losses (loss_fn = SERVER_LOSS_FN): the family and its knobs (meta.policy_loss_config)
+    policy_loss: str = "dual_clip"
+    pg_loss_agg_mode: str | None = None
+    policy_loss_params: tuple[tuple[str, float], ...] = ()
     # ZoRRo and server-side batch handling (meta)
     zorro_train_enable: bool = False
     zorro_train_max_rollouts: int | None = None  # None: rollout_n
@@ -64,6 +64,11 @@ class PayloadSpec:
     logits_optimization_peak_mem_size_in_gib: float = 4.0
     logits_compute_in_fp32: bool = False
     drop_position_ids: bool = False  # omit position_ids; the server rebuilds them from attention_mask
+    # None: every payload is [B, max_prompt_len + max_response_len]. An integer m: each payload is
+    # padded to its own longest prompt / response, rounded up to a multiple of m and capped at the
+    # maxima (the response width stays max_response_len under ZoRRo: the server's patched model
+    # derives the prompt width as S - the response length it was built with).
+    pad_to_multiple: int | None = None
 
     def __post_init__(self) -> None:
         problems = list(self._problems())
@@ -103,6 +108,8 @@ class PayloadSpec:
         positive_int("rollout_n", 1)
         positive_int("dp_size", 1)
         positive_int("grad_accum_steps", 1)
+        if self.pad_to_multiple is not None:
+            positive_int("pad_to_multiple", 1)
         if not self.temperature > 0:
             problems.append(
                 f"temperature={self.temperature!r}: must be > 0 (the server divides logits by it)"
@@ -112,6 +119,15 @@ class PayloadSpec:
         if self.loss_agg_mode not in LOSS_AGG_MODES:
             problems.append(
                 f"loss_agg_mode={self.loss_agg_mode!r}: expected one of {', '.join(LOSS_AGG_MODES)}"
+            )
+        if self.policy_loss not in POLICY_LOSSES:
+            problems.append(f"policy_loss={self.policy_loss!r}: expected one of {', '.join(POLICY_LOSSES)}")
+        if self.loss_fn != SERVER_LOSS_FN and (
+            self.policy_loss != "dual_clip" or self.pg_loss_agg_mode is not None or self.policy_loss_params
+        ):
+            problems.append(
+                f"policy_loss={self.policy_loss!r} / pg_loss_agg_mode / policy_loss_params need "
+                f"loss_fn={SERVER_LOSS_FN!r} (loss_fn is {self.loss_fn!r}, whose family is dual_clip)"
             )
         if self.kl_loss_type not in KL_LOSS_TYPES:
             problems.append(f"kl_loss_type={self.kl_loss_type!r}: expected one of {', '.join(KL_LOSS_TYPES)}")
@@ -172,7 +188,10 @@ class PayloadSpec:
             dp_size=shape.data_parallel_size,
             grad_accum_steps=shape.gradient_accumulation_steps,
             calculate_entropy=loss.entropy_coeff != 0,
-            loss_fn=loss.loss_fn,
+            loss_fn=cfg.server_loss_fn,
+            policy_loss=loss.policy_loss,
+            pg_loss_agg_mode=loss.pg_loss_agg_mode,
+            policy_loss_params=tuple(sorted(loss.family_params().items())),
             clip_ratio_low=loss.clip_ratio_low,
             clip_ratio_high=loss.clip_ratio_high,
             clip_ratio_c=loss.clip_ratio_c,
@@ -190,6 +209,7 @@ class PayloadSpec:
             logits_optimization_peak_mem_size_in_gib=zorro.logits_peak_mem_gib,
             logits_compute_in_fp32=zorro.logits_compute_in_fp32,
             drop_position_ids=cfg.wire.drop_position_ids,
+            pad_to_multiple=cfg.wire.pad_to_multiple,
         )
 
     # -- derived ------------------------------------------------------------------------------
@@ -202,12 +222,23 @@ class PayloadSpec:
         """Every payload's row count must be a multiple of this (DP workers x GAS steps)."""
         return self.dp_size * self.grad_accum_steps
 
-    def base_meta(self) -> dict[str, Any]:
-        """The `meta` keys shared by forward and train payloads (server names)."""
+    def payload_widths(self, longest_prompt: int, longest_response: int) -> tuple[int, int]:
+        """(P, R) of a payload whose longest prompt / response have these lengths."""
+        if self.pad_to_multiple is None:
+            return self.max_prompt_len, self.max_response_len
+        m = self.pad_to_multiple
+        P = min(self.max_prompt_len, -(-max(1, longest_prompt) // m) * m)
+        if self.zorro_train_enable:
+            return P, self.max_response_len
+        return P, min(self.max_response_len, -(-max(1, longest_response) // m) * m)
+
+    def base_meta(self, prompt_width: int | None = None, response_width: int | None = None) -> dict[str, Any]:
+        """The `meta` keys shared by forward and train payloads (server names); `max_prompt_len` /
+        `max_response_len` are the payload's own widths (the maxima by default)."""
         meta: dict[str, Any] = {
             "pad_token_id": int(self.pad_token_id),
-            "max_prompt_len": int(self.max_prompt_len),
-            "max_response_len": int(self.max_response_len),
+            "max_prompt_len": int(self.max_prompt_len if prompt_width is None else prompt_width),
+            "max_response_len": int(self.max_response_len if response_width is None else response_width),
             "rollout_n": int(self.rollout_n),
             "temperature": float(self.temperature),
             "calculate_entropy": bool(self.calculate_entropy),
@@ -239,5 +270,27 @@ class PayloadSpec:
             config["loss_scale_factor"] = float(self.loss_scale_factor)
         return config
 
+    def loss_reads(self) -> frozenset[str] | None:
+        """The per-token batch keys the server's loss reads, or None when unknown (a dotted-path or
+        other loss: then every per-token field is sent). 0.1.4's `verl_grpo`
+        (`integrations/verl/grpo_loss.py`) reads `response_mask`, `old_log_probs`, `advantages`,
+        `rollout_is_weights` if present, and `ref_log_prob` only with `use_kl_loss`; not
+        `loss_mask` nor `rollout_log_probs`. `arctic_rl_core.losses.server.policy_loss` reads the
+        same (`losses.server.PER_TOKEN_INPUTS`, the reference only with `use_kl_loss`)."""
+        if self.loss_fn not in ("verl_grpo", SERVER_LOSS_FN):
+            return None
+        keys = {"response_mask", "old_log_probs", "advantages", "rollout_is_weights"}
+        if self.use_kl_loss:
+            keys.add("ref_log_prob")
+        return frozenset(keys)
+
     def policy_loss_config(self) -> dict[str, Any]:
-        return {"loss_mode": "vanilla"}
+        """`meta.policy_loss_config`: verl's loss-mode name for the built-in verl_grpo; the family,
+        the policy term's aggregation (when set) and the family knobs for arctic_rl_core.losses."""
+        if self.loss_fn != SERVER_LOSS_FN:
+            return {"loss_mode": "vanilla"}
+        config: dict[str, Any] = {"loss_mode": self.policy_loss}
+        if self.pg_loss_agg_mode is not None:
+            config["pg_loss_agg_mode"] = self.pg_loss_agg_mode
+        config.update({name: float(value) for name, value in self.policy_loss_params})
+        return config

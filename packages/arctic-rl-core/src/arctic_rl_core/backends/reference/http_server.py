@@ -9,8 +9,11 @@ whose optimizer/schedule/clipping/accumulation keys are honoured (`deepspeed_map
 without one it is vLLM-like (`/log-probs` returns prompt log-probs); both use the frozen initial
 weights. Every data route takes `?job_id=`. Errors come back as JSON `{"detail": ...}`: 400 bad
 input, 401 no or wrong token, 403 a path outside the file root, 404 unknown job, 409 wrong state or
-a file in the way, 413 a body over the size limit, 422 unreadable body or a malformed field. Every
-client mistake is answered before any side effect.
+a file in the way, 413 a body over the size limit, 422 unreadable body or a malformed field. A
+client mistake in a path, step, limit or body size is answered before any side effect. Where
+arctic-platform 0.1.4 answers differently (it ignores unknown keys, answers a bare 500 where a
+worker fails, ...) the `Fidelity` profile decides (`fidelity.py`; default: as 0.1.4); the state
+guard (409) is separate and on by default.
 
 Files: every caller-chosen path resolves inside one file root given at start (`file_root`); saves
 are atomic (`checkpoint`). Authentication: an optional bearer token (`http_auth`), required to bind
@@ -23,7 +26,6 @@ import asyncio
 import json
 import logging
 import math
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +33,18 @@ from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends.protocol import SamplingParams
 from arctic_rl_core.backends.reference import http_auth
-from arctic_rl_core.backends.reference.checkpoint import remove_tree_atomic, write_text_atomic
+from arctic_rl_core.backends.reference.checkpoint import prune_checkpoint_dirs, write_text_atomic
+from arctic_rl_core.backends.reference.fidelity import (
+    GENERATE_KEYS,
+    LOAD_KEYS,
+    SAVE_KEYS,
+    STEP_KEYS,
+    WEIGHT_SYNC_KEYS,
+    Fidelity,
+    FidelityRefusal,
+    InternalServerError,
+    deepspeed_rejects,
+)
 from arctic_rl_core.backends.reference.file_root import DEFAULT_FILE_ROOT, FileRoot, PathRefused
 from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 
@@ -80,6 +93,7 @@ class Job:
     cuda_ipc: bool = False
     low_memory: bool = False
     deepspeed: bool = False  # log_prob job: DeepSpeed reference engine (else vLLM-like)
+    offloaded: bool = False  # log_prob job: /sleep-log-prob moved its DeepSpeed engine to the CPU
     max_model_len: int | None = None  # sampling job: vllm_config.max_model_len
 
 
@@ -99,13 +113,17 @@ class ReferenceServer:
         self,
         settings: ReferenceEngineSettings | None = None,
         *,
+        request_log: Path | None = None,
+        fidelity: Fidelity | None = None,
         file_root: str | Path | None = None,
         token: str | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
-        self.settings = settings or ReferenceEngineSettings()
+        self.fidelity = fidelity or Fidelity()
+        self.settings = self.fidelity.engine_settings(settings or ReferenceEngineSettings())
         self.state = ServerState()
         self._lock = asyncio.Lock()
+        self.request_log = request_log
         self.files = FileRoot(Path(DEFAULT_FILE_ROOT) if file_root is None else file_root)
         self.token = token or None
         self.max_body_bytes = max_body_bytes
@@ -114,9 +132,9 @@ class ReferenceServer:
         from aiohttp import web
 
         self.files.root.mkdir(parents=True, exist_ok=True)
-        app = web.Application(
-            client_max_size=self.max_body_bytes, middlewares=[http_auth.middleware(self.token)]
-        )
+        middlewares = [] if self.request_log is None else [_request_logger(self.request_log)]
+        middlewares.append(http_auth.middleware(self.token))
+        app = web.Application(client_max_size=self.max_body_bytes, middlewares=middlewares)
         routes: list[tuple[str, str, Callable[[web.Request], Awaitable[Any]]]] = [
             ("GET", "/health", self.health),
             ("GET", "/status", self.status),
@@ -135,12 +153,14 @@ class ReferenceServer:
             ("POST", "/wake-inference", self.wake_inference),
             ("POST", "/sleep-training", self.sleep_training),
             ("POST", "/wake-training", self.wake_training),
+            ("POST", "/sleep-log-prob", self.sleep_log_prob),
+            ("POST", "/wake-log-prob", self.wake_log_prob),
             ("POST", "/save", self.save),
             ("POST", "/load-checkpoint", self.load_checkpoint),
             ("POST", "/weight-norm", self.weight_norm),
         ]
         for method, path, handler in routes:
-            app.router.add_route(method, path, _guarded(handler, self.max_body_bytes))
+            app.router.add_route(method, path, _guarded(handler, self.fidelity, self.max_body_bytes))
         app.on_cleanup.append(lambda _app: self.close())
         return app
 
@@ -190,8 +210,7 @@ class ReferenceServer:
         for other in self.state.jobs.values():
             if other.job_type == job_type:
                 raise HTTPError(409, f"{job_type.capitalize()} job already running")
-        if body.get("training_config") is not None:
-            raise HTTPError(400, "training_config is not supported by the reference server: send ds_config")
+        self.fidelity.training_config(body)
         seed = body.get("seed")
         seed = 42 if seed is None else seed
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -234,7 +253,9 @@ class ReferenceServer:
         from arctic_rl_core.backends.reference.engine import ReferenceBackend
 
         if self.state.engine is not None:
-            if model_name != self.state.engine_model or seed != self.state.engine_seed:
+            if model_name != self.state.engine_model or not self.fidelity.job_seed(
+                seed, self.state.engine_seed
+            ):
                 raise HTTPError(
                     400,
                     f"model_name={model_name!r} seed={seed} but the running jobs share one reference engine with "
@@ -267,6 +288,9 @@ class ReferenceServer:
         if ds_config is not None:
             if not isinstance(ds_config, Mapping):
                 raise HTTPError(422, "ds_config must be a JSON object")
+            rejected = deepspeed_rejects(ds_config)
+            if rejected is not None:  # 0.1.4: the worker's DeepSpeed raises while the job starts
+                raise InternalServerError(rejected) if self.fidelity.as_0_1_4 else HTTPError(400, rejected)
             overrides = training_overrides(
                 ds_config, dp_size=engine.settings.dp_size, defaults=engine.settings.optimizer
             )
@@ -330,11 +354,19 @@ class ReferenceServer:
 
     async def forward(self, request: web.Request) -> Any:
         job_id = _job_id(request)
+        if self.fidelity.as_0_1_4 and job_id not in self.state.jobs:
+            raise InternalServerError(f"/forward: job {job_id} (0.1.4 reads app.state.jobs[job_id] first)")
         job = self._job(job_id, ("training", "log_prob"))
         if job.job_type == "log_prob" and not job.deepspeed:
             raise HTTPError(
                 400, f"Job {job_id} (log_prob) has no DeepSpeed workers: create it with a ds_config"
             )
+        if job.offloaded:
+            # 0.1.4 runs the forward with the engine's parameters on the CPU: it fails in the worker
+            detail = f"Job {job_id} (log_prob) is offloaded (/sleep-log-prob): POST /wake-log-prob first"
+            if self.fidelity.state_guard:
+                raise HTTPError(409, detail)
+            raise InternalServerError(detail)
         payload = await _wire_body(request)
         out = await self.engine.forward(payload, reference_model=job.job_type == "log_prob")
         batch: dict[str, Any] = {"logprobs": out.logprobs_B_S}
@@ -345,32 +377,21 @@ class ReferenceServer:
     async def step(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         self._job(job_id, "training")
-        body = _json_object(await _json_body(request, required=False), "/step")
-        unknown = sorted(set(body) - {"learning_rate"})
-        if unknown:
-            raise HTTPError(422, f"/step body has unknown keys {unknown}")
-        out = await self.engine.step(body.get("learning_rate"))
+        body = self.fidelity.known_keys(
+            "/step", _json_object(await _json_body(request, required=False), "/step"), STEP_KEYS
+        )
+        out = await self.engine.step(self.fidelity.step_learning_rate(body))
         metrics = {"last_lr": out.learning_rate, "grad_norm": out.grad_norm}
         return {"job_id": job_id, "metrics": _per_rank(metrics, self.engine.settings.dp_size), "batch": {}}
 
     async def save(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         job = self._job(job_id, "training")
-        body = _json_object(await _json_body(request, required=False), "/save")
-        allowed = {
-            "checkpoint_id",
-            "checkpoint_type",
-            "path",
-            "step",
-            "export_hf",
-            "save_total_limit",
-            "stage_info",
-        }
-        unknown = sorted(set(body) - allowed)
-        if unknown:
-            raise HTTPError(422, f"/save body has unknown keys {unknown}")
+        body = self.fidelity.known_keys(
+            "/save", _json_object(await _json_body(request, required=False), "/save"), SAVE_KEYS
+        )
         # Every field is checked before anything is written.
-        if body.get("checkpoint_type", "resumable") != "resumable":
+        if body.get("checkpoint_type", "resumable") != "resumable" and not self.fidelity.as_0_1_4:
             raise HTTPError(
                 400, f"checkpoint_type={body['checkpoint_type']!r}: the reference saves 'resumable' only"
             )
@@ -392,7 +413,7 @@ class ReferenceServer:
         if step is not None:
             write_text_atomic(root / "latest", str(step))
         if limit:
-            _prune_checkpoints(root, limit)
+            prune_checkpoint_dirs(root, limit)
         hf_path = str(path / "hf") if export_hf else None
         return {"job_id": job_id, "path": str(path), "hf_path": hf_path, "global_step": global_step}
 
@@ -404,10 +425,11 @@ class ReferenceServer:
     async def load_checkpoint(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         job = self._job(job_id, "training")
-        body = _json_object(await _json_body(request, required=False), "/load-checkpoint")
-        unknown = sorted(set(body) - {"path", "step"})
-        if unknown:
-            raise HTTPError(422, f"/load-checkpoint body has unknown keys {unknown}")
+        body = self.fidelity.known_keys(
+            "/load-checkpoint",
+            _json_object(await _json_body(request, required=False), "/load-checkpoint"),
+            LOAD_KEYS,
+        )
         path = self._checkpoint_root(job, body.get("path"))
         step = _optional_count(body, "step", "the checkpoint's step (checkpoint-<step>)")
         if step is not None:
@@ -421,16 +443,15 @@ class ReferenceServer:
     async def generate(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         job = self._job(job_id, "sampling")
-        body = await _wire_body(request)
-        unknown = sorted(set(body) - {"prompts", "sampling_params", "routing_key", "strict"})
-        if unknown:
-            raise HTTPError(422, f"/generate body has unknown keys {unknown}")
+        body = self.fidelity.known_keys("/generate", await _wire_body(request), GENERATE_KEYS)
         prompts = body.get("prompts")
         if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
             raise HTTPError(
                 422, "prompts must be a list of strings (the on-prem server takes text prompts only)"
             )
-        params, top, stop_ids = vllm_sampling(body.get("sampling_params"), job.max_model_len or 0)
+        params, top, stop_ids = vllm_sampling(
+            body.get("sampling_params"), job.max_model_len or 0, fidelity=self.fidelity
+        )
         sequences, version = await self.engine.sample(
             prompts, params, top_logprobs=top, extra_stop_ids=stop_ids, max_model_len=job.max_model_len
         )
@@ -443,8 +464,8 @@ class ReferenceServer:
                 "prompt_len": len(seq.prompt_ids),
                 "generation_len": len(seq.token_ids),
                 "prefix_cache_len": 0,
-                "weights_version": version,
             }
+            result = self.fidelity.generate_result(result, version)
             if top is not None:
                 result["logprobs"] = [_logprob_entries(entries) for entries in seq.top_logprobs]
             results.append(result)
@@ -507,9 +528,7 @@ class ReferenceServer:
 
     async def _weight_sync(self, payload: Mapping[str, Any]) -> Any:
         """The source training job's weights into the target sampling job (the response names the source)."""
-        unknown = sorted(set(payload) - {"source_sub_job_id", "target_sub_job_ids", "cuda_ipc", "low_memory"})
-        if unknown:
-            raise HTTPError(422, f"weight-sync payload has unknown keys {unknown}")
+        payload = self.fidelity.known_keys("weight-sync payload", payload, WEIGHT_SYNC_KEYS)
         try:
             source, targets = int(payload["source_sub_job_id"]), list(payload["target_sub_job_ids"])
         except (KeyError, TypeError, ValueError):
@@ -589,6 +608,23 @@ class ReferenceServer:
         await self.engine.wake_training()
         return {"job_id": job_id, "workers": [{"state": "awake"}] * self.engine.settings.dp_size}
 
+    async def sleep_log_prob(self, request: web.Request) -> Any:
+        """0.1.4: offload the DeepSpeed log-prob engine to the CPU (a no-op without DeepSpeed workers)."""
+        return await self._log_prob_residency(request, offloaded=True)
+
+    async def wake_log_prob(self, request: web.Request) -> Any:
+        return await self._log_prob_residency(request, offloaded=False)
+
+    async def _log_prob_residency(self, request: web.Request, *, offloaded: bool) -> Any:
+        job_id = _job_id(request)
+        job = self._job(job_id, "log_prob")
+        await _json_body(request, required=False)
+        if not job.deepspeed:
+            return {"job_id": job_id, "workers": []}
+        job.offloaded = offloaded
+        state = "offloaded" if offloaded else "on_gpu"
+        return {"job_id": job_id, "workers": [{"state": state}] * self.engine.settings.dp_size}
+
     async def weight_norm(self, request: web.Request) -> Any:
         body = _json_object(await _json_body(request, required=True), "/weight-norm")
         ids = {}
@@ -623,7 +659,9 @@ class _Wire:
 
 
 def _guarded(
-    handler: Callable[[web.Request], Awaitable[Any]], max_body_bytes: int
+    handler: Callable[[web.Request], Awaitable[Any]],
+    fidelity: Fidelity | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def route(request: web.Request) -> web.Response:
         from aiohttp import web
@@ -633,6 +671,8 @@ def _guarded(
 
         try:
             result = await handler(request)
+        except (FidelityRefusal, InternalServerError) as err:
+            return _fidelity_response(err)
         except (HTTPError, PathRefused) as err:
             return web.json_response({"detail": err.detail}, status=err.status)
         except web.HTTPRequestEntityTooLarge:
@@ -647,10 +687,13 @@ def _guarded(
             return web.json_response({"detail": str(err)}, status=422)
         except BackendStateError as err:
             return web.json_response({"detail": str(err)}, status=409)
-        except FileNotFoundError as err:
-            return web.json_response({"detail": str(err)}, status=404)
-        except (ValueError, RuntimeError) as err:
-            return web.json_response({"detail": str(err)}, status=400)
+        except (FileNotFoundError, ValueError, RuntimeError) as err:
+            internal = None if fidelity is None else fidelity.internal_error(err)
+            if internal is not None:  # 0.1.4: the worker raised and nothing handles it
+                logger.info("%s %s: %s (answered 500 as 0.1.4)", request.method, request.path, err)
+                return web.Response(status=internal[0], text=internal[1])
+            status = 404 if isinstance(err, FileNotFoundError) else 400
+            return web.json_response({"detail": str(err)}, status=status)
         except Exception as err:  # report, never kill the server
             logger.exception("%s %s failed", request.method, request.path)
             return web.json_response({"detail": f"{type(err).__name__}: {err}"}, status=500)
@@ -659,6 +702,18 @@ def _guarded(
         return web.json_response(result)
 
     return route
+
+
+def _fidelity_response(err: FidelityRefusal | InternalServerError) -> web.Response:
+    """The strict profile's refusal (JSON detail), or 0.1.4's bare 500 where its worker fails."""
+    from aiohttp import web
+
+    from arctic_rl_core.backends.reference.fidelity import INTERNAL_ERROR_BODY
+
+    if isinstance(err, FidelityRefusal):
+        return web.json_response({"detail": err.detail}, status=err.status)
+    logger.info("answered 500 as arctic-platform 0.1.4 does: %s", err)
+    return web.Response(status=500, text=INTERNAL_ERROR_BODY)
 
 
 def _job_id(request: web.Request) -> int:
@@ -697,9 +752,10 @@ async def _wire_body(request: web.Request) -> Any:
 
 
 def vllm_sampling(
-    params: Mapping[str, Any] | None, max_model_len: int
+    params: Mapping[str, Any] | None, max_model_len: int, *, fidelity: Fidelity | None = None
 ) -> tuple[SamplingParams, int | None, frozenset[int]]:
     """A vLLM `sampling_params` dict -> (SamplingParams, logprobs k or None, extra stop token ids)."""
+    fidelity = fidelity or Fidelity()
     params = dict(params or {})
     known = {"n", "max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "logprobs", "stop_token_ids"}
     for key, value in params.items():
@@ -711,14 +767,8 @@ def vllm_sampling(
                     400, f"sampling_params.{key}={value!r} is not supported by the reference sampler"
                 )
             continue
-        raise HTTPError(
-            400, f"sampling_params.{key} is not a vLLM sampling parameter the reference sampler knows"
-        )
-    if params.get("n") not in (None, 1):
-        raise HTTPError(
-            400,
-            f"sampling_params.n={params['n']}: the server returns one output per prompt; replicate prompts",
-        )
+        fidelity.unknown_sampling_key(key)
+    fidelity.sampling_n(params.get("n"))
     max_tokens = params.get("max_tokens", VLLM_DEFAULT_MAX_TOKENS)
     if max_tokens is None:
         max_tokens = max(1, max_model_len)
@@ -766,16 +816,6 @@ def _per_rank(metrics: dict[str, float], dp_size: int) -> dict[str, Any]:
     return metrics if dp_size == 1 else {k: [v] * dp_size for k, v in metrics.items()}
 
 
-def _prune_checkpoints(root: Path, keep: int) -> None:
-    found = sorted(
-        (int(m.group(1)), child)
-        for child in root.iterdir()
-        if child.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", child.name))
-    )
-    for _, child in found[:-keep]:
-        remove_tree_atomic(child)  # gone at once: never a half-deleted checkpoint that still loads
-
-
 def _json_object(body: Any, route: str) -> dict[str, Any]:
     if body is None:
         return {}
@@ -794,6 +834,45 @@ def _optional_count(body: Mapping[str, Any], key: str, meaning: str) -> int | No
     return value
 
 
+def _request_logger(path: Path) -> Any:
+    """aiohttp middleware: one JSON line per request to `path` (route, job id, the control fields of
+    JSON bodies: operation type, level, tags, mode, step), in the order the server received them, from
+    whichever client sent them. Tests read it to check the sequence a multi-process run produced."""
+    from aiohttp import web
+
+    @web.middleware
+    async def log_request(request: web.Request, handler: Any) -> Any:
+        entry: dict[str, Any] = {"route": request.path, "job_id": request.query.get("job_id")}
+        if request.content_type != "application/octet-stream" and request.can_read_body:
+            raw = await request.read()  # aiohttp keeps the body for the handler
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = None
+            entry.update(_control_fields(body))
+        response = await handler(request)
+        entry["status"] = response.status
+        with path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(entry) + "\n")
+        return response
+
+    return log_request
+
+
+def _control_fields(body: Any) -> dict[str, Any]:
+    if isinstance(body, list):
+        return {"tags": body}
+    if not isinstance(body, Mapping):
+        return {}
+    fields = {
+        k: body[k] for k in ("operation_type", "level", "tags", "mode", "step", "job_type") if k in body
+    }
+    payload = body.get("payload")
+    if isinstance(payload, Mapping):
+        fields.update({k: payload[k] for k in ("level", "tags") if k in payload})
+    return fields
+
+
 async def serve(
     settings: ReferenceEngineSettings,
     host: str,
@@ -803,6 +882,8 @@ async def serve(
     token: str | None = None,
     on_ready: Callable[[str, int], None] | None = None,
     stop: asyncio.Event | None = None,
+    request_log: Path | None = None,
+    fidelity: Fidelity | None = None,
 ) -> None:
     """Run the server until `stop` is set (or SIGINT/SIGTERM when `stop` is None). A non-loopback
     `host` needs a `token` (`http_auth.BindRefused` otherwise)."""
@@ -811,7 +892,9 @@ async def serve(
     from aiohttp import web
 
     http_auth.check_bind(host, token)
-    server = ReferenceServer(settings, file_root=file_root, token=token)
+    server = ReferenceServer(
+        settings, request_log=request_log, fidelity=fidelity, file_root=file_root, token=token
+    )
     runner = web.AppRunner(server.application(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

@@ -55,6 +55,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--num-threads", type=int, default=None, help="torch CPU threads of the server process"
     )
     parser.add_argument(
+        "--colocate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="trainer and sampler share the devices, sleep/wake apply (the real server's --colocate); "
+        "default: the engine settings' value (colocated)",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=("arctic-0.1.4", "strict"),
+        default="arctic-0.1.4",
+        help="answer as arctic-platform 0.1.4's server does where a stricter double would refuse (default), "
+        "or 'strict': refuse unknown keys, ignored fields and what 0.1.4 mis-handles, with a 4xx naming them",
+    )
+    parser.add_argument(
+        "--state-guard",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="refuse (409) what the real server would do silently wrong in the current sleep/wake state: "
+        "sync into a sleeping sampler, generate while asleep (default: on; --no-state-guard behaves as 0.1.4)",
+    )
+    parser.add_argument(
+        "--request-log",
+        default=None,
+        metavar="PATH",
+        help="append one JSON line per request received (route, job id, control fields) to PATH",
+    )
+    parser.add_argument(
         "overrides", nargs="*", default=[], help="config overrides, key=value (with --config or alone)"
     )
     parser.set_defaults(func=run)
@@ -88,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
         update["dp_size"] = args.dp_size
     if args.num_threads is not None:
         update["num_threads"] = args.num_threads
+    if args.colocate is not None:
+        update["colocated"] = args.colocate
     settings = ReferenceEngineSettings.model_validate({**settings.model_dump(), **update})
 
     def ready(host: str, port: int) -> None:
@@ -97,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
         )
 
     import os
+    from pathlib import Path
 
+    from arctic_rl_core.backends.reference.fidelity import Fidelity, ServerProfile
     from arctic_rl_core.backends.reference.http_auth import TOKEN_ENV, BindRefused, check_bind
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
@@ -106,5 +137,18 @@ def run(args: argparse.Namespace) -> int:
     except BindRefused as err:
         print(f"arctic-rl serve: {err}", file=sys.stderr)
         return 2
-    asyncio.run(serve(settings, args.host, args.port, file_root=args.file_root, token=token, on_ready=ready))
+    request_log = None if args.request_log is None else Path(args.request_log)
+    fidelity = Fidelity(profile=ServerProfile(args.profile), state_guard=args.state_guard)
+    asyncio.run(
+        serve(
+            settings,
+            args.host,
+            args.port,
+            on_ready=ready,
+            request_log=request_log,
+            fidelity=fidelity,
+            file_root=args.file_root,
+            token=token,
+        )
+    )
     return 0
