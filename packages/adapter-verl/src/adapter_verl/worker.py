@@ -312,7 +312,9 @@ class ArcticActorRolloutRefWorker(Worker):
                 save_total_limit=limit if limit is not None else checkpoint.save_total_limit,
             )
         )
-        self._trace.write({"op": "save_checkpoint", "path": root, "step": global_step})
+        self._trace.write(
+            {"op": "save_checkpoint", "path": local_path, "backend_path": root, "step": global_step}
+        )
         return saved
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -324,7 +326,7 @@ class ArcticActorRolloutRefWorker(Worker):
         step = _step_of(local_path)
         root = backend_checkpoint_root(local_path)
         self._run(self._backend.load_checkpoint(root, step))
-        self._trace.write({"op": "load_checkpoint", "path": root, "step": step})
+        self._trace.write({"op": "load_checkpoint", "path": local_path, "backend_path": root, "step": step})
         return None
 
     # Stock methods verl may call around training; nothing to move on a forwarder.
