@@ -68,8 +68,15 @@ def register_replica_now() -> None:
     _registered[REPLICA_MODULE] = True
 
 
-def register_trainer_now() -> type:
-    """Import the trainer module: its decorator registers `trainer.v1.trainer_mode=arctic`."""
+def register_trainer_now() -> type | None:
+    """Import the trainer module: its decorator registers `trainer.v1.trainer_mode=arctic`.
+
+    When `adapter_verl.trainer` is itself the importer of verl's trainer package (imported first),
+    the hook fires while that module is half-initialised: its own decorator registers the mode when
+    it finishes, and `require_registered()` records it then."""
+    half_done = sys.modules.get("adapter_verl.trainer")
+    if half_done is not None and not hasattr(half_done, "ArcticTrainer"):
+        return None
     from adapter_verl.trainer import ArcticTrainer
 
     _registered[TRAINER_PACKAGE] = True
