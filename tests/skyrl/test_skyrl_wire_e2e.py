@@ -122,7 +122,7 @@ def test_wire_resume_from_checkpoint_is_bit_identical(wire, plain_run, model_dir
     a, b = backend_weights(root / "ckpt", 2), backend_weights(tmp_path / "ckpt", 2)
     # compare the files both checkpoints hold (a save may leave an extra uniquely named temporary file)
     common = a.keys() & b.keys()
-    assert any(name.startswith("model.safetensors:") for name in common), sorted(a)[:5]
+    assert any(name.endswith(".weight") for name in common), sorted(a)[:5]
     for name in common:
         assert a[name].equal(b[name]), name
 
