@@ -54,10 +54,10 @@ def test_default_backend_is_the_arctic_server_on_ray_and_the_reference_engine_on
     assert reference.zorro.enable is False
 
 
-def test_stock_defaults_pass_and_the_regular_loss_is_announced():
+def test_stock_defaults_pass_with_skyrls_own_loss():
     result = translate(parse_cli([]), steps_per_epoch=4)
-    assert result.issues == [] and result.arctic.loss.loss_fn == "verl_grpo"
-    assert any("policy_loss_type=regular runs as the server's verl_grpo" in n for n in result.notices)
+    assert result.issues == []
+    assert (result.arctic.loss.loss_fn, result.arctic.loss.policy_loss) == ("arctic_rl_core", "ppo_clip")
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_stock_defaults_pass_and_the_regular_loss_is_announced():
     [
         ("trainer.critic.model.path=/m", "trainer.critic.model.path", "unset trainer.critic.model.path"),
         ("trainer.algorithm.advantage_estimator=gae", "trainer.algorithm.advantage_estimator", "grpo"),
-        ("trainer.algorithm.policy_loss_type=gspo", "trainer.algorithm.policy_loss_type", "dual_clip"),
+        ("trainer.algorithm.policy_loss_type=rollout_is", "trainer.algorithm.policy_loss_type", "dual_clip"),
         ("trainer.algorithm.loss_reduction=prompt_mean", "trainer.algorithm.loss_reduction", "token_mean"),
         (
             "trainer.algorithm.off_policy_correction.tis_ratio_type=token",
@@ -128,7 +128,7 @@ def test_every_problem_at_once():
             "trainer.policy.model.path=Qwen/Qwen3-0.6B",
             "trainer.policy.model.lora.rank=8",  # a SkyRL setting
             "trainer.arctic_rl.zorro.enabel=true",  # a core key typo
-            "trainer.algorithm.eps_clip_high=0.28",  # core validation: the server hard-codes 0.2
+            "trainer.arctic_rl.deepspeed.offload_param=true",  # core validation: needs ZeRO-3
             "trainer.arctic_rl.arctic_inference_config={zorro_inference:{enable:true}}",  # a changed seed key
         ]
     )
@@ -136,12 +136,12 @@ def test_every_problem_at_once():
         check_supported(cfg, steps_per_epoch=4)
     paths = sorted(issue.path for issue in info.value.issues)
     assert paths == [
-        "trainer.algorithm.eps_clip_high (core loss.clip_ratio_high)",
         "trainer.arctic_rl.arctic_inference_config",
+        "trainer.arctic_rl.deepspeed.offload_param",
         "trainer.arctic_rl.zorro.enabel",
         "trainer.policy.model.lora.rank",
     ]
-    assert "in SkyRL 0.4.0: set trainer.algorithm.eps_clip_high" in str(info.value)
+    assert "parameter offload needs ZeRO stage 3" in str(info.value)
 
 
 def test_skyrl_fields_drive_placement_engines_kernels_and_budgets():

@@ -109,7 +109,7 @@ def test_dry_run_lists_every_problem_at_once_and_exits_2():
             "trainer.policy.model.path=Qwen/Qwen3-0.6B",
             "trainer.policy.model.lora.rank=8",  # SkyRL setting
             "trainer.arctic_rl.zorro.enabel=true",  # core key
-            "trainer.algorithm.eps_clip_high=0.28",  # core validation
+            "trainer.arctic_rl.deepspeed.offload_param=true",  # core validation (needs ZeRO-3)
             "generator.max_input_length=100",  # SkyRL's own validate_cfg
         ]
     )
@@ -118,7 +118,7 @@ def test_dry_run_lists_every_problem_at_once_and_exits_2():
     for text in (
         "lora.rank = 8",
         "zorro.enabel",
-        "eps_clip_high (core loss.clip_ratio_high) = 0.28",
+        "deepspeed.offload_param = true",
         "max_input_length",
     ):
         assert text in err, err
@@ -159,7 +159,7 @@ def test_stock_gsm8k_example_with_the_switch(tmp_path):
     assert cfg["model"]["name"] == "Qwen/Qwen2.5-1.5B-Instruct"
     assert cfg["checkpoint"]["path"] == f"{tmp_path}/ckpts/gsm8k_1.5B_ckpt"
     assert plan["jobs"]["sampling"]["vllm_config"]["tensor_parallel_size"] == 1
-    assert "policy_loss_type=regular runs as the server's verl_grpo" in out
+    assert (loss["loss_fn"], loss["policy_loss"]) == ("arctic_rl_core", "ppo_clip")  # SkyRL's regular
 
 
 # What the seed sent (its `build_rl_config`, read by hand for each launcher's defaults) where the plan

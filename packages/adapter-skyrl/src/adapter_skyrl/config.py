@@ -21,6 +21,7 @@ from skyrl.train.config import SkyRLTrainConfig, make_config
 from skyrl.train.config.config import TrainerConfig
 
 from adapter_skyrl import field_table
+from adapter_skyrl.field_table import SKYRL_POLICY_LOSSES  # noqa: F401  (re-exported)
 from adapter_skyrl.seed_keys import SEED_KEYS
 
 OVERRIDE_ENTRYPOINT_PREFIX = "trainer.override_entrypoint="
@@ -91,11 +92,6 @@ def parse_cli_with_notices(argv: Sequence[str]) -> tuple[SkyRLTrainConfig, list[
 # Translation
 # ----------------------------------------------------------------------------------------------
 
-REGULAR_LOSS_NOTICE = (
-    "trainer.algorithm.policy_loss_type=regular runs as the server's verl_grpo loss: the same PPO clip plus "
-    "the dual clip for negative advantages (loss <= clip_ratio_c x |A|, clip_ratio_c=3.0), as the seed "
-    "integration sent it; set policy_loss_type=dual_clip to say so"
-)
 DEFAULT_BACKEND = "ray"  # the Arctic server on the local Ray cluster; the reference engine only when named
 _DEFAULTS: SkyRLTrainConfig | None = None
 
@@ -176,12 +172,9 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
     zorro = _explicit_zorro(core_groups, legacy.values)
     zorro_on = bool(zorro) if zorro is not None else kind in ARCTIC_BACKENDS
 
-    read = field_table.reader(
-        cfg, {field_table.ARCTIC_ZORRO: zorro_on, "@data.steps_per_epoch": steps_per_epoch}
-    )
-    default = field_table.reader(
-        skyrl_defaults(), {field_table.ARCTIC_ZORRO: zorro_on, "@data.steps_per_epoch": None}
-    )
+    context = {field_table.ARCTIC_ZORRO: zorro_on, field_table.ARCTIC_BACKEND: dict(backend)}
+    read = field_table.reader(cfg, {**context, "@data.steps_per_epoch": steps_per_epoch})
+    default = field_table.reader(skyrl_defaults(), {**context, "@data.steps_per_epoch": None})
     table = field_table.TABLE.translate(read, default, config_leaves())
     issues += table.issues
     values = dict(table.values)
@@ -203,10 +196,7 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
         issues += [_core_issue(issue, legacy_flat) for issue in error.issues]
     if issues:
         arctic = None
-    notices = list(legacy.notices)
-    if cfg.trainer.algorithm.policy_loss_type == "regular":
-        notices.append(REGULAR_LOSS_NOTICE)
-    return SkyRLTranslation(arctic, issues, notices, table.not_applied)
+    return SkyRLTranslation(arctic, issues, list(legacy.notices), table.not_applied)
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

@@ -44,9 +44,18 @@ LOSS_REDUCTION_TO_AGG_MODE = {
 SCHEDULERS = {"constant_with_warmup": "constant", "cosine": "cosine"}
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 CRITIC_FREE_ESTIMATORS = ("grpo", "rloo", "reinforce++", "maxrl")
-# SkyRL's regular PPO loss runs as the server's verl_grpo (the same clip, plus the dual clip at
-# clip_ratio_c for negative advantages), as the seed integration sent it; a notice says so.
-POLICY_LOSSES = ("dual_clip", "regular")
+ARCTIC_BACKEND = "@arctic.backend"  # pseudo field: the run's core `backend` group (kind defaulted)
+# SkyRL policy_loss_type -> a core loss family the server computes (arctic_rl_core.losses); SkyRL's
+# `regular` is PPO clip WITHOUT dual clip, `dual_clip` adds it.
+SKYRL_POLICY_LOSSES = {
+    "regular": "ppo_clip",
+    "dual_clip": "dual_clip",
+    "gspo": "gspo",
+    "sapo": "sapo",
+    "cispo": "cispo",
+    "clip_cov": "clip_cov",
+    "kl_cov": "kl_cov",
+}
 
 
 def steps_per_epoch_reader(read: Reader) -> int | None:
@@ -81,14 +90,44 @@ def _attn(r: Reader) -> Any:
     return UNSET if r("trainer.flash_attn") else "sdpa"
 
 
-def _loss_fn(value: Any) -> str:
-    if value not in POLICY_LOSSES:
+def _family(value: Any) -> str:
+    if value not in SKYRL_POLICY_LOSSES:
         raise FieldProblem(
-            f"the Arctic server's verl_grpo loss is PPO with dual clip (clip_ratio_c); SkyRL's {value!r} "
-            "loss cannot be sent to it",
-            "set trainer.algorithm.policy_loss_type=dual_clip (or regular)",
+            "the Arctic server computes the GRPO-family losses (arctic_rl_core.losses); the others need "
+            "rollout log-probs as the behaviour policy or are not RL losses",
+            f"use one of {list(SKYRL_POLICY_LOSSES)}",
         )
-    return "verl_grpo"
+    return SKYRL_POLICY_LOSSES[value]
+
+
+def _loss_fn(r: Reader) -> Any:
+    from arctic_rl_core.config.loss_selection import server_loss_for
+
+    family = SKYRL_POLICY_LOSSES.get(r("trainer.algorithm.policy_loss_type"))
+    if family is None:
+        return UNSET  # reported once, by the policy_loss entry
+    agg = LOSS_REDUCTION_TO_AGG_MODE.get(r("trainer.algorithm.loss_reduction"), "token-mean")
+    return server_loss_for(family, r(ARCTIC_BACKEND), loss_agg_mode=agg)
+
+
+def _is_family(r: Reader, family: str) -> bool:
+    return SKYRL_POLICY_LOSSES.get(r("trainer.algorithm.policy_loss_type")) == family
+
+
+def _clip(side: str) -> Any:
+    def compute(r: Reader) -> Any:
+        if _is_family(r, "cispo"):  # CISPO clips its IS weight with its own bounds
+            return r(f"trainer.algorithm.cispo.cispo_eps_clip_{side}")
+        return r(f"trainer.algorithm.eps_clip_{side}")
+
+    return compute
+
+
+def _family_knob(family: str, field: str) -> Any:
+    def compute(r: Reader) -> Any:
+        return r(field) if _is_family(r, family) else UNSET
+
+    return compute
 
 
 def _agg(value: Any) -> str:
@@ -270,8 +309,10 @@ ENTRIES = [
             _temperature, "algorithm.temperature, else the sampling temperature"),
     PassedThrough("trainer.algorithm.advantage_batch_normalize", "SkyRL's advantage normalisation"),
     NotApplicable("trainer.algorithm.value_head_prefix", _CRITIC),
-    Mapped("trainer.algorithm.policy_loss_type", "loss.loss_fn", _loss_fn,
-           "dual_clip -> verl_grpo; regular -> verl_grpo with its dual clip (a startup notice says so)"),
+    Mapped("trainer.algorithm.policy_loss_type", "loss.policy_loss", _family,
+           "regular -> ppo_clip, dual_clip, gspo, sapo, cispo, clip_cov, kl_cov (computed on the server)"),
+    Derived("loss.loss_fn", ("trainer.algorithm.policy_loss_type",), _loss_fn,
+            "the server loss that computes the family on this backend (arctic_rl_core, or the built-in verl_grpo)"),
     Mapped("trainer.algorithm.loss_reduction", "loss.loss_agg_mode", _agg,
            "token_mean -> token-mean, sequence_mean -> seq-mean-token-mean, seq_mean_token_sum_norm -> seq-mean-token-sum-norm"),
     PassedThrough("trainer.algorithm.grpo_norm_by_std", "SkyRL's GRPO advantages"),
@@ -279,8 +320,10 @@ ENTRIES = [
     PassedThrough("trainer.algorithm.zero_variance_filter_tol", "SkyRL's trainer"),
     PassedThrough("trainer.algorithm.lambd", "SkyRL's advantage estimators"),
     PassedThrough("trainer.algorithm.gamma", "SkyRL's advantage estimators"),
-    Mapped("trainer.algorithm.eps_clip_low", "loss.clip_ratio_low"),
-    Mapped("trainer.algorithm.eps_clip_high", "loss.clip_ratio_high"),
+    Derived("loss.clip_ratio_low", ("trainer.algorithm.eps_clip_low", "trainer.algorithm.cispo.cispo_eps_clip_low"),
+            _clip("low"), "eps_clip_low (cispo: cispo_eps_clip_low)"),
+    Derived("loss.clip_ratio_high", ("trainer.algorithm.eps_clip_high", "trainer.algorithm.cispo.cispo_eps_clip_high"),
+            _clip("high"), "eps_clip_high (cispo: cispo_eps_clip_high)"),
     Mapped("trainer.algorithm.clip_ratio_c", "loss.clip_ratio_c"),
     Derived("loss.loss_scale_factor", ("trainer.algorithm.max_seq_len", "trainer.algorithm.loss_reduction"),
             _scale_factor, "max_seq_len with seq_mean_token_sum_norm"),
@@ -304,10 +347,18 @@ ENTRIES = [
     NotApplicable("trainer.algorithm.off_policy_correction", "applies only with tis_ratio_type or sequence_mask_metric"),
     Rejected("trainer.algorithm.enable_sample_support_replay", "set it to false",
              why="the Arctic backend does not capture sample support"),
-    NotApplicable("trainer.algorithm.sapo", _UNUSED_LOSS),
-    NotApplicable("trainer.algorithm.clip_cov", _UNUSED_LOSS),
-    NotApplicable("trainer.algorithm.kl_cov", _UNUSED_LOSS),
-    NotApplicable("trainer.algorithm.cispo", _UNUSED_LOSS),
+    *(Derived(core, (field,), _family_knob(family, field), f"with policy_loss_type={family}")
+      for core, field, family in (
+        ("loss.tau_pos", "trainer.algorithm.sapo.tau_pos", "sapo"),
+        ("loss.tau_neg", "trainer.algorithm.sapo.tau_neg", "sapo"),
+        ("loss.clip_cov_ratio", "trainer.algorithm.clip_cov.clip_ratio", "clip_cov"),
+        ("loss.clip_cov_lb", "trainer.algorithm.clip_cov.clip_cov_lb", "clip_cov"),
+        ("loss.clip_cov_ub", "trainer.algorithm.clip_cov.clip_cov_ub", "clip_cov"),
+        ("loss.kl_cov_ratio", "trainer.algorithm.kl_cov.kl_cov_frac", "kl_cov"),
+        ("loss.ppo_kl_coef", "trainer.algorithm.kl_cov.ppo_kl_coef", "kl_cov"),
+      )),
+    Rejected("trainer.algorithm.cispo.cispo_anchor", "set it to old",
+             why="the Arctic loss anchors CISPO's ratio on the old log-probs"),
     NotApplicable("trainer.algorithm.dppo", _UNUSED_LOSS),
     NotApplicable("trainer.algorithm.value_clip", _CRITIC),
     Rejected("trainer.algorithm.dynamic_sampling.type", "unset it (null)",

@@ -126,11 +126,11 @@ def check_supported(config: DictConfig) -> list[str]:
             f"must divide ppo_mini_batch_size x rollout.n = {mini * n} (whole gradient-accumulation steps)",
         )
     loss_mode = _get(config, f"{actor}.policy_loss.loss_mode", "vanilla")
-    if loss_mode != "vanilla":
+    if loss_mode not in VERL_POLICY_LOSSES:
         bad(
             f"{actor}.policy_loss.loss_mode",
             loss_mode,
-            "the server computes the vanilla PPO/GRPO loss only: set it to vanilla",
+            f"use one of {list(VERL_POLICY_LOSSES)}; the Arctic server computes these (arctic_rl_core.losses)",
         )
     model = "actor_rollout_ref.model"
     lora = _get(config, f"{model}.lora.rank", 0) or _get(config, f"{model}.lora_rank", 0)
@@ -184,6 +184,51 @@ def check_supported(config: DictConfig) -> list[str]:
     return problems
 
 
+# -- policy loss (verl policy_loss.loss_mode -> a core loss family; the server computes it, see
+# arctic_rl_core.losses). verl's `vanilla` always dual-clips for negative advantages.
+VERL_POLICY_LOSSES = {
+    "vanilla": "dual_clip",
+    "gspo": "gspo",
+    "sapo": "sapo",
+    "cispo": "cispo",
+    "clip_cov": "clip_cov",
+    "kl_cov": "kl_cov",
+    "gpg": "gpg",
+}
+
+
+def policy_loss_values(actor: Any, backend: Mapping[str, Any]) -> dict[str, Any]:
+    """The core `loss` values of verl's policy loss: the family, the server loss that runs it on this
+    backend and the family's knobs (verl's sapo aggregates its policy term per sequence whatever
+    loss_agg_mode says, and so does the mapping)."""
+    from arctic_rl_core.config.loss_selection import server_loss_for
+
+    policy = actor.get("policy_loss") or {}
+    family = VERL_POLICY_LOSSES.get(policy.get("loss_mode", "vanilla"), "dual_clip")
+    values: dict[str, Any] = {
+        "loss_fn": server_loss_for(family, backend, loss_agg_mode=str(actor.loss_agg_mode)),
+        "policy_loss": family,
+    }
+    if family == "sapo":
+        values.update(
+            pg_loss_agg_mode="seq-mean-token-mean",
+            tau_pos=float(actor.get("tau_pos", 1.0)),
+            tau_neg=float(actor.get("tau_neg", 1.05)),
+        )
+    elif family == "clip_cov":
+        values.update(
+            clip_cov_ratio=float(policy.get("clip_cov_ratio") or 0.0002),
+            clip_cov_lb=float(policy.get("clip_cov_lb") if policy.get("clip_cov_lb") is not None else 1.0),
+            clip_cov_ub=float(policy.get("clip_cov_ub") if policy.get("clip_cov_ub") is not None else 5.0),
+        )
+    elif family == "kl_cov":
+        values.update(
+            kl_cov_ratio=float(policy.get("kl_cov_ratio") or 0.0002),
+            ppo_kl_coef=float(policy.get("ppo_kl_coef") if policy.get("ppo_kl_coef") is not None else 1.0),
+        )
+    return values
+
+
 def verl_owned_core_values(config: DictConfig, total_training_steps: int | None) -> dict[str, dict[str, Any]]:
     """The core schema values verl owns, read from verl's fields by their real names."""
     actor = config.actor_rollout_ref.actor
@@ -216,6 +261,7 @@ def verl_owned_core_values(config: DictConfig, total_training_steps: int | None)
             ),
         },
         "loss": {
+            **policy_loss_values(actor, _plain(_get(config, "remote_backend.core.backend", {})) or {}),
             "clip_ratio_low": float(actor.clip_ratio_low),
             "clip_ratio_high": float(actor.clip_ratio_high),
             "clip_ratio_c": float(actor.clip_ratio_c),
@@ -256,6 +302,15 @@ VERL_OWNED_CORE_KEYS: dict[str, dict[str, str]] = {
         "total_training_steps": "trainer.total_training_steps",
     },
     "loss": {
+        "loss_fn": "actor_rollout_ref.actor.policy_loss.loss_mode",
+        "policy_loss": "actor_rollout_ref.actor.policy_loss.loss_mode",
+        "pg_loss_agg_mode": "actor_rollout_ref.actor.policy_loss.loss_mode (sapo)",
+        "tau_pos": "actor_rollout_ref.actor.tau_pos",
+        "tau_neg": "actor_rollout_ref.actor.tau_neg",
+        **{
+            key: f"actor_rollout_ref.actor.policy_loss.{key}"
+            for key in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef")
+        },
         **{
             key: f"actor_rollout_ref.actor.{key}"
             for key in (

@@ -23,7 +23,13 @@ if TYPE_CHECKING:
 BackendKind = Literal["ray", "http", "cortex", "reference"]
 ARCTIC_BACKENDS: tuple[str, ...] = ("ray", "http", "cortex")
 
-LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+LossAggMode = Literal[
+    "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+]  # fmt: skip
+# `arctic_rl_core.losses.names.POLICY_LOSSES` (a test keeps the two equal).
+PolicyLoss = Literal["ppo_clip", "dual_clip", "gspo", "sapo", "cispo", "clip_cov", "kl_cov", "gpg"]
+# Server losses: the built-in verl_grpo and sft, or arctic_rl_core.losses imported by dotted path.
+LossFn = Literal["verl_grpo", "sft", "arctic_rl_core"]
 KlLossType = Literal[
     "k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl",
     "k1+", "kl+", "abs+", "k2+", "mse+", "k3+", "low_var_kl+",
@@ -100,6 +106,14 @@ class BackendSettings(_Group):
     )
     request_timeout_s: float = Field(
         default=1800.0, gt=0, description="Timeout of every request to the Arctic server (Arctic backends)."
+    )
+    server_has_arctic_rl_core: bool = Field(
+        default=True,
+        description=(
+            "The HTTP server's environment has arctic-rl-core installed, so it can import "
+            "loss.loss_fn=arctic_rl_core (kind = http only; checked by one probe call at startup). "
+            "false: only the built-in verl_grpo loss."
+        ),
     )
     cortex: CortexSettings = Field(
         default_factory=CortexSettings, description="Cortex connection (kind = cortex only)."
@@ -213,33 +227,75 @@ class OptimizerSettings(_Group):
 
 
 class LossSettings(_Group):
-    """The policy loss (verl GRPO semantics) and the sampling temperature it assumes."""
+    """The policy loss and the sampling temperature it assumes."""
 
-    loss_fn: Literal["verl_grpo", "sft"] = Field(
-        default="verl_grpo", description="Server loss: verl_grpo (RL) or sft (supervised cross-entropy)."
+    loss_fn: LossFn = Field(
+        default="verl_grpo",
+        description=(
+            "Server loss: verl_grpo (the server's built-in dual-clip PPO), sft (supervised cross-entropy), or "
+            "arctic_rl_core (loss.policy_loss computed by arctic_rl_core.losses, which the server imports by "
+            "dotted path: ray, reference, or an http server with arctic-rl-core installed)."
+        ),
+    )
+    policy_loss: PolicyLoss = Field(
+        default="dual_clip",
+        description=(
+            "Loss family (loss_fn = arctic_rl_core; verl_grpo is dual_clip): ppo_clip (SkyRL regular), dual_clip "
+            "(SkyRL dual_clip, verl vanilla), gspo, sapo, cispo, clip_cov, kl_cov, gpg."
+        ),
     )
     clip_ratio_low: float = Field(
         default=0.2,
         ge=0,
-        description="PPO clip: ratio >= 1 - clip_ratio_low. Arctic backends accept only 0.2 (the server hard-codes it).",
+        description="PPO clip: ratio >= 1 - clip_ratio_low (cispo: the IS-weight clip). verl_grpo on an Arctic server accepts only 0.2.",
     )
     clip_ratio_high: float = Field(
         default=0.2,
         ge=0,
-        description="PPO clip: ratio <= 1 + clip_ratio_high. Arctic backends accept only 0.2 (the server hard-codes it).",
+        description="PPO clip: ratio <= 1 + clip_ratio_high (cispo: the IS-weight clip). verl_grpo on an Arctic server accepts only 0.2.",
     )
     clip_ratio_c: float = Field(
         default=3.0,
         gt=1,
-        description="Dual-clip bound for negative advantages (loss <= c x abs(A)). Arctic backends accept only 3.0.",
+        description="Dual-clip bound for negative advantages (loss <= c x abs(A)). verl_grpo on an Arctic server accepts only 3.0.",
     )
     loss_agg_mode: LossAggMode = Field(
-        default="token-mean", description="How token losses become one scalar."
+        default="token-mean",
+        description="How token losses become one scalar (token-sum: arctic_rl_core only).",
+    )
+    pg_loss_agg_mode: LossAggMode | None = Field(
+        default=None,
+        description="Aggregation of the policy term when it differs from loss_agg_mode (verl's sapo: seq-mean-token-mean); null = loss_agg_mode. arctic_rl_core only.",
     )
     loss_scale_factor: float | None = Field(
         default=None,
         gt=0,
-        description="seq-mean-token-sum-norm divisor; null = max response length (reference backend only).",
+        description="seq-mean-token-sum-norm divisor; null = the micro-batch's longest response (not with verl_grpo on an Arctic server).",
+    )
+    tau_pos: float | None = Field(
+        default=None, gt=0, description="sapo: gate temperature for positive advantages; null = 1.0."
+    )
+    tau_neg: float | None = Field(
+        default=None, gt=0, description="sapo: gate temperature for other advantages; null = 1.05."
+    )
+    clip_cov_ratio: float | None = Field(
+        default=None,
+        gt=0,
+        description="clip_cov: fraction of tokens whose gradient is masked; null = 0.0002.",
+    )
+    clip_cov_lb: float | None = Field(
+        default=None, description="clip_cov: lower covariance bound of the masked tokens; null = 1.0."
+    )
+    clip_cov_ub: float | None = Field(
+        default=None, description="clip_cov: upper covariance bound of the masked tokens; null = 5.0."
+    )
+    kl_cov_ratio: float | None = Field(
+        default=None,
+        gt=0,
+        description="kl_cov: fraction of tokens given the |log-ratio| penalty; null = 0.0002.",
+    )
+    ppo_kl_coef: float | None = Field(
+        default=None, ge=0, description="kl_cov: weight of the |log-ratio| penalty; null = 0.1."
     )
     use_kl_loss: bool = Field(default=False, description="Add a KL penalty against the reference model.")
     kl_loss_coef: float = Field(default=0.001, ge=0, description="Weight of the KL penalty.")
@@ -259,6 +315,26 @@ class LossSettings(_Group):
             "log-probs come from the log-prob job (Arctic backends: placement.log_prob_gpus >= 1)."
         ),
     )
+
+    def family_params(self) -> dict[str, float]:
+        """The family knobs that are set (meta.policy_loss_config keys)."""
+        return {
+            name: float(getattr(self, name))
+            for name in FAMILY_KNOB_FAMILIES
+            if getattr(self, name) is not None
+        }
+
+
+# The family knobs of `LossSettings` and the loss family that reads each.
+FAMILY_KNOB_FAMILIES: dict[str, str] = {
+    "tau_pos": "sapo",
+    "tau_neg": "sapo",
+    "clip_cov_ratio": "clip_cov",
+    "clip_cov_lb": "clip_cov",
+    "clip_cov_ub": "clip_cov",
+    "kl_cov_ratio": "kl_cov",
+    "ppo_kl_coef": "kl_cov",
+}
 
 
 class DeepSpeedSettings(_Group):
@@ -585,6 +661,23 @@ class ArcticRLConfig(BaseModel):
     def is_arctic(self) -> bool:
         """True for the Arctic backends (ray, http, cortex)."""
         return self.backend.kind in ARCTIC_BACKENDS
+
+    @property
+    def server_imports_core(self) -> bool:
+        """Whether the training server can import arctic_rl_core (loss.loss_fn=arctic_rl_core): the
+        reference engine and the Ray backend (same locked environment) always, an HTTP server when
+        `backend.server_has_arctic_rl_core`, Cortex never."""
+        from arctic_rl_core.config.loss_selection import server_can_import_core
+
+        return server_can_import_core(self.backend.model_dump())
+
+    @property
+    def server_loss_fn(self) -> str:
+        """`processing.loss_fn` of the training payloads: a registered server name, or the dotted path
+        of `arctic_rl_core.losses` for loss_fn=arctic_rl_core."""
+        from arctic_rl_core.losses.names import SERVER_LOSS_FN
+
+        return SERVER_LOSS_FN if self.loss.loss_fn == "arctic_rl_core" else self.loss.loss_fn
 
     @property
     def shape(self) -> TrainingShape:
