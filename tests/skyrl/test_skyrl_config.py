@@ -68,11 +68,10 @@ def test_stock_defaults_pass_with_skyrls_own_loss():
         ("trainer.algorithm.policy_loss_type=rollout_is", "trainer.algorithm.policy_loss_type", "dual_clip"),
         ("trainer.algorithm.loss_reduction=prompt_mean", "trainer.algorithm.loss_reduction", "token_mean"),
         (
-            "trainer.algorithm.off_policy_correction.tis_ratio_type=token",
-            "tis_ratio_type",
-            "rollout_is_weights",
+            "trainer.algorithm.off_policy_correction.sequence_mask_metric=product",
+            "sequence_mask_metric",
+            "masks",
         ),
-        ("trainer.algorithm.use_tis=true", "trainer.algorithm.use_tis", "rollout_is_weights"),
         ("trainer.policy.model.lora.rank=8", "trainer.policy.model.lora.rank", "TrainingConfig.peft"),
         ("trainer.update_ref_every_epoch=true", "trainer.update_ref_every_epoch", "fixed"),
         ("trainer.hf_save_interval=5", "trainer.hf_save_interval", "export_hf=True"),
@@ -270,3 +269,11 @@ def test_settings_that_do_not_apply_are_listed_not_dropped():
     assert result.issues == []
     listed = {s.field: s.value for s in result.not_applied}
     assert listed == {"trainer.policy.fsdp_config.fsdp_size": 4, "trainer.critic.optimizer_config.lr": 1e-4}
+
+
+def test_rollout_correction_settings_are_accepted_for_the_wire():
+    for override in (
+        "trainer.algorithm.off_policy_correction.tis_ratio_type=token",
+        "trainer.algorithm.use_tis=true",
+    ):
+        assert translate(parse_cli([*REFERENCE, override]), steps_per_epoch=4).issues == []

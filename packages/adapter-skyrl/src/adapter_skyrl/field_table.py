@@ -227,6 +227,7 @@ _LOGPROB_KERNELS = (
     "the Arctic server computes log-probs and entropy itself (trainer.arctic_rl.zorro.logits_*)"
 )
 _TRACKER = "SkyRL's tracker and logging"
+_TIS = "the adapter's rollout_is_weights on the wire (SkyRL's compute_tis_ratio; the server's loss multiplies by them)"
 _UNUSED_LOSS = "a parameter of a SkyRL policy loss the Arctic server does not compute"
 
 ENTRIES = [
@@ -327,13 +328,10 @@ ENTRIES = [
     Mapped("trainer.algorithm.clip_ratio_c", "loss.clip_ratio_c"),
     Derived("loss.loss_scale_factor", ("trainer.algorithm.max_seq_len", "trainer.algorithm.loss_reduction"),
             _scale_factor, "max_seq_len with seq_mean_token_sum_norm"),
-    Rejected("trainer.algorithm.use_tis", "set trainer.algorithm.use_tis=false",
-             why="truncated importance sampling weights are not yet sent on the wire by this adapter "
-                 "(arctic-platform 0.1.4's loss reads batch.rollout_is_weights)"),
-    NotApplicable("trainer.algorithm.tis_imp_ratio_cap", "applies only with use_tis"),
-    Rejected("trainer.algorithm.off_policy_correction.tis_ratio_type", "unset it (null)",
-             why="rollout-correction weights are not yet sent on the wire by this adapter "
-                 "(arctic-platform 0.1.4's loss reads batch.rollout_is_weights)"),
+    *(PassedThrough(f"trainer.algorithm.{name}", _TIS) for name in (
+        "use_tis", "tis_imp_ratio_cap", "off_policy_correction.tis_ratio_type",
+        "off_policy_correction.token_tis_ratio_clip_high", "off_policy_correction.sequence_tis_ratio_clip_high",
+    )),
     Rejected("trainer.algorithm.off_policy_correction.sequence_mask_metric", "unset it (null)",
              why="rollout-correction masks are not computed on the Arctic path"),
     Rejected("trainer.algorithm.off_policy_correction.outlier_token_is_threshold_low", "unset it (null)",
@@ -344,7 +342,7 @@ ENTRIES = [
              why="rollout-correction masks are not computed on the Arctic path"),
     Rejected("trainer.algorithm.off_policy_correction.token_mask_is_threshold_high", "unset it (null)",
              why="rollout-correction masks are not computed on the Arctic path"),
-    NotApplicable("trainer.algorithm.off_policy_correction", "applies only with tis_ratio_type or sequence_mask_metric"),
+    NotApplicable("trainer.algorithm.off_policy_correction", "applies only with sequence_mask_metric (rejected)"),
     Rejected("trainer.algorithm.enable_sample_support_replay", "set it to false",
              why="the Arctic backend does not capture sample support"),
     *(Derived(core, (field,), _family_knob(family, field), f"with policy_loss_type={family}")
