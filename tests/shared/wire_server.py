@@ -59,16 +59,19 @@ class WireServer:
         return f"http://{self.host}:{self.port}"
 
     # -- configs pointing here ------------------------------------------------------------------
-    def overrides(self, prefix: str = "") -> list[str]:
-        """`key=value` settings of a core config (under `prefix`) for backend.kind=http here."""
-        return [
+    def overrides(self, prefix: str = "", *, model: bool = True) -> list[str]:
+        """`key=value` settings of a core config (under `prefix`) for backend.kind=http here, and
+        (`model`) the model it serves; a framework that names the model itself (SkyRL's
+        `trainer.policy.model.path`, verl's `actor_rollout_ref.model.path`) passes model=False and
+        points that at a directory from `tiny_model_dir`."""
+        settings = [
             f"{prefix}backend.kind=http",
             f"{prefix}backend.host={self.host}",
             f"{prefix}backend.port={self.port}",
             f"{prefix}backend.job_ready_timeout_s=60",
             f"{prefix}backend.request_timeout_s=300",
-            f"{prefix}model.name={REFERENCE_MODEL_NAME}",
         ]
+        return [*settings, f"{prefix}model.name={REFERENCE_MODEL_NAME}"] if model else settings
 
     def core_config(self, *overrides: str) -> Any:
         """An `ArcticRLConfig` for this server; `overrides` (key=value) are applied after."""
@@ -197,6 +200,15 @@ def _stop(process: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
         process.wait(timeout=STOP_TIMEOUT_S)
+
+
+def tiny_model_dir(directory: Path, seed: int, **model: Any) -> Path:
+    """A tiny reference model (and the bundled tokenizer) saved as a local Hugging Face directory:
+    the framework's tokenizer loads from it and the server serves it when a job names it."""
+    from arctic_rl_core.backends.reference.model import save_model_dir
+    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+
+    return save_model_dir(directory, ReferenceModelConfig(**model), seed)
 
 
 # -- pytest fixtures (import into a conftest.py) -------------------------------------------------

@@ -74,7 +74,7 @@ def test_stock_defaults_pass_with_skyrls_own_loss():
         ),
         ("trainer.policy.model.lora.rank=8", "trainer.policy.model.lora.rank", "TrainingConfig.peft"),
         ("trainer.update_ref_every_epoch=true", "trainer.update_ref_every_epoch", "fixed"),
-        ("trainer.hf_save_interval=5", "trainer.hf_save_interval", "export_hf=True"),
+        ("trainer.hf_save_interval=5", "trainer.hf_save_interval", "checkpoint.export_hf=true"),
         ("trainer.policy.torch_profiler_config.enable=true", "torch_profiler_config.enable", "false"),
         ("trainer.fully_async.enabled=true", "trainer.fully_async.enabled", "synchronous"),
         ("generator.max_turns=3", "generator.max_turns", "single-turn"),
@@ -107,7 +107,11 @@ def test_stock_defaults_pass_with_skyrls_own_loss():
             "trainer.arctic_rl.placement",
             "policy_num_gpus_per_node",
         ),
-        ("trainer.arctic_rl.checkpoint.path=/x", "trainer.arctic_rl.checkpoint.path", "trainer.ckpt_path"),
+        (
+            "trainer.arctic_rl.placement.colocate=false",
+            "trainer.arctic_rl.placement.colocate",
+            "colocate_all",
+        ),
         ("trainer.policy.optimizer_config.scheduler=linear", "optimizer_config.scheduler", "cosine"),
         ("trainer.arctic_rl.zorro.enabel=true", "trainer.arctic_rl.zorro.enabel", "zorro.enable"),
     ],
@@ -160,7 +164,6 @@ def test_skyrl_fields_drive_placement_engines_kernels_and_budgets():
             "generator.inference_engine.enforce_eager=true",
             "trainer.gradient_checkpointing=false",
             "trainer.policy.fsdp_config.cpu_offload=true",
-            "trainer.policy.sequence_parallel_size=2",
             "trainer.max_tokens_per_microbatch=20000",
             "trainer.seed=7",
             "trainer.ckpt_path=/shared/ckpt",
@@ -176,8 +179,8 @@ def test_skyrl_fields_drive_placement_engines_kernels_and_budgets():
     arctic = to_arctic_config(cfg, steps_per_epoch=10)
     place = arctic.placement
     assert (place.training_gpus, place.sampling_gpus, place.sampling_tensor_parallel_size) == (32, 32, 4)
-    assert (place.log_prob_gpus, place.ulysses_sequence_parallel_size, place.colocate) == (32, 2, True)
-    assert arctic.shape.num_sampling_engines == 8 and arctic.shape.data_parallel_size == 16
+    assert (place.log_prob_gpus, place.colocate) == (32, True)
+    assert arctic.shape.num_sampling_engines == 8 and arctic.shape.data_parallel_size == 32
     vllm = arctic.vllm
     assert (vllm.gpu_memory_utilization, vllm.max_num_seqs, vllm.enable_prefix_caching) == (0.5, 64, False)
     assert (vllm.max_num_batched_tokens, vllm.enforce_eager) == (16384, True)
@@ -277,3 +280,22 @@ def test_rollout_correction_settings_are_accepted_for_the_wire():
         "trainer.algorithm.use_tis=true",
     ):
         assert translate(parse_cli([*REFERENCE, override]), steps_per_epoch=4).issues == []
+
+
+def test_sequence_parallelism_is_skyrls_field_and_the_core_says_what_the_server_cannot_do():
+    with pytest.raises(UnsupportedSkyRLSettingError) as info:
+        check_supported(
+            parse_cli(
+                [
+                    *SUPPORTED,
+                    "trainer.policy.sequence_parallel_size=2",
+                    "trainer.placement.policy_num_gpus_per_node=2",
+                    "trainer.algorithm.use_kl_loss=false",
+                ]
+            ),
+            steps_per_epoch=4,
+        )
+    (issue,) = info.value.issues
+    assert (
+        issue.path == "trainer.policy.sequence_parallel_size (core placement.ulysses_sequence_parallel_size)"
+    )

@@ -171,6 +171,16 @@ def test_log_prob_jobs():
                 )
             for t in range(lengths[b] - 1):
                 assert tensor[b, t].item() == pytest.approx(logp[t, ids[t + 1]].item(), abs=1e-5)
+        # 0.1.4's /sleep-log-prob and /wake-log-prob offload the DeepSpeed engine and bring it back;
+        # a forward in between is refused (the real server would fail inside its workers)
+        response = await client.post("/sleep-log-prob", params={"job_id": 2}, json={})
+        assert response.status == 200 and (await response.json())["workers"] == [{"state": "offloaded"}]
+        status, body = await _wire_post(client, "/forward", 2, {"batch": {}, "meta": {}, "processing": {}})
+        assert status == 409 and "POST /wake-log-prob first" in body["detail"]
+        response = await client.post("/wake-log-prob", params={"job_id": 2}, json={})
+        assert (await response.json())["workers"] == [{"state": "on_gpu"}]
+        response = await client.post("/sleep-log-prob", params={"job_id": 99}, json={})
+        assert response.status == 404
 
     _serve(test)
 

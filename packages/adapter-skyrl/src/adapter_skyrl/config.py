@@ -180,7 +180,7 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
     values = dict(table.values)
     if kind == "reference":
         values["model.name"] = None  # the reference engine builds its own tiny model
-    repeated = _owned_repeated(core_groups)
+    repeated = _owned_repeated(core_groups, values)
     issues += repeated
     for issue in repeated:  # reported once: not validated a second time by the core
         group, name = issue.path.removeprefix("trainer.arctic_rl.").split(".", 1)
@@ -209,20 +209,23 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _owned_repeated(core_groups: Mapping[str, Any]) -> list[ConfigIssue]:
+def _owned_repeated(core_groups: Mapping[str, Any], values: Mapping[str, Any]) -> list[ConfigIssue]:
+    """SkyRL-owned core fields repeated under trainer.arctic_rl with a value other than SkyRL's."""
     owned = field_table.owned_core_fields()
     found = []
     for group, sub in core_groups.items():
         if not isinstance(sub, Mapping):
             continue
-        for name, value in sub.items():
+        for name, value in list(sub.items()):
             core = f"{group}.{name}"
-            if core in owned:
+            if core in owned and core in values and _same(values[core], value):
+                del sub[name]  # the same value twice: one source of truth, nothing to report
+            elif core in owned:
                 found.append(
                     ConfigIssue(
                         f"trainer.arctic_rl.{core}",
                         value,
-                        "SkyRL owns this setting",
+                        f"SkyRL owns this setting (SkyRL's fields give {values.get(core)!r})",
                         f"set {owned[core]} instead (and remove trainer.arctic_rl.{core})",
                     )
                 )

@@ -372,10 +372,15 @@ ENTRIES = [
     PassedThrough("trainer.resume_path", "SkyRL's checkpoint resume"),
     PassedThrough("trainer.log_path", "SkyRL's logs"),
     Mapped("trainer.ckpt_path", "checkpoint.path", str, "the Arctic training job's checkpoint directory (and SkyRL's)"),
-    PassedThrough("trainer.max_ckpts_to_keep", "SkyRL's checkpoint cleanup (the server's save_total_limit: issue 18)"),
+    PassedThrough("trainer.max_ckpts_to_keep",
+                  "SkyRL's checkpoint cleanup (removes whole global_step folders, the backend's checkpoint with them; "
+                  "trainer.arctic_rl.checkpoint.save_total_limit prunes inside the backend folder)"),
     PassedThrough("trainer.ckpt_interval", "SkyRL's checkpoint schedule"),
-    Rejected("trainer.hf_save_interval", "set trainer.hf_save_interval=-1",
-             why="HF export (save_checkpoint(export_hf=True) in the 0.1.4 client) is not yet wired on this path"),
+    Rejected("trainer.hf_save_interval",
+             "set trainer.hf_save_interval=-1 and trainer.arctic_rl.checkpoint.export_hf=true (each checkpoint at "
+             "trainer.ckpt_interval then carries an hf/ copy)",
+             why="the Arctic server exports HF weights with each checkpoint (save_checkpoint(export_hf=True)), "
+                 "not on a schedule of their own"),
     PassedThrough("trainer.export_path", "SkyRL's dumps and exports"),
     # -- batch shape -------------------------------------------------------------------------------
     Mapped("trainer.update_epochs_per_batch", "batch.epochs"),
@@ -502,6 +507,7 @@ REFINABLE = frozenset(
         "batch.micro_batch_size_per_gpu",
         "batch.max_token_len_per_gpu",
         "deepspeed.offload_optimizer",
+        "checkpoint.path",  # a server that writes its training job's files elsewhere
     }
 )
 

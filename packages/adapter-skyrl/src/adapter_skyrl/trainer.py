@@ -252,7 +252,12 @@ class ArcticPPOExp(BasePPOExp):
 
         spec = PayloadSpec.from_config(self.arctic_cfg, pad_token_id=int(self.tokenizer.pad_token_id))
         return ArcticWorkerDispatch(
-            self.cfg, self.backend, spec, WeightSyncPolicy.from_config(self.arctic_cfg), trace=self.trace
+            self.cfg,
+            self.backend,
+            spec,
+            WeightSyncPolicy.from_config(self.arctic_cfg),
+            trace=self.trace,
+            checkpoint=self.arctic_cfg.checkpoint,
         )
 
     def _setup_trainer(self) -> ArcticPPOTrainer:

@@ -97,9 +97,19 @@ def verl_overrides(
         # logical CPUs for verl's actors (trainer, forwarder, rollout server, reward, TransferQueue)
         "ray_kwargs.ray_init.num_cpus=8",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        f"+remote_backend.core.backend.reference.model_path={model_path.resolve()}",
+        *verl_backend_overrides(options, model_path=model_path),
         f"+remote_backend.core.determinism.seed={options.seed}",
     ]
+
+
+def verl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[str]:
+    """The GRPO backend (`arctic_rl_core.demo.backend.grpo_backend_settings`) as verl overrides
+    (`+remote_backend.core.*`); a server's jobs load `actor_rollout_ref.model.path`."""
+    from arctic_rl_core.demo.backend import grpo_backend_settings, override_value
+
+    settings = grpo_backend_settings(options, model_path=model_path)
+    # `++`: add or override (the adapter's `remote_backend=arctic` config already sets backend.kind)
+    return [f"++remote_backend.core.{key}={override_value(value)}" for key, value in settings.items()]
 
 
 def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
@@ -185,8 +195,11 @@ class _MetricsTail:
                 self.on_step(step, step_record(entry["data"], step_rewards(self.rollout_dir, step)))
 
 
-def _backend_location() -> dict[str, Any]:
-    """Where verl's trainer started the reference engine: its Ray actor's process and node."""
+def _backend_location(options: DemoOptions) -> dict[str, Any]:
+    """Where verl's trainer started the reference engine: its Ray actor's process and node (or
+    the Arctic server the run drives)."""
+    if options.server is not None:
+        return {"where": f"Arctic on-prem server at {options.server} (arctic-platform client)"}
     from adapter_verl.session import lookup_session
 
     handle = lookup_session().handle
@@ -253,7 +266,7 @@ def run_grpo(
         os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file.resolve())
         try:
             tail = _MetricsTail(
-                metrics_file, run_dir / ROLLOUT_DIR, on_step, lambda: on_backend(_backend_location())
+                metrics_file, run_dir / ROLLOUT_DIR, on_step, lambda: on_backend(_backend_location(options))
             )
             with tail:
                 run_ppo(config, task_runner_class=TaskRunnerV1)
@@ -279,6 +292,10 @@ async def _restored_backend(options: DemoOptions, model_path: Path, checkpoints:
     if step < 1:
         raise RuntimeError(f"verl left no checkpoint in {checkpoints}: the GRPO run did not finish a step")
     backend = reference_backend(options, model_path=model_path, lr=options.lr)
-    await backend.load_checkpoint(str(checkpoints / f"global_step_{step}" / "actor"), step)
+    from adapter_verl.worker import backend_checkpoint_root
+
+    await backend.load_checkpoint(
+        backend_checkpoint_root(str(checkpoints / f"global_step_{step}" / "actor")), step
+    )
     await synced(backend)
     return backend

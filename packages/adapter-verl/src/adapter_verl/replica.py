@@ -156,12 +156,19 @@ class ArcticRolloutServer:
             )
 
     async def wake_up(self) -> None:
-        """Wake a sleeping sampler with the weights it already holds (the weight-sync policy wakes
-        it with new weights after every step)."""
+        """Wake a sleeping sampler (the weight-sync policy wakes it with new weights after every
+        step). At sleep level 1 it wakes with the weights it holds; level 2 (the colocated default)
+        discarded them, so it gets the trainer's current weights through the core sync instead."""
         from arctic_rl_core.backends.protocol import InferenceState
+        from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
 
         backend = await self._connected()
-        if (await backend.state()).inference is not InferenceState.AWAKE:
+        if (await backend.state()).inference is InferenceState.AWAKE:
+            return
+        policy = WeightSyncPolicy.from_config(self._arctic_config)
+        if policy.colocated and policy.inference_sleep_level == 2:
+            await sync_after_step(backend, policy)
+        else:
             await backend.wake_inference(None)
 
     async def clear_kv_cache(self) -> None:

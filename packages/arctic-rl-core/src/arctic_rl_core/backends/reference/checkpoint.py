@@ -56,6 +56,28 @@ def save_checkpoint(
     (directory / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def check_save_total_limit(limit: object) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"save_total_limit={limit!r}: an integer >= 0 (0 or None keeps every checkpoint)")
+
+
+def prune_checkpoint_dirs(root: Path, keep: int) -> list[Path]:
+    """Keep the newest `keep` `checkpoint-<n>` directories of `root` (by n), remove the others, as
+    0.1.4's `prune_checkpoint_dirs` does; returns the removed ones."""
+    import re
+    import shutil
+
+    found = sorted(
+        (int(m.group(1)), child)
+        for child in root.iterdir()
+        if child.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", child.name))
+    )
+    removed = [child for _, child in found[:-keep]] if keep > 0 else []
+    for child in removed:
+        shutil.rmtree(child, ignore_errors=True)
+    return removed
+
+
 def load_checkpoint(directory: Path, model, optimizer) -> tuple[TrainerState, torch.Tensor, torch.Tensor]:
     """Restore weights and optimizer in place; returns the trainer state and the two RNG states."""
     import torch

@@ -19,14 +19,13 @@ import asyncio
 import json
 import logging
 import math
-import re
-import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends.protocol import SamplingParams
+from arctic_rl_core.backends.reference.checkpoint import prune_checkpoint_dirs
 from arctic_rl_core.backends.reference.fidelity import (
     GENERATE_KEYS,
     LOAD_KEYS,
@@ -85,6 +84,7 @@ class Job:
     cuda_ipc: bool = False
     low_memory: bool = False
     deepspeed: bool = False  # log_prob job: DeepSpeed reference engine (else vLLM-like)
+    offloaded: bool = False  # log_prob job: /sleep-log-prob moved its DeepSpeed engine to the CPU
     max_model_len: int | None = None  # sampling job: vllm_config.max_model_len
 
 
@@ -136,6 +136,8 @@ class ReferenceServer:
             ("POST", "/wake-inference", self.wake_inference),
             ("POST", "/sleep-training", self.sleep_training),
             ("POST", "/wake-training", self.wake_training),
+            ("POST", "/sleep-log-prob", self.sleep_log_prob),
+            ("POST", "/wake-log-prob", self.wake_log_prob),
             ("POST", "/save", self.save),
             ("POST", "/load-checkpoint", self.load_checkpoint),
             ("POST", "/weight-norm", self.weight_norm),
@@ -325,6 +327,12 @@ class ReferenceServer:
             raise HTTPError(
                 400, f"Job {job_id} (log_prob) has no DeepSpeed workers: create it with a ds_config"
             )
+        if job.offloaded:
+            # 0.1.4 runs the forward with the engine's parameters on the CPU: it fails in the worker
+            detail = f"Job {job_id} (log_prob) is offloaded (/sleep-log-prob): POST /wake-log-prob first"
+            if self.fidelity.state_guard:
+                raise HTTPError(409, detail)
+            raise InternalServerError(detail)
         payload = await _wire_body(request)
         out = await self.engine.forward(payload, reference_model=job.job_type == "log_prob")
         batch: dict[str, Any] = {"logprobs": out.logprobs_B_S}
@@ -358,7 +366,7 @@ class ReferenceServer:
             (root / "latest").write_text(str(int(step)), encoding="utf-8")
         limit = body.get("save_total_limit")
         if limit is not None and int(limit) > 0:
-            _prune_checkpoints(root, int(limit))
+            prune_checkpoint_dirs(root, int(limit))
         hf_path = str(path / "hf") if export_hf else None
         return {"job_id": job_id, "path": str(path), "hf_path": hf_path, "global_step": global_step}
 
@@ -545,6 +553,23 @@ class ReferenceServer:
         await self.engine.wake_training()
         return {"job_id": job_id, "workers": [{"state": "awake"}] * self.engine.settings.dp_size}
 
+    async def sleep_log_prob(self, request: web.Request) -> Any:
+        """0.1.4: offload the DeepSpeed log-prob engine to the CPU (a no-op without DeepSpeed workers)."""
+        return await self._log_prob_residency(request, offloaded=True)
+
+    async def wake_log_prob(self, request: web.Request) -> Any:
+        return await self._log_prob_residency(request, offloaded=False)
+
+    async def _log_prob_residency(self, request: web.Request, *, offloaded: bool) -> Any:
+        job_id = _job_id(request)
+        job = self._job(job_id, "log_prob")
+        await _json_body(request, required=False)
+        if not job.deepspeed:
+            return {"job_id": job_id, "workers": []}
+        job.offloaded = offloaded
+        state = "offloaded" if offloaded else "on_gpu"
+        return {"job_id": job_id, "workers": [{"state": state}] * self.engine.settings.dp_size}
+
     async def weight_norm(self, request: web.Request) -> Any:
         body = await _json_body(request, required=True)
         self._job(int(body["training_job_id"]), "training")
@@ -714,16 +739,6 @@ def _max_model_len(vllm_config: Any, model_limit: int) -> int | None:
 def _per_rank(metrics: dict[str, float], dp_size: int) -> dict[str, Any]:
     """The server merges per-rank step metrics: scalars with one rank, lists with several."""
     return metrics if dp_size == 1 else {k: [v] * dp_size for k, v in metrics.items()}
-
-
-def _prune_checkpoints(root: Path, keep: int) -> None:
-    found = sorted(
-        (int(m.group(1)), child)
-        for child in root.iterdir()
-        if child.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", child.name))
-    )
-    for _, child in found[:-keep]:
-        shutil.rmtree(child, ignore_errors=True)
 
 
 def _request_logger(path: Path) -> Any:
