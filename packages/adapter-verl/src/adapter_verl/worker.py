@@ -25,6 +25,7 @@ from verl.single_controller.base.decorator import Dispatch, make_nd_compute_data
 from verl.utils import tensordict_utils as tu
 
 from adapter_verl.trace import TraceWriter
+from adapter_verl.verl_internals import collect_on_rank0
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
@@ -110,8 +111,7 @@ class ArcticActorRolloutRefWorker(Worker):
     # -- set-up ---------------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        for mesh in MESHES:
-            self._register_dispatch_collect_info(mesh_name=mesh, dp_rank=0, is_collect=self.rank == 0)
+        collect_on_rank0(self, MESHES)
         if self.rank != 0:
             return
         from adapter_verl.session import lookup_session
