@@ -122,11 +122,12 @@ class WireServer:
         return ids
 
 
-def _command(extra: Sequence[str]) -> list[str]:
+def _command(extra: Sequence[str], file_root: Path) -> list[str]:
     # The entry point next to this interpreter when installed (what a user runs), else the module.
     script = Path(sys.executable).with_name("arctic-rl")
     head = [str(script)] if script.exists() else [sys.executable, "-m", "arctic_rl_core.cli.main"]
-    return [*head, "serve", "--reference", "--host", "127.0.0.1", "--port", "0", *extra]
+    serve = ["serve", "--reference", "--host", "127.0.0.1", "--port", "0", "--file-root", str(file_root)]
+    return [*head, *serve, *extra]
 
 
 def _wait_listening(process: subprocess.Popen, log_path: Path, deadline: float) -> tuple[str, int]:
@@ -149,14 +150,17 @@ def serve_reference(
     args: Sequence[str] = (),
     startup_timeout_s: float = STARTUP_TIMEOUT_S,
     env: dict[str, str] | None = None,
+    file_root: Path | None = None,
 ) -> Iterator[WireServer]:
-    """Run `arctic-rl serve --reference [args]` on a free loopback port while the block runs."""
+    """Run `arctic-rl serve --reference [args]` on a free loopback port while the block runs. The
+    server reads and writes files only under `file_root` (default: the parent of `log_dir`, which
+    under pytest is the session's base folder, so every test's `tmp_path` is inside it)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"arctic-rl-serve-{os.getpid()}-{time.monotonic_ns()}.log"
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            _command(args),
+            _command(args, file_root if file_root is not None else log_dir.parent),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

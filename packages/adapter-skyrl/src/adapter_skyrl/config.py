@@ -247,7 +247,7 @@ def _seed_collisions(
         if at_default or _same(values[core], value):
             values[core] = value
             continue
-        old = next(k for k in SEED_KEYS._by_old if SEED_KEYS._by_old[k].core == core)
+        old = SEED_KEYS.old_key_for(core)
         shown = ", ".join(f"{s}={read(s)!r}" for s in sources)
         found.append(
             ConfigIssue(
@@ -309,7 +309,7 @@ def _cross_field(
 def _core_issue(issue: ConfigIssue, legacy_flat: Mapping[str, Any]) -> ConfigIssue:
     """A core validation issue named by the SkyRL field, the seed key or the trainer.arctic_rl path."""
     for old in legacy_flat:
-        entry = SEED_KEYS._by_old[old]
+        entry = SEED_KEYS.entry(old)
         if getattr(entry, "core", None) == issue.path:
             return dataclasses.replace(issue, path=f"trainer.arctic_rl.{old} (core {issue.path})")
     return field_table.TABLE.in_framework_terms(issue, extension_prefix="trainer.arctic_rl")

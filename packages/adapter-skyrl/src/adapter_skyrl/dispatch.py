@@ -27,6 +27,7 @@ from adapter_skyrl.samples import (
     to_rollout_samples,
     to_skyrl_rows,
 )
+from adapter_skyrl.skyrl_internals import no_actor_groups
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend, WirePayload
@@ -59,8 +60,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
     ):
         # The base keeps cfg/colocation flags; its actor-group table stays empty on purpose.
         super().__init__(cfg, policy_actor_group=None, inference_engine_client=None)
-        self._actor_groups = {}
-        self._gpu_state = {}
+        no_actor_groups(self)
         self.backend = backend
         self.spec = spec
         self.sync_policy = sync_policy
@@ -406,7 +406,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
         return []
 
     def set_inference_engine_client(self, inference_engine_client: Any) -> None:
-        self._inference_engine_client = inference_engine_client
+        super().set_inference_engine_client(inference_engine_client)
 
     def register_actor_group(self, model: str, actor_group: Any) -> None:
         raise NotImplementedError(f"register_actor_group({model!r}): the Arctic dispatch has no actor groups")

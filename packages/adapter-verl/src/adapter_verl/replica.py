@@ -18,6 +18,7 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from adapter_verl.generate_batcher import GenerateBatcher
 from adapter_verl.trace import TraceWriter
+from adapter_verl.verl_internals import WEIGHTS_VERSION_KEY, set_replica_server
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend, SamplingParams
@@ -139,7 +140,7 @@ class ArcticRolloutServer:
             token_ids=list(completion.token_ids),
             log_probs=list(completion.logprobs) if params.logprobs and completion.logprobs else None,
             stop_reason="aborted" if completion.finish_reason == "abort" else "completed",
-            extra_fields={"global_steps": served.weights_version},
+            extra_fields={WEIGHTS_VERSION_KEY: served.weights_version},
         )
 
     async def sleep(self) -> None:
@@ -209,5 +210,4 @@ class ArcticRolloutReplica(RolloutReplica):
             max_num_seqs=int(self.config.max_num_seqs),
         )
         self.servers = [server]
-        self._server_handle = server
-        self._server_address = f"arctic-replica-{self.replica_rank}{self.name_suffix}"
+        set_replica_server(self, server, f"arctic-replica-{self.replica_rank}{self.name_suffix}")

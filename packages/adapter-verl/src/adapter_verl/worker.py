@@ -25,6 +25,7 @@ from verl.single_controller.base.decorator import Dispatch, make_nd_compute_data
 from verl.utils import tensordict_utils as tu
 
 from adapter_verl.trace import TraceWriter
+from adapter_verl.verl_internals import collect_on_rank0
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
@@ -110,8 +111,7 @@ class ArcticActorRolloutRefWorker(Worker):
     # -- set-up ---------------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        for mesh in MESHES:
-            self._register_dispatch_collect_info(mesh_name=mesh, dp_rank=0, is_collect=self.rank == 0)
+        collect_on_rank0(self, MESHES)
         if self.rank != 0:
             return
         from adapter_verl.session import lookup_session
@@ -313,7 +313,7 @@ class ArcticActorRolloutRefWorker(Worker):
             )
         )
         self._trace.write(
-            {"op": "save_checkpoint", "path": local_path, "backend_path": root, "step": global_step}
+            {"op": "save_checkpoint", "path": root, "verl_path": local_path, "step": global_step}
         )
         return saved
 
@@ -326,7 +326,7 @@ class ArcticActorRolloutRefWorker(Worker):
         step = _step_of(local_path)
         root = backend_checkpoint_root(local_path)
         self._run(self._backend.load_checkpoint(root, step))
-        self._trace.write({"op": "load_checkpoint", "path": local_path, "backend_path": root, "step": step})
+        self._trace.write({"op": "load_checkpoint", "path": root, "verl_path": local_path, "step": step})
         return None
 
     # Stock methods verl may call around training; nothing to move on a forwarder.

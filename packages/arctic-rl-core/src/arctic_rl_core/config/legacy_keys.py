@@ -76,6 +76,14 @@ class LegacyKeys:
     def __contains__(self, key: str) -> bool:
         return key in self._by_old
 
+    def entry(self, old: str) -> LegacyEntry:
+        """The entry of old key `old` (KeyError when it is not one)."""
+        return self._by_old[old]
+
+    def old_key_for(self, core: str) -> str | None:
+        """The old key that aliases core field `core`, if any."""
+        return next((e.old for e in self.entries if isinstance(e, Alias) and e.core == core), None)
+
     def resolve(self, flat: Mapping[str, Any]) -> LegacyResolution:
         """Split `flat` (dotted keys under the prefix -> values)."""
         result = LegacyResolution()
