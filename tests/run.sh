@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one test command: lock check, lint + format check, then every suite in its own environment.
+# The one test command: lock check, lint + format check + import rules, then every suite in its own environment.
 #   bash tests/run.sh                 # everything: lint core skyrl verl parity
 #   bash tests/run.sh core skyrl      # a subset, in that order
 # Environments are created under .venvs/ from uv.lock (--locked: a stale lock fails).
@@ -61,6 +61,9 @@ for suite in "${suites[@]}"; do
       echo "== ruff check + ruff format --check"
       .venvs/core/bin/ruff check packages tests recipes || failed+=("ruff-check")
       .venvs/core/bin/ruff format --check packages tests recipes || failed+=("ruff-format")
+      echo "== import rules (lint-imports; contracts in pyproject.toml [tool.importlinter])"
+      PYTHONPATH="$root/packages/arctic-rl-core/src:$root/packages/adapter-skyrl/src:$root/packages/adapter-verl/src" \
+        .venvs/core/bin/lint-imports --no-cache || failed+=("import-rules")
       ;;
     core)
       sync_env core --extra core || { failed+=("sync-core"); continue; }

@@ -77,3 +77,12 @@ def test_gsm8k_task_runs_end_to_end_with_its_own_reward_and_metric(tmp_path):
             for answer, row in zip(record["answers"], split_rows, strict=True)
         ]
         assert record["correct"] == sum(rescored) and record["total"] == len(split_rows)
+
+
+def test_the_adapter_registers_its_demo_driver():
+    # the core's demo finds the GRPO phase through the adapter's entry point (the core imports no adapter)
+    from adapter_skyrl.demo_driver import run_grpo
+    from arctic_rl_core.demo.drivers import load_driver, registered_frameworks
+
+    assert registered_frameworks() == ["skyrl"]
+    assert load_driver("skyrl") is run_grpo

@@ -63,3 +63,12 @@ def test_rollout_reward_and_ex_are_those_of_verls_rollout_dump(interrupted_then_
         assert len(scores) == 4  # 2 prompts x 2 rollouts
         assert record["rollout_ex"] == 100.0 * sum(s == 1.0 for s in scores) / 4
         assert record["reward_mean"] == pytest.approx(sum(scores) / 4)
+
+
+def test_the_adapter_registers_its_demo_driver():
+    # the core's demo finds the GRPO phase through the adapter's entry point (the core imports no adapter)
+    from adapter_verl.demo_driver import run_grpo
+    from arctic_rl_core.demo.drivers import load_driver, registered_frameworks
+
+    assert registered_frameworks() == ["verl"]
+    assert load_driver("verl") is run_grpo

@@ -172,7 +172,7 @@ def test_the_command_and_the_light_demo_modules_import_no_heavy_package():
     code = (
         "import sys, arctic_rl_core.cli.main as m; m.build_parser(); "
         "import arctic_rl_core.demo.run, arctic_rl_core.demo.launch, arctic_rl_core.demo.tasks, "
-        "arctic_rl_core.demo.warm_start, arctic_rl_core.demo.evaluation, arctic_rl_core.demo.skyrl_driver; "
+        "arctic_rl_core.demo.warm_start, arctic_rl_core.demo.evaluation, arctic_rl_core.demo.drivers; "
         "print(sorted(n for n in ('torch', 'ray', 'skyrl', 'verl', 'transformers', 'matplotlib') if n in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -211,3 +211,28 @@ def test_extraction_failure_stays_with_its_rollout(
     assert [v.score for v in result.verdicts] == [1.0, 0.0]
     assert result.verdicts[1].scoring_error == "internal_UnicodeError"
     assert result.scoring_error_counts == {"internal_UnicodeError": 1}
+
+
+def test_identical_responses_are_parsed_and_format_checked_once_per_batch(
+    scorer: BirdScorer, dev, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 19 item 3: 4 identical 32 KB responses were extracted 4 times (21 s with the old regex)
+    split, by_id = dev
+    calls: list[str] = []
+    real_extract, real_format = reward_module.extract_sql, reward_module.is_well_formatted
+
+    def extract(response: str):
+        calls.append("extract")
+        return real_extract(response)
+
+    def formatted(response: str) -> bool:
+        calls.append("format")
+        return real_format(response)
+
+    monkeypatch.setattr(reward_module, "extract_sql", extract)
+    monkeypatch.setattr(reward_module, "is_well_formatted", formatted)
+    q = by_id[2]
+    long_response = "with " * 6400 + answer(q.sql)
+    result = scorer.score([request_for(split, q, long_response) for _ in range(4)])
+    assert [v.score for v in result.verdicts] == [1.0] * 4
+    assert sorted(calls) == ["extract", "format"]

@@ -262,3 +262,17 @@ def test_interpreter_exit_cancels_pending_work_and_exits_cleanly():
     assert done.stdout.split() == ["pong", "cancelled", "at", "exit"]
     assert "Task was destroyed" not in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_timeout_raised_inside_the_coroutine_is_not_reported_as_ours():
+    # issue 19 item 5: an HTTP client's own 3 s timeout inside the work is the work's error, with its
+    # message and cause, not "timed out after 90s".
+    cause = OSError("connection stalled")
+
+    async def http_call() -> None:
+        raise TimeoutError("request timed out after 3s") from cause
+
+    with pytest.raises(TimeoutError) as raised:
+        dispatch.run(http_call(), timeout=90)
+    assert str(raised.value) == "request timed out after 3s"
+    assert raised.value.__cause__ is cause

@@ -148,23 +148,49 @@ class DispatchLoop:
                     "itself forever): inside a coroutine running there, `await` the call instead"
                 )
             work = coro if timeout is None else _with_timeout(coro, timeout)
-            future = asyncio.run_coroutine_threadsafe(work, loop)
+            future = asyncio.run_coroutine_threadsafe(_carry_timeouts(work), loop)
         except BaseException:
             coro.close()  # never scheduled: no "coroutine was never awaited" warning
             raise
+        carried: TimeoutError | None = None
         try:
             return future.result()  # re-raises the coroutine's own exception object
+        except _CarriedTimeout as wrapper:
+            carried = wrapper.original
         except BaseException:
             if not future.done():  # e.g. KeyboardInterrupt in the caller: cancel the work too
                 future.cancel()
             raise
+        raise carried  # outside the handler: the original keeps its own cause and context
+
+
+class _CarriedTimeout(Exception):
+    """Carries a TimeoutError across the thread boundary: concurrent.futures would rebuild it from
+    its args alone (asyncio's _convert_future_exc), dropping its cause and traceback."""
+
+    def __init__(self, original: TimeoutError) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+async def _carry_timeouts[T](work: Coroutine[Any, Any, T]) -> T:
+    try:
+        return await work
+    except TimeoutError as err:
+        raise _CarriedTimeout(err) from None
 
 
 async def _with_timeout[T](coro: Coroutine[Any, Any, T], timeout: float) -> T:
-    # wait_for cancels the inner task and waits for its cleanup before raising TimeoutError.
+    # The deadline cancels the work and waits for its cleanup before raising TimeoutError. A
+    # TimeoutError the work raises itself (an HTTP client's own timeout) is the work's error: it
+    # propagates unchanged, with its message and cause.
+    deadline = asyncio.timeout(timeout)
     try:
-        return await asyncio.wait_for(coro, timeout)
+        async with deadline:
+            return await coro
     except TimeoutError:
+        if not deadline.expired():
+            raise
         raise TimeoutError(f"dispatched coroutine timed out after {timeout:g}s and was cancelled") from None
 
 

@@ -3,6 +3,7 @@
 `options` (the settings, light), `launch` (which environment runs it, light), `tasks` (rows,
 supervised targets and official scoring), `prompts` (chat template -> token ids), `warm_start`
 (supervised cross-entropy through the backend's forward-backward), `evaluation` (greedy accuracy),
-`run_log` (metrics JSONL, table, plot), `skyrl_driver` (GRPO through SkyRL's real trainer) and
+`run_log` (metrics JSONL, table, plot), `drivers` (the GRPO phase: each adapter's driver, found through
+the `arctic_rl.demo_drivers` entry points) and
 `run` (the driver's entry point, `python -m arctic_rl_core.demo.run`).
 """

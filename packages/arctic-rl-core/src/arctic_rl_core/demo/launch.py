@@ -40,7 +40,10 @@ class Launch:
 
 
 def framework_importable(framework: str) -> bool:
-    return importlib.util.find_spec(FRAMEWORK_MODULES[framework]) is not None
+    """The framework and its adapter's demo driver (entry point) are both installed here."""
+    from arctic_rl_core.demo.drivers import is_registered
+
+    return importlib.util.find_spec(FRAMEWORK_MODULES[framework]) is not None and is_registered(framework)
 
 
 def find_repo_root(start: Path | None = None) -> Path:

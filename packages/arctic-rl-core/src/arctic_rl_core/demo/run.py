@@ -154,6 +154,7 @@ def run_demo(options: DemoOptions) -> int:
     )
 
     from arctic_rl_core.demo.backend import reference_backend, synced
+    from arctic_rl_core.demo.drivers import load_driver
     from arctic_rl_core.demo.prompts import prompt_ids, response_ids
     from arctic_rl_core.demo.tasks import load_task
     from arctic_rl_core.demo.warm_start import warm_start
@@ -271,11 +272,7 @@ def run_demo(options: DemoOptions) -> int:
                     f"driver pid {os.getpid()}"
                 )
 
-            if options.framework == "verl":
-                from arctic_rl_core.demo.verl_driver import run_grpo
-            else:
-                from arctic_rl_core.demo.skyrl_driver import run_grpo
-
+            run_grpo = load_driver(options.framework)  # the adapter's driver (entry point)
             backend = run_grpo(
                 options, task, model_path=hf_dir, on_step=on_step, on_ready=on_ready, on_backend=on_backend
             )

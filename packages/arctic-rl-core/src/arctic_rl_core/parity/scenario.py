@@ -116,7 +116,7 @@ class ParityScenario:
 
     # -- framework renderings -------------------------------------------------------------------
     def skyrl_overrides(self) -> list[str]:
-        """SkyRL 0.4.0 CLI overrides (`adapter_skyrl.config.parse_cli`) for the same settings."""
+        """SkyRL 0.4.0 CLI overrides (the SkyRL adapter's `config.parse_cli`) for the same settings."""
         return [
             "trainer.placement.colocate_all=false",
             "generator.inference_engine.enable_ray_prometheus_stats=false",
@@ -148,7 +148,7 @@ class ParityScenario:
         ]
 
     def verl_overrides(self) -> list[str]:
-        """verl 0.9.1 Hydra overrides (before `adapter_verl.main.with_arctic_defaults`) for the same
+        """verl 0.9.1 Hydra overrides (before the verl adapter's `main.with_arctic_defaults`) for the same
         settings. Data files and the model path are the caller's (`data.*`, `actor_rollout_ref.model.path`)."""
         return [
             "algorithm.adv_estimator=grpo",

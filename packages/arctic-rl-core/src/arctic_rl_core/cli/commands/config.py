@@ -4,7 +4,6 @@ configuration reference."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 OVERRIDES_HELP = "Hydra-style overrides: key.sub=value, +key=value, ++key=value, ~key"
@@ -16,18 +15,6 @@ def _load(args: argparse.Namespace):
     return load_config(args.file, args.overrides)
 
 
-def _dump(data: object, as_json: bool) -> str:
-    if as_json:
-        return json.dumps(data, indent=2)
-    import yaml
-
-    class _NoAliases(yaml.SafeDumper):
-        def ignore_aliases(self, data: object) -> bool:
-            return True
-
-    return yaml.dump(data, Dumper=_NoAliases, sort_keys=False, default_flow_style=False)
-
-
 def run_show(args: argparse.Namespace) -> int:
     from arctic_rl_core.config import ConfigError
 
@@ -36,10 +23,9 @@ def run_show(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 1
-    document = {"config": cfg.model_dump(mode="json"), "plan": cfg.plan()}
-    sys.stdout.write(_dump(document, args.json))
-    if args.json:
-        sys.stdout.write("\n")
+    from arctic_rl_core.config.show import render_config_document
+
+    sys.stdout.write(render_config_document(cfg, args.json))
     return 0
 
 

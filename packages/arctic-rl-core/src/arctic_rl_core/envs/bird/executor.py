@@ -22,10 +22,12 @@ Result semantics: a successful result is the SET of result rows, as Python value
 sqlite3 module (int, float, str, bytes, None) in column order: row order and duplicates are
 dropped, column order and value types are kept, and values compare as Python compares them
 (1 == 1.0, '1' != 1, b'1' != '1'). A result with more than `max_rows` DISTINCT rows is not
-returned (error kind `row_limit`); the limit bounds memory, not rows scanned. A statement that
+returned (error kind `row_limit`), nor one whose distinct rows take more than `max_result_mb`
+(measured in the worker as Python objects, before pickling: `result_too_large`, e.g.
+`SELECT zeroblob(900000000)`); the limits bound memory, not rows scanned. A statement that
 returns no columns (an empty statement, a comment) is the error `not_a_query`.
 
-Error kinds: `timeout`, `row_limit`, `not_read_only`, `multiple_statements`, `invalid_sql`,
+Error kinds: `timeout`, `row_limit`, `result_too_large`, `not_read_only`, `multiple_statements`, `invalid_sql`,
 `not_a_query`, `resource_limit`, `sql_error` (from the worker) and `database_missing`,
 `worker_crashed`, `worker_start_failed` (from the pool).
 """
@@ -57,6 +59,7 @@ _QUEUE_DEPTH = 2
 ErrorKind = Literal[
     "timeout",
     "row_limit",
+    "result_too_large",
     "not_read_only",
     "multiple_statements",
     "invalid_sql",
@@ -80,6 +83,12 @@ class ExecutorSettings(BaseModel):
         default=0.5, ge=0.05, le=0.9, description="a query still running this long after timeout_s is killed"
     )
     max_rows: int = Field(default=100_000, ge=1, description="most distinct result rows kept per query")
+    max_result_mb: int = Field(
+        default=64,
+        ge=1,
+        le=4096,
+        description="most bytes (MiB) of distinct result rows a query may return, measured in the worker",
+    )
     max_memory_mb: int = Field(default=1024, ge=0, description="SQLite heap cap per worker; 0 = no cap")
     cooperative_cancel: bool = Field(
         default=True, description="cancel at timeout_s with a progress handler (else only the hard kill)"
@@ -350,6 +359,7 @@ class SQLExecutor:
                 settings.max_rows,
                 settings.timeout_s,
                 settings.cooperative_cancel,
+                settings.max_result_mb * 1024 * 1024,
             )
             try:
                 worker.channel.send(message)

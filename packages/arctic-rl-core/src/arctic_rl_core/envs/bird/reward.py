@@ -14,7 +14,8 @@ the verdict names it, `BatchScores.scoring_error_counts` counts it and it is log
 of such a verdict is the tier the prediction earns on its own (0.1 or 0.0); it is never 1.0.
 
 `score_batch` executes each distinct (database, SQL) once per batch, and each gold SQL once per
-database content (cached across batches, keyed by the file's path, size and mtime), in
+database content (cached across batches, keyed by the file's path, size and mtime; a gold
+that fails the same way every time, e.g. by timing out, is cached too), in
 parallel worker processes. `compute_score` is verl's custom-reward signature on top of it.
 """
 
@@ -40,7 +41,22 @@ PARTIAL_SCORE = 0.1
 ZERO_SCORE = 0.0
 # Keyword arguments that frameworks pass to every reward function and that this reward ignores.
 _FRAMEWORK_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
-_SETTINGS_KWARGS = frozenset({"timeout_s", "max_rows", "num_workers"})
+_SETTINGS_KWARGS = frozenset({"timeout_s", "max_rows", "max_result_mb", "num_workers"})
+# Gold failures that the same database file and SQL give again (a gold that times out would
+# otherwise cost the full timeout in every batch); the others (a crashed worker, a missing file,
+# memory) are retried in the next batch.
+GOLD_FAILURES_CACHED = frozenset(
+    {
+        "timeout",
+        "row_limit",
+        "result_too_large",
+        "not_read_only",
+        "multiple_statements",
+        "invalid_sql",
+        "not_a_query",
+        "sql_error",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -120,9 +136,17 @@ def tier_score(correct: bool, execution_success: bool, format_correct: bool) -> 
     return ZERO_SCORE
 
 
-def judge(response: str, predicted: ExecutionResult | None, golds: Sequence[ExecutionResult]) -> Verdict:
-    """The verdict for one response given its execution result (None: no SQL) and the golds'."""
-    format_correct = is_well_formatted(response)
+def judge(
+    response: str,
+    predicted: ExecutionResult | None,
+    golds: Sequence[ExecutionResult],
+    *,
+    format_correct: bool | None = None,
+) -> Verdict:
+    """The verdict for one response given its execution result (None: no SQL) and the golds'
+    (`format_correct`: `is_well_formatted(response)` when the caller has it already)."""
+    if format_correct is None:
+        format_correct = is_well_formatted(response)
     execution_success = predicted is not None and predicted.ok
     correct = False
     if execution_success:
@@ -187,9 +211,12 @@ class BirdScorer:
                 key = key_of_text[sql] = execution_key(sql)
             return (db_path, key)
 
+        sql_of_response: dict[str, str | None] = {}  # identical responses are parsed once
         for request in requests:
             try:
-                sql = extract_sql(request.solution_str).sql
+                if request.solution_str not in sql_of_response:
+                    sql_of_response[request.solution_str] = extract_sql(request.solution_str).sql
+                sql = sql_of_response[request.solution_str]
                 key = None if sql is None else key_for(request.db_path, sql)
                 if key is not None:
                     first_text.setdefault(key, sql)
@@ -203,7 +230,7 @@ class BirdScorer:
                 try:
                     stat = os.stat(request.db_path)
                     db_versions[request.db_path] = (stat.st_size, stat.st_mtime_ns)
-                except OSError:
+                except (OSError, ValueError):  # ValueError: a NUL byte in the path
                     db_versions[request.db_path] = None
         # Distinct queries of this batch (by execution key) -> their result. Golds first, from the
         # cache when there; each key runs once, as the first SQL text seen with that key.
@@ -232,10 +259,11 @@ class BirdScorer:
         outcomes = self.executor.run(tasks)
         for key, outcome in zip(keys, outcomes, strict=True):
             results[key] = outcome
-            if key in gold_to_run and outcome.ok:  # failures are retried in the next batch
+            if key in gold_to_run and (outcome.ok or outcome.error_kind in GOLD_FAILURES_CACHED):
                 self.gold_cache.put(gold_to_run[key][1], outcome)
 
         verdicts: list[Verdict] = []
+        formatted: dict[str, bool] = {}  # identical responses are format-checked once
         for request, key in zip(requests, predicted_keys, strict=True):
             try:
                 if isinstance(key, Exception):
@@ -245,7 +273,10 @@ class BirdScorer:
                     results[key_for(request.db_path, gold)]
                     for gold in (request.gold_sql, *request.alternative_answers)
                 ]
-                verdict = judge(request.solution_str, predicted, golds)
+                response = request.solution_str
+                if response not in formatted:
+                    formatted[response] = is_well_formatted(response)
+                verdict = judge(response, predicted, golds, format_correct=formatted[response])
             except Exception as error:  # counted and reported below, never a silent 0
                 logger.exception("BIRD scoring failed for one rollout")
                 verdict = Verdict(
@@ -340,8 +371,8 @@ def compute_score(
     """verl's custom reward signature for one rollout; returns `Verdict.to_dict()`.
 
     `extra_info["db_path"]` is required; `extra_info["alternative_answers"]` (gold SQLs that
-    also count as correct) is optional. Keyword arguments `timeout_s`, `max_rows` and
-    `num_workers` configure the shared executor.
+    also count as correct) is optional. Keyword arguments `timeout_s`, `max_rows`, `max_result_mb`
+    and `num_workers` configure the shared executor.
     """
     del data_source  # one reward for every BIRD-style source
     scorer = default_scorer(_settings_from_kwargs(kwargs))

@@ -5,14 +5,18 @@ Standard library only: the executor starts it as
 nothing from the environment. Messages are pickled tuples on one socket:
 
 - worker -> parent on start: ("hello", pid)
-- parent -> worker: ("run", request_id, db_path, sql, max_rows, timeout_s, cooperative)
+- parent -> worker: ("run", request_id, db_path, sql, max_rows, timeout_s, cooperative, max_result_bytes)
   worker -> parent: ("result", request_id, outcome) where outcome is
   ("ok", rows: frozenset[tuple], fetched: int, seconds) or ("error", kind, message, seconds)
 - parent -> worker: ("stats",); worker -> parent: ("stats", pid, open_fds, kept_connections)
 - parent -> worker: ("exit",), or end of file: the worker exits.
 
-Every connection is opened read-only (`mode=ro`), with `PRAGMA query_only`, no attachable
-databases, and an authorizer that allows reading only. After a successful query it may be kept
+Every connection is opened read-only (`mode=ro`) and `immutable` (so a WAL-mode database gets no
+`-wal`/`-shm` file created beside it; a database whose `-wal` file holds data is refused, as that
+data would not be read), with `PRAGMA query_only`, no attachable databases, and an authorizer
+that allows reading only. A result is measured as it is fetched (the size of its distinct rows
+as Python objects, what the parent will hold) and refused (`result_too_large`) past
+`max_result_bytes`, before anything is pickled. After a successful query it may be kept
 for the next query on the same file (`ConnectionCache`, bounded); on every other path it is
 closed, and every kept one is closed when the worker exits.
 """
@@ -47,6 +51,11 @@ _ERROR_MESSAGE_CHARS = 300
 def _authorize(action: int, arg1: str | None, arg2: str | None, _db: str | None, _trigger: str | None) -> int:
     if action in _ALLOWED_ACTIONS:
         return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master":
+        # Preparing a pragma table-valued function (`FROM pragma_table_info('t')`) asks for this.
+        # A statement can never write sqlite_master here: SQLite refuses "UPDATE sqlite_master"
+        # itself, writable_schema is a denied pragma write, and the file is opened read-only.
+        return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_FUNCTION:
         name = (arg2 or "").lower()
         return sqlite3.SQLITE_DENY if name in _DENIED_FUNCTIONS else sqlite3.SQLITE_OK
@@ -76,7 +85,7 @@ def _classify(error: Exception, timed_out: bool) -> str:
 
 def open_read_only(db_path: str, page_cache_kib: int = 0) -> sqlite3.Connection:
     """A connection that can only read: mode=ro, query_only, no ATTACH, the authorizer."""
-    uri = "file:" + urllib.parse.quote(os.path.abspath(db_path)) + "?mode=ro"
+    uri = "file:" + urllib.parse.quote(os.path.abspath(db_path)) + "?mode=ro&immutable=1"
     connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=True)
     try:
         connection.execute("PRAGMA query_only = ON")
@@ -126,6 +135,17 @@ class ConnectionCache:
         return len(self._open)
 
 
+def _row_bytes(row: tuple) -> int:
+    return sys.getsizeof(row) + sum(sys.getsizeof(value) for value in row)
+
+
+def _uncheckpointed_wal(db_path: str) -> bool:
+    try:
+        return os.path.getsize(db_path + "-wal") > 0
+    except OSError:
+        return False
+
+
 def run_query(
     db_path: str,
     sql: str,
@@ -133,6 +153,7 @@ def run_query(
     timeout_s: float,
     cooperative: bool,
     cache: ConnectionCache | None = None,
+    max_result_bytes: int = 0,
 ) -> tuple:
     """Execute one statement read-only; returns the outcome tuple described in the module doc.
 
@@ -146,6 +167,12 @@ def run_query(
     key = None
     succeeded = False
     try:
+        if _uncheckpointed_wal(db_path):
+            message = (
+                f"{db_path}-wal holds data not yet in the database file (read-only scoring does not read it): "
+                "checkpoint it first, e.g. sqlite3 DB 'PRAGMA wal_checkpoint(TRUNCATE)'"
+            )
+            return ("error", "sql_error", message, time.monotonic() - start)
         if cache is not None and cache.max_open > 0:
             key = cache.key(db_path)
             connection = cache.take(key)
@@ -159,15 +186,22 @@ def run_query(
             return ("error", "not_a_query", message, time.monotonic() - start)
         distinct: set[tuple] = set()
         fetched = 0
-        while True:
-            chunk = cursor.fetchmany(4096)
-            if not chunk:
-                break
-            fetched += len(chunk)
-            distinct.update(chunk)
+        result_bytes = 0
+        for row in cursor:  # one row at a time: a huge row is measured before the next is read
+            fetched += 1
+            if row in distinct:
+                continue
+            distinct.add(row)
             if len(distinct) > max_rows:
                 message = f"more than {max_rows} distinct result rows"
                 return ("error", "row_limit", message, time.monotonic() - start)
+            result_bytes += _row_bytes(row)
+            if max_result_bytes and result_bytes > max_result_bytes:
+                message = (
+                    f"the result exceeds max_result_mb={max_result_bytes // (1024 * 1024)} "
+                    f"({fetched} row(s) fetched)"
+                )
+                return ("error", "result_too_large", message, time.monotonic() - start)
         succeeded = True
         return ("ok", frozenset(distinct), fetched, time.monotonic() - start)
     except Exception as error:  # every failure of the query is reported to the parent, by kind
@@ -204,8 +238,8 @@ def serve(channel: Connection, cache: ConnectionCache) -> None:
             return
         kind = message[0]
         if kind == "run":
-            _, request_id, db_path, sql, max_rows, timeout_s, cooperative = message
-            outcome = run_query(db_path, sql, max_rows, timeout_s, cooperative, cache)
+            _, request_id, db_path, sql, max_rows, timeout_s, cooperative, max_result_bytes = message
+            outcome = run_query(db_path, sql, max_rows, timeout_s, cooperative, cache, max_result_bytes)
             channel.send(("result", request_id, outcome))
         elif kind == "stats":
             channel.send(("stats", os.getpid(), _open_fd_count(), len(cache)))

@@ -1,6 +1,7 @@
 """GRPO through SkyRL 0.4.0's real `RayPPOTrainer.train()` on the reference backend, driven through
 the SkyRL adapter's public classes (`adapter_skyrl.config.parse_cli`, `ArcticPPOExp`,
-`ArcticGenerator`). Imported only inside the SkyRL environment."""
+`ArcticGenerator`). The GRPO phase of `arctic-rl demo --framework skyrl`: registered in the
+`arctic_rl.demo_drivers` entry-point group, which `arctic_rl_core.demo.drivers` reads."""
 
 from __future__ import annotations
 
@@ -110,10 +111,11 @@ def run_grpo(
     from arctic_rl_core.backends.reference.ray_actor import process_location
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # the demo shows its own progress
+    from loguru import logger
+
     from adapter_skyrl.config import parse_cli, to_arctic_config
     from adapter_skyrl.generator import ArcticGenerator
     from adapter_skyrl.trainer import ArcticPPOExp, build_backend
-    from loguru import logger
 
     run_dir = options.run_dir
     log_file = run_dir / "skyrl.log"

@@ -1,7 +1,8 @@
 """GRPO through verl 0.9.1's real V1 trainer on the reference backend, driven through the verl
 adapter's public entry points (`adapter_verl.main.with_arctic_defaults` / `compose`, verl's own
-`main_ppo.run_ppo` with the adapter's `arctic` trainer mode). Imported only inside the verl
-environment.
+`main_ppo.run_ppo` with the adapter's `arctic` trainer mode). The GRPO phase of
+`arctic-rl demo --framework verl`: registered in the `arctic_rl.demo_drivers` entry-point group,
+which `arctic_rl_core.demo.drivers` reads.
 
 verl runs its trainer in a Ray actor (`TaskRunnerV1`) of a local Ray cluster; the trainer starts
 the reference backend as another Ray actor, in its own process, and the forwarder workers and
@@ -220,9 +221,10 @@ def run_grpo(
     if notice:
         print(notice, file=sys.stderr)  # into the run log
     import ray
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+
     from adapter_verl.config import UnsupportedVerlSettingError, arctic_config_from_verl, check_supported
     from adapter_verl.plugin import require_registered
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
     run_dir = options.run_dir
     data_dir = run_dir / "data"
