@@ -97,8 +97,9 @@ def verl_overrides(
         # logical CPUs for verl's actors (trainer, forwarder, rollout server, reward, TransferQueue)
         "ray_kwargs.ray_init.num_cpus=8",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "remote_backend.core.backend.kind=reference",
         f"+remote_backend.core.backend.reference.model_path={model_path.resolve()}",
-        f"+remote_backend.core.determinism.seed={options.seed}",
     ]
 
 

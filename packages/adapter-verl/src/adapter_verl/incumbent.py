@@ -71,7 +71,9 @@ def _offload(verl_path: str) -> Alias:
     def alias(raw: str) -> list[str]:
         on = _device_on(raw)
         if on is None:
-            raise ValueError(f"device must be none or cpu (the Arctic server offloads to CPU only); set {verl_path}")
+            raise ValueError(
+                f"device must be none or cpu (the Arctic server offloads to CPU only); set {verl_path}"
+            )
         return [f"{verl_path}={_yaml(on)}"]
 
     return alias
@@ -85,7 +87,10 @@ def _max_rollouts(raw: str) -> list[str]:
 
 def _fca(raw: str) -> list[str]:
     on = bool(_value(raw))
-    return [f"{CORE}arctic_inference.fca={_yaml(on)}", *([f"{CORE}arctic_inference.enable=true"] if on else [])]
+    return [
+        f"{CORE}arctic_inference.fca={_yaml(on)}",
+        *([f"{CORE}arctic_inference.enable=true"] if on else []),
+    ]
 
 
 def _speculative(raw: str) -> list[str]:
@@ -117,7 +122,10 @@ ALIASES: dict[str, tuple[str, Alias]] = {
     "train.load_balancer": ("remote_backend.core.zorro.load_balancer", _core("zorro.load_balancer")),
     "train.zorro_train.enable": ("remote_backend.core.zorro.enable", _core("zorro.enable")),
     "train.zorro_train.max_rollouts": ("remote_backend.core.zorro.max_rollouts", _max_rollouts),
-    "train.logits.optimization": ("remote_backend.core.zorro.logits_optimization", _core("zorro.logits_optimization")),
+    "train.logits.optimization": (
+        "remote_backend.core.zorro.logits_optimization",
+        _core("zorro.logits_optimization"),
+    ),
     "train.logits.optimization_peak_mem_size_in_gib": (
         "remote_backend.core.zorro.logits_peak_mem_gib",
         _core("zorro.logits_peak_mem_gib"),
@@ -130,9 +138,15 @@ ALIASES: dict[str, tuple[str, Alias]] = {
         "remote_backend.core.zorro.logits_compute_from_fp32_inputs",
         _core("zorro.logits_compute_from_fp32_inputs"),
     ),
-    "train.determinism.full": (f"{A}.fsdp_config.full_determinism", _verl(f"{A}.fsdp_config.full_determinism")),
+    "train.determinism.full": (
+        f"{A}.fsdp_config.full_determinism",
+        _verl(f"{A}.fsdp_config.full_determinism"),
+    ),
     "train.determinism.seed": ("data.seed", _verl("data.seed")),
-    "train.deepspeed.zero_optimization.stage": ("remote_backend.core.deepspeed.zero_stage", _core("deepspeed.zero_stage")),
+    "train.deepspeed.zero_optimization.stage": (
+        "remote_backend.core.deepspeed.zero_stage",
+        _core("deepspeed.zero_stage"),
+    ),
     "train.deepspeed.zero_optimization.offload_optimizer.device": (
         f"{A}.fsdp_config.optimizer_offload",
         _offload(f"{A}.fsdp_config.optimizer_offload"),
@@ -142,9 +156,15 @@ ALIASES: dict[str, tuple[str, Alias]] = {
         _offload(f"{A}.fsdp_config.param_offload"),
     ),
     "rollout.zorro_inference.enable": ("remote_backend.core.arctic_inference.fca", _fca),
-    "rollout.speculative_decoding.model": ("remote_backend.core.arctic_inference.speculative_model", _speculative),
+    "rollout.speculative_decoding.model": (
+        "remote_backend.core.arctic_inference.speculative_model",
+        _speculative,
+    ),
     "comms.protocol": ("remote_backend.core.backend.kind", _protocol),
-    "comms.drop_position_ids": ("remote_backend.core.wire.drop_position_ids", _core("wire.drop_position_ids")),
+    "comms.drop_position_ids": (
+        "remote_backend.core.wire.drop_position_ids",
+        _core("wire.drop_position_ids"),
+    ),
 }
 GPU_COUNTS = ("training_gpus", "sampling_gpus")
 OURS = ("core", "trace_dir")
@@ -168,7 +188,9 @@ def translate(overrides: Sequence[str]) -> Translation:
             continue
         if key == "remote_backend" and prefix == "":
             out.overrides.append(f"+remote_backend={raw}")
-            out.notices.append(f"remote_backend={raw}: selected as +remote_backend={raw} (verl 0.9.1 adds a group with +)")
+            out.notices.append(
+                f"remote_backend={raw}: selected as +remote_backend={raw} (verl 0.9.1 adds a group with +)"
+            )
             continue
         if not key.startswith("remote_backend.") or key.split(".")[1] in OURS:
             out.overrides.append(override)
@@ -179,7 +201,10 @@ def translate(overrides: Sequence[str]) -> Translation:
             continue
         if old.startswith("train.deepspeed.") and old not in ALIASES:
             rest = old.removeprefix("train.deepspeed.")
-            new_key, alias = f"remote_backend.core.deepspeed.config_overrides.{rest}", _core(f"deepspeed.config_overrides.{rest}")
+            new_key, alias = (
+                f"remote_backend.core.deepspeed.config_overrides.{rest}",
+                _core(f"deepspeed.config_overrides.{rest}"),
+            )
         elif old in ALIASES:
             new_key, alias = ALIASES[old]
         else:
@@ -193,7 +218,13 @@ def translate(overrides: Sequence[str]) -> Translation:
         except ValueError as error:
             out.problems.append(f"{key}={raw}: {error}")
             continue
-        clash = [o for o in new if not o.startswith("+") and _split(o)[1] in given and given[_split(o)[1]] != _split(o)[2]]
+        clash = [
+            o
+            for o in new
+            if not o.startswith("+")
+            and _split(o)[1] in given
+            and _value(given[_split(o)[1]]) != _value(_split(o)[2])
+        ]
         if clash:
             target = _split(clash[0])[1]
             out.problems.append(
@@ -201,7 +232,9 @@ def translate(overrides: Sequence[str]) -> Translation:
             )
             continue
         out.overrides.extend(new)
-        out.notices.append(f"{key}={raw}: now {new_key}" + (f" ({' '.join(new)})" if new else " (the default)"))
+        out.notices.append(
+            f"{key}={raw}: now {new_key}" + (f" ({' '.join(new)})" if new else " (the default)")
+        )
     # the incumbent's sampling GPUs when not colocated: verl's standalone rollout pool
     colocate = _value(given.get("remote_backend.colocate", "true"))
     sampling = out.gpu_counts.get("sampling_gpus")
@@ -209,10 +242,6 @@ def translate(overrides: Sequence[str]) -> Translation:
         for verl_key, value in ((f"{R}.nnodes", 1), (f"{R}.n_gpus_per_node", sampling)):
             if verl_key not in given:
                 out.overrides.append(f"{verl_key}={value}")
-        out.notices.append(
-            f"remote_backend.sampling_gpus={sampling}: now {R}.nnodes x {R}.n_gpus_per_node "
-            f"(with actor_rollout_ref.hybrid_engine=false)"
-        )
     return out
 
 

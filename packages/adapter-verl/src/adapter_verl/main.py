@@ -13,6 +13,7 @@ verl's own Hydra entry point.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -71,11 +72,18 @@ def merge_searchpath(override: str) -> tuple[str, str | None]:
     """A user's `hydra.searchpath=[...]` with the adapter's entry first (its `remote_backend/arctic`
     group must win over a same-named group elsewhere); returns (override, notice)."""
     key, _, raw = override.partition("=")
-    entries = [e.strip().strip("'\"") for e in raw.strip().removeprefix("[").removesuffix("]").split(",") if e.strip()]
+    entries = [
+        e.strip().strip("'\"")
+        for e in raw.strip().removeprefix("[").removesuffix("]").split(",")
+        if e.strip()
+    ]
     if SEARCHPATH_ENTRY in entries:
         return override, None
     merged = [SEARCHPATH_ENTRY, *entries]
-    return f"{key}=[{','.join(merged)}]", f"hydra.searchpath: {SEARCHPATH_ENTRY} added before yours ({','.join(entries)})"
+    return (
+        f"{key}=[{','.join(merged)}]",
+        f"hydra.searchpath: {SEARCHPATH_ENTRY} added before yours ({','.join(entries)})",
+    )
 
 
 @dataclass
@@ -111,7 +119,9 @@ def prepare(argv: Sequence[str]) -> Prepared:
             continue
         elif key == "actor_rollout_ref.rollout.name" and value == "vllm":
             override = "actor_rollout_ref.rollout.name=arctic"
-            notices.append("actor_rollout_ref.rollout.name=vllm: now arctic (the Arctic server's vLLM engines)")
+            notices.append(
+                "actor_rollout_ref.rollout.name=vllm: now arctic (the Arctic server's vLLM engines)"
+            )
         elif re.match(r"^\+[^+]", override) and key in existing:
             override = override[1:]
             notices.append(f"+{key}: {key} already exists in verl 0.9.1's config: set without '+'")
@@ -165,7 +175,10 @@ def verl_validation_problems(config) -> list[str]:
     from verl.utils.config import validate_config
 
     try:
-        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+        with contextlib.redirect_stdout(sys.stderr):  # verl prints its verdict: keep stdout the document
+            validate_config(
+                config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+            )
     except (AssertionError, ValueError, TypeError, KeyError) as error:
         return [f"verl's own check: {error}"]
     return []
@@ -210,16 +223,18 @@ def check(argv: Sequence[str]) -> Check:
 
 def settings_table(result: Check) -> str:
     """The startup table: backend, model, GPUs, colocation, optimisations, settings not applied."""
-    from adapter_verl.settings_table import render
+    from arctic_rl_core.config.settings_table import render_settings_table
 
-    return render(result)
+    return render_settings_table(
+        result.resolution.config, framework="verl 0.9.1", not_applied=result.resolution.not_applicable
+    )
 
 
 def dump_document(cfg) -> str:
     """The resolved core config exactly as `arctic-rl config show` prints it."""
-    from arctic_rl_core.cli.commands.config import _dump
+    from arctic_rl_core.config.show import render_config_document
 
-    return _dump({"config": cfg.model_dump(mode="json"), "plan": cfg.plan()}, False)
+    return render_config_document(cfg)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -238,7 +253,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if result.problems:
         count = len(result.problems)
         lines = "\n".join(f"  - {p}" for p in result.problems)
-        print(f"adapter_verl: {count} problem{'s' if count != 1 else ''} in the settings:\n{lines}", file=sys.stderr)
+        print(
+            f"adapter_verl: {count} problem{'s' if count != 1 else ''} in the settings:\n{lines}",
+            file=sys.stderr,
+        )
         raise SystemExit(EXIT_BAD_SETTINGS)
     if dry_run:
         sys.stdout.write(dump_document(result.resolution.config))

@@ -131,7 +131,9 @@ class ArcticActorRolloutRefWorker(Worker):
     def _pad_token_id(self) -> int:
         from verl.utils import hf_tokenizer
 
-        tokenizer = hf_tokenizer(self.config.model.path, trust_remote_code=bool(self.config.model.get("trust_remote_code", False)))
+        tokenizer = hf_tokenizer(
+            self.config.model.path, trust_remote_code=bool(self.config.model.get("trust_remote_code", False))
+        )
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if pad is None:
             raise ValueError(f"tokenizer at {self.config.model.path} has neither a pad nor an eos token id")
