@@ -145,3 +145,22 @@ def test_readme_carries_the_table():
 
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert marked_section(readme, "verl-fields") == VERL_FIELDS.markdown()
+
+
+def test_the_check_is_the_same_on_the_config_verl_resolves():
+    """The trainer sees the config after verl's `OmegaConf.resolve`: no interpolation left. Fields
+    that followed their default interpolation must still count as at their default there."""
+    from adapter_verl.config import translate_fields
+    from adapter_verl.main import compose, with_arctic_defaults
+    from omegaconf import OmegaConf
+
+    cfg = compose(
+        with_arctic_defaults(
+            ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=9000", "actor_rollout_ref.ref.fsdp_config.param_offload=true"]
+        )[0]
+    )
+    before = translate_fields(cfg)
+    OmegaConf.resolve(cfg)
+    after = translate_fields(cfg)
+    assert after.values == before.values and after.issues == before.issues == []
+    assert [s.field for s in after.not_applied] == ["actor_rollout_ref.ref.fsdp_config.param_offload"]

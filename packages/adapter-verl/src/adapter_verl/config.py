@@ -12,6 +12,7 @@ of the Arctic path and the core validation, every problem at once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -126,9 +127,27 @@ def _reader(config: Any):
     return read
 
 
+_INTERPOLATION = re.compile(r"^\$\{(?:oc\.select:)?\s*([\w.]+)\s*(?:,.*)?\}$")
+
+
+def _followed(path: str, default_raw: dict[str, Any]) -> str | None:
+    """The field `path` follows by its default interpolation (`${a.b}`, `${oc.select:a.b,x}`,
+    `${.sibling}`), itself or through an ancestor; None when it follows nothing."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        raw = default_raw.get(".".join(parts[:cut]))
+        if isinstance(raw, str) and (match := _INTERPOLATION.match(raw)):
+            target = match.group(1)
+            if target.startswith("."):  # relative to the parent
+                target = ".".join([*parts[: cut - 1], target.lstrip(".")])
+            return ".".join([target, *parts[cut:]])
+    return None
+
+
 def translate_fields(config: DictConfig) -> Translation:
     """The mapping table over `config`: core values, the table's problems, the settings not applied.
-    A field that still follows its default interpolation (`${...}`) counts as at its default."""
+    A field at its default interpolation (`${...}`) counts as at its default, also once verl has
+    resolved the config (the trainer sees it resolved): its default is then what it follows."""
     user_raw = leaves(config)
     default_raw = default_leaves()
     read = _reader(config)
@@ -137,6 +156,9 @@ def translate_fields(config: DictConfig) -> Translation:
     def default(path: str) -> Any:
         if path in default_raw and default_raw[path] == user_raw.get(path, _ABSENT):
             return read(path)
+        followed = _followed(path, default_raw)
+        if followed is not None:
+            return read(followed)
         return read_default(path) if path in default_raw else _ABSENT
 
     fields = [path for path in user_raw if not path.endswith("._target_")]
@@ -159,7 +181,7 @@ def check_supported(config: DictConfig) -> list[str]:
     defaults = default_leaves()
     for path, value in leaves(config).items():
         if path.endswith("._target_"):
-            if defaults.get(path, _ABSENT) != value:
+            if path in defaults and defaults[path] != value:
                 bad(path, value, "verl's config class for this group: remove the override")
         elif not VERL_FIELDS.entries_for(path):
             bad(
