@@ -169,3 +169,178 @@ def test_kl_estimators_match_skyrl(kind):
     # with SkyRL's mask argument, masked-out positions are exactly zero and the rest unchanged
     masked = compute_approx_kl(case.logprobs_B_R, case.ref_logprobs_B_R, case.mask_B_R, kind)
     torch.testing.assert_close(masked, ours.detach() * case.mask_B_R, rtol=0, atol=0)
+
+
+# -- arctic_rl_core.losses: every family SkyRL names, against SkyRL's own registered function -------
+
+from arctic_rl_core.losses.aggregation import aggregate as core_aggregate  # noqa: E402
+from arctic_rl_core.losses.families import FamilyParams, policy_terms  # noqa: E402
+from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry  # noqa: E402
+from skyrl.train.config.config import (  # noqa: E402
+    CISPOConfig,
+    ClipCovConfig,
+    KLCovConfig,
+    OffPolicyCorrectionConfig,
+    SAPOConfig,
+)
+
+# SkyRL policy_loss_type -> core family (the SkyRL adapter's SKYRL_POLICY_LOSSES, restated)
+SKYRL_FAMILIES = {
+    "regular": "ppo_clip",
+    "dual_clip": "dual_clip",
+    "gspo": "gspo",
+    "sapo": "sapo",
+    "cispo": "cispo",
+    "clip_cov": "clip_cov",
+    "kl_cov": "kl_cov",
+}
+OFF_POLICY_FAMILIES = ("regular", "dual_clip", "gspo", "sapo", "cispo")  # SkyRL applies TIS in these
+
+
+def _family_config(loss_type: str, low: float, high: float, c: float, **kwargs) -> AlgorithmConfig:
+    return AlgorithmConfig(
+        policy_loss_type=loss_type,
+        eps_clip_low=low,
+        eps_clip_high=high,
+        clip_ratio_c=c,
+        loss_reduction="sequence_mean",  # SAPO / GSPO warn otherwise; the reduction is in the advantages
+        max_seq_len=MAX_SEQ_LEN,
+        sapo=SAPOConfig(tau_pos=1.5, tau_neg=2.0),
+        cispo=CISPOConfig(cispo_eps_clip_low=low, cispo_eps_clip_high=high),
+        clip_cov=ClipCovConfig(clip_ratio=0.3),
+        kl_cov=KLCovConfig(kl_cov_frac=0.3, ppo_kl_coef=0.5),
+        **kwargs,
+    )
+
+
+def _family_params(low: float, high: float, c: float) -> FamilyParams:
+    """What the SkyRL adapter sends for `_family_config` (cispo's clip = its cispo_eps_clip_*)."""
+    return FamilyParams(
+        clip_ratio_low=low,
+        clip_ratio_high=high,
+        clip_ratio_c=c,
+        tau_pos=1.5,
+        tau_neg=2.0,
+        clip_cov_ratio=0.3,
+        kl_cov_ratio=0.3,
+        ppo_kl_coef=0.5,
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("clip", CLIPS, ids=[f"clip{lo}-{hi}-c{c}" for lo, hi, c in CLIPS])
+@pytest.mark.parametrize("loss_type", sorted(SKYRL_FAMILIES))
+def test_core_family_token_losses_and_gradient_match_skyrl(loss_type, clip, seed):
+    """SkyRL sums its per-token loss over the mask; the core family's token-sum of the same
+    advantages is bit-identical, and so is the gradient of every token (rtol = 0)."""
+    case = random_policy_loss_case(seed)
+    low, high, c = clip
+    mask = case.mask_B_R.bool()
+
+    ours_lp = case.logprobs_B_R.clone().requires_grad_(True)
+    torch.manual_seed(seed)  # clip_cov's random choice, from torch's global generator in both
+    terms = policy_terms(
+        SKYRL_FAMILIES[loss_type],
+        ours_lp,
+        case.old_logprobs_B_R,
+        case.advantages_B_R,
+        mask,
+        _family_params(low, high, c),
+    )
+    ours = core_aggregate(terms.pg_losses, mask, "token-sum")
+    ours.backward()
+
+    theirs_lp = case.logprobs_B_R.clone().requires_grad_(True)
+    torch.manual_seed(seed)
+    theirs, _ = PolicyLossRegistry.get(loss_type)(
+        theirs_lp, case.old_logprobs_B_R, case.advantages_B_R, config=_family_config(loss_type, low, high, c),
+        loss_mask=case.mask_B_R,
+    )  # fmt: skip
+    theirs.backward()
+
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    torch.testing.assert_close(ours_lp.grad, theirs_lp.grad, rtol=0, atol=0)
+    assert ours_lp.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("loss_type", OFF_POLICY_FAMILIES)
+def test_rollout_is_weights_reproduce_skyrls_token_tis(loss_type):
+    """SkyRL's token TIS (off_policy_correction.tis_ratio_type=token) multiplies each token's loss by
+    min(exp(old - rollout), cap), detached; sent as `rollout_is_weights`, the core loss gives the same
+    loss and gradient bit for bit."""
+    case = random_policy_loss_case(2)
+    rollout = case.old_logprobs_B_R + 0.5 * torch.randn(
+        case.mask_B_R.shape, generator=torch.Generator().manual_seed(3)
+    )
+    cap = 1.5
+    weights = torch.clamp(torch.exp(torch.clamp(case.old_logprobs_B_R - rollout, -20, 20)), max=cap)
+    mask = case.mask_B_R.bool()
+    assert (weights[mask] == cap).any() and (weights[mask] < 1).any()
+
+    ours_lp = case.logprobs_B_R.clone().requires_grad_(True)
+    params = _family_params(0.2, 0.28, 3.0)
+    terms = policy_terms(
+        SKYRL_FAMILIES[loss_type], ours_lp, case.old_logprobs_B_R, case.advantages_B_R, mask, params, weights
+    )
+    ours = core_aggregate(terms.pg_losses, mask, "token-sum")
+    ours.backward()
+
+    tis = OffPolicyCorrectionConfig(tis_ratio_type="token", token_tis_ratio_clip_high=cap)
+    theirs_lp = case.logprobs_B_R.clone().requires_grad_(True)
+    theirs, metrics = PolicyLossRegistry.get(loss_type)(
+        theirs_lp,
+        case.old_logprobs_B_R,
+        case.advantages_B_R,
+        config=_family_config(loss_type, 0.2, 0.28, 3.0, off_policy_correction=tis),
+        loss_mask=case.mask_B_R,
+        rollout_logprobs=rollout,
+    )
+    theirs.backward()
+
+    assert metrics["tis_token_clip_high_ratio"] > 0
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    torch.testing.assert_close(ours_lp.grad, theirs_lp.grad, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("reduction", sorted(REDUCTIONS))
+@pytest.mark.parametrize("loss_type", ["regular", "gspo", "sapo", "cispo"])
+def test_core_aggregation_equals_skyrls_prescaled_sum_for_linear_families(loss_type, reduction):
+    """Pinned: SkyRL pre-scales advantages by its loss_reduction and sums; the Arctic path aggregates
+    raw advantages with the mapped loss_agg_mode (the server's normalisers). Every family here is
+    linear in A, so the two agree up to float rounding."""
+    case = random_policy_loss_case(4, fully_masked_row=False)
+    rows = case.mask_B_R.shape[0]
+    mask = case.mask_B_R.bool()
+    terms = policy_terms(
+        SKYRL_FAMILIES[loss_type], case.logprobs_B_R, case.old_logprobs_B_R, case.advantages_B_R, mask,
+        _family_params(0.2, 0.28, 3.0),
+    )  # fmt: skip
+    ours = core_aggregate(
+        terms.pg_losses, mask, REDUCTIONS[reduction], batch_num_tokens=case.num_tokens, global_batch_size=rows,
+        loss_scale_factor=MAX_SEQ_LEN,
+    )  # fmt: skip
+    scaled = apply_loss_reduction_to_advantages_minibatch(
+        case.advantages_B_R, case.mask_B_R, reduction, micro_batch_size=rows, max_seq_len=MAX_SEQ_LEN
+    )
+    theirs, _ = PolicyLossRegistry.get(loss_type)(
+        case.logprobs_B_R, case.old_logprobs_B_R, scaled, config=_family_config(loss_type, 0.2, 0.28, 3.0),
+        loss_mask=case.mask_B_R,
+    )  # fmt: skip
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_clip_cov_on_prescaled_advantages_is_where_skyrl_and_verl_differ():
+    """Pinned: SkyRL's clip_cov computes its covariance on advantages pre-scaled by loss_reduction, so
+    with token_mean its [clip_cov_lb, clip_cov_ub] window selects no token; on raw advantages (verl,
+    and the Arctic path) it does. The Arctic path follows verl here."""
+    case = random_policy_loss_case(1)
+    mask = case.mask_B_R.bool()
+    params = _family_params(0.2, 0.28, 3.0)
+    torch.manual_seed(0)
+    raw = policy_terms(
+        "clip_cov", case.logprobs_B_R, case.old_logprobs_B_R, case.advantages_B_R, mask, params
+    )
+    scaled = case.advantages_B_R / case.num_tokens
+    torch.manual_seed(0)
+    prescaled = policy_terms("clip_cov", case.logprobs_B_R, case.old_logprobs_B_R, scaled, mask, params)
+    assert int((raw.clipped & mask).sum()) > 0 and int((prescaled.clipped & mask).sum()) == 0

@@ -24,7 +24,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "gsm8k-qwen3-0.6b-4gpu": dict(
         model="Qwen/Qwen3-0.6B", train_size=GSM8K_TRAIN, env_class="gsm8k_arctic", training_gpus=2,
         sampling_gpus=2, colocate=False, engines=2, prompts=64, rollouts=8, grad_accum=16, zorro=False,
-        fca=False, spec=None, zero=2,
+        fca=True, spec=None, zero=2,
     ),
     "bird-smoke-qwen3-1.7b-8gpu": dict(
         model="Qwen/Qwen3-1.7B", train_size=16, env_class="bird", training_gpus=8, sampling_gpus=8,

@@ -320,3 +320,143 @@ def test_server_clip_ratios_are_verls_defaults():
             ).pg_losses, case.mask_B_R, "token-mean",
         ),
     )  # fmt: skip
+
+
+# -- arctic_rl_core.losses: every family verl names, against verl's own registered function ---------
+
+from arctic_rl_core.losses import LOSS_AGG_MODES as CORE_AGG_MODES  # noqa: E402
+from arctic_rl_core.losses.aggregation import aggregate as core_aggregate  # noqa: E402
+from arctic_rl_core.losses.families import FamilyParams, policy_terms  # noqa: E402
+from arctic_rl_core.losses.policy import GlobalCounts, actor_loss  # noqa: E402
+from arctic_rl_core.losses.settings import LossSettings  # noqa: E402
+from verl.workers.config.actor import PolicyLossConfig  # noqa: E402
+
+# verl loss_mode -> core family (the verl adapter's VERL_POLICY_LOSSES, restated so a change shows)
+VERL_FAMILIES = {
+    "vanilla": "dual_clip",
+    "gspo": "gspo",
+    "sapo": "sapo",
+    "cispo": "cispo",
+    "clip_cov": "clip_cov",
+    "kl_cov": "kl_cov",
+    "gpg": "gpg",
+}
+# large selection ratios so that clip_cov / kl_cov change some tokens of the small cases
+COV = dict(clip_cov_ratio=0.3, kl_cov_ratio=0.3, ppo_kl_coef=0.1)
+
+
+def _mode_config(loss_mode: str, low: float, high: float, c: float, mode: str, **kwargs) -> ActorConfig:
+    policy = PolicyLossConfig(loss_mode=loss_mode, **COV)
+    return _verl_actor_config(low, high, c, loss_agg_mode=mode, policy_loss=policy, tau_neg=1.2, **kwargs)
+
+
+@pytest.mark.parametrize("with_is_weights", [False, True])
+@pytest.mark.parametrize("clip", CLIPS[1:], ids=[f"clip{lo}-{hi}-c{c}" for lo, hi, c in CLIPS[1:]])
+@pytest.mark.parametrize("mode", CORE_AGG_MODES)
+@pytest.mark.parametrize("loss_mode", sorted(VERL_FAMILIES))
+def test_core_family_loss_and_gradient_match_verl(loss_mode, mode, clip, with_is_weights):
+    """`policy_terms` + `aggregate` == verl's `get_policy_loss_fn(loss_mode)`, rtol = 0 (verl's sapo
+    aggregates its policy term with seq-mean-token-mean whatever loss_agg_mode is: the adapter sends
+    that as pg_loss_agg_mode)."""
+    case = random_policy_loss_case(1)
+    low, high, c = clip
+    weights = case.rollout_is_weights_B_R if with_is_weights else None
+    counts = dict(dp_size=2, batch_num_tokens=case.num_tokens + 7, global_batch_size=case.num_sequences + 2)
+    params = FamilyParams(clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=c, tau_neg=1.2, **COV)
+    mask = case.mask_B_R.bool()
+
+    ours_lp = case.logprobs_B_R.clone().requires_grad_(True)
+    torch.manual_seed(0)  # clip_cov draws from torch's global generator, as verl does
+    terms = policy_terms(
+        VERL_FAMILIES[loss_mode], ours_lp, case.old_logprobs_B_R, case.advantages_B_R, mask, params, weights
+    )
+    agg_mode = "seq-mean-token-mean" if loss_mode == "sapo" else mode
+    ours = core_aggregate(terms.pg_losses, mask, agg_mode, **counts, loss_scale_factor=None)
+    ours.backward()
+
+    config = _mode_config(loss_mode, low, high, c, mode)
+    config.global_batch_info.update(counts, loss_scale_factor=None)
+    theirs_lp = case.logprobs_B_R.clone().requires_grad_(True)
+    torch.manual_seed(0)
+    theirs, _ = get_policy_loss_fn(loss_mode)(
+        old_log_prob=case.old_logprobs_B_R,
+        log_prob=theirs_lp,
+        advantages=case.advantages_B_R,
+        response_mask=mask,
+        loss_agg_mode=mode,
+        config=config,
+        rollout_is_weights=weights,
+    )
+    theirs.backward()
+
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    torch.testing.assert_close(ours_lp.grad, theirs_lp.grad, rtol=0, atol=0)
+    assert ours_lp.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("loss_mode", ["clip_cov", "kl_cov"])
+def test_covariance_families_really_select_tokens(loss_mode):
+    """Not vacuous: on the cases, the covariance rule changes the loss of some tokens."""
+    case = random_policy_loss_case(1)
+    mask = case.mask_B_R.bool()
+    params = FamilyParams(clip_ratio_high=0.28, **COV)
+    torch.manual_seed(0)
+    family = policy_terms(
+        loss_mode, case.logprobs_B_R, case.old_logprobs_B_R, case.advantages_B_R, mask, params
+    )
+    ratio = torch.exp(case.logprobs_B_R - case.old_logprobs_B_R)
+    baseline_losses = -case.advantages_B_R * ratio  # kl_cov's base: the unclipped -A r
+    if loss_mode == "clip_cov":  # clip_cov's base: the PPO clip without the +-20 clamp
+        baseline_losses = torch.maximum(baseline_losses, -case.advantages_B_R * torch.clamp(ratio, 0.8, 1.28))
+    changed = (family.pg_losses != baseline_losses) & mask
+    assert 0 < int(changed.sum()) < int(mask.sum())
+
+
+@pytest.mark.parametrize("mode", CORE_AGG_MODES)
+@pytest.mark.parametrize("loss_mode", sorted(VERL_FAMILIES))
+def test_core_actor_loss_matches_verl_ppo_loss_for_every_loss_mode(loss_mode, mode):
+    """The whole actor loss (policy - entropy bonus + KL, jagged TensorDicts) per loss_mode, rtol = 0;
+    the settings travel as the wire sends them (meta.actor_config / meta.policy_loss_config)."""
+    case = random_policy_loss_case(5)
+    entropy_B_R = torch.rand(case.mask_B_R.shape, generator=torch.Generator().manual_seed(9)) * (
+        case.response_lengths_B[:, None] > torch.arange(case.mask_B_R.shape[1])[None, :]
+    )
+    prompt_lens = [3, 1, 4, 2, 5, 2]
+    scale = 12.0 if mode == "seq-mean-token-sum-norm" else None
+    info = GlobalBatchInfo(2, case.num_tokens + 5, case.num_sequences + 2, scale)
+    knobs = dict(entropy_coeff=0.01, use_kl_loss=True, kl_loss_coef=0.05, kl_loss_type="low_var_kl")
+    actor_config = dict(
+        loss_agg_mode=mode, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, **knobs
+    )
+    if scale is not None:
+        actor_config["loss_scale_factor"] = scale
+    policy_config = {"loss_mode": VERL_FAMILIES[loss_mode], "tau_neg": 1.2, **COV}
+    if loss_mode == "sapo":
+        policy_config["pg_loss_agg_mode"] = "seq-mean-token-mean"
+    settings = LossSettings.from_meta(actor_config, policy_config)
+
+    ours_lp = case.logprobs_B_R.clone().requires_grad_(True)
+    torch.manual_seed(0)
+    ours, _ = actor_loss(
+        settings,
+        GlobalCounts(info.dp_size, info.batch_num_tokens, info.global_batch_size),
+        ours_lp,
+        case.old_logprobs_B_R,
+        case.advantages_B_R,
+        case.mask_B_R.bool(),
+        entropy_B_R=entropy_B_R,
+        ref_logprobs_B_R=case.ref_logprobs_B_R,
+    )
+    ours.backward()
+
+    config = _mode_config(loss_mode, 0.2, 0.28, 3.0, mode, loss_scale_factor=scale, **knobs)
+    data, full_sequence = _verl_actor_batch(case, prompt_lens, info)
+    theirs_lp = case.logprobs_B_R.clone().requires_grad_(True)
+    torch.manual_seed(0)
+    theirs, _ = ppo_loss(
+        config, {"log_probs": full_sequence(theirs_lp), "entropy": full_sequence(entropy_B_R)}, data
+    )
+    theirs.backward()
+
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    torch.testing.assert_close(ours_lp.grad, theirs_lp.grad, rtol=0, atol=0)

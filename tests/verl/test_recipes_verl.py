@@ -22,7 +22,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "gsm8k-qwen3-0.6b-4gpu": dict(
         model="Qwen/Qwen3-0.6B", reward="pkg://arctic_rl_core.envs.gsm8k", training_gpus=2,
         sampling_gpus=2, colocate=False, engines=2, prompts=64, rollouts=8, grad_accum=16, zorro=False,
-        fca=False, spec=None, zero=2, warmup=0,
+        fca=True, spec=None, zero=2, warmup=0,
     ),
     "bird-smoke-qwen3-1.7b-8gpu": dict(
         model="Qwen/Qwen3-1.7B", reward="pkg://arctic_rl_core.envs.bird.reward", training_gpus=8,

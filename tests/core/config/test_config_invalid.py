@@ -30,6 +30,7 @@ CORTEX: dict[str, Any] = {
     },
     "batch": {**RAY["batch"], "mini_batch_prompts": None},
     "kernels": {"attn_implementation": "sdpa"},
+    "zorro": {"enable": False},  # ZoRRo (on by default) needs flash attention
 }
 REFERENCE: dict[str, Any] = {"backend": {"kind": "reference"}}
 
@@ -74,7 +75,7 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
     (
         "rows-not-divisible-by-dp-x-micro",
         RAY,
-        ["batch.micro_batch_size_per_gpu=3"],
+        ["batch.micro_batch_size_per_gpu=3", "zorro.enable=false"],
         "batch.micro_batch_size_per_gpu",
         "divide evenly",
     ),
@@ -96,21 +97,21 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
     (
         "speculative-model-without-arctic-inference",
         RAY,
-        ["arctic_inference.speculative_model=/models/draft"],
+        ["arctic_inference.enable=false", "arctic_inference.speculative_model=/models/draft"],
         "arctic_inference.speculative_model",
         "arctic_inference.enable=true",
     ),
     (
         "fca-without-arctic-inference",
         RAY,
-        ["arctic_inference.fca=true"],
+        ["arctic_inference.enable=false", "arctic_inference.fca=true"],
         "arctic_inference.fca",
         "enable=true",
     ),
     (
         "memory-logits-without-zorro",
         RAY,
-        ["zorro.logits_optimization=memory"],
+        ["zorro.enable=false", "zorro.logits_optimization=memory"],
         "zorro.logits_optimization",
         "zorro.enable=true",
     ),
@@ -159,7 +160,13 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
         "vllm.engine_args.max_model_len",
         "vllm.max_model_len",
     ),
-    ("clip-high-on-arctic", RAY, ["loss.clip_ratio_high=0.28"], "loss.clip_ratio_high", "reference backend"),
+    (
+        "clip-high-on-arctic",
+        RAY,
+        ["loss.clip_ratio_high=0.28"],
+        "loss.clip_ratio_high",
+        "loss_fn=arctic_rl_core",
+    ),
     ("clip-low-on-cortex", CORTEX, ["loss.clip_ratio_low=0.1"], "loss.clip_ratio_low", "clip_ratio_low=0.2"),
     ("dual-clip-on-http", RAY, ["backend.kind=http", "loss.clip_ratio_c=5"], "loss.clip_ratio_c", "=3.0"),
     (
@@ -173,8 +180,57 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
         "scale-factor-on-arctic",
         RAY,
         ["loss.loss_agg_mode=seq-mean-token-sum-norm", "loss.loss_scale_factor=512"],
-        "loss.loss_scale_factor",
-        "loss_scale_factor=null",
+        "loss.loss_agg_mode",
+        "loss.loss_fn=arctic_rl_core",
+    ),
+    (
+        "builtin-is-dual-clip-only",
+        REFERENCE,
+        ["loss.policy_loss=gspo"],
+        "loss.policy_loss",
+        "loss.loss_fn=arctic_rl_core",
+    ),
+    (
+        "builtin-has-no-token-sum",
+        REFERENCE,
+        ["loss.loss_agg_mode=token-sum"],
+        "loss.loss_agg_mode",
+        "arctic_rl_core",
+    ),
+    (
+        "builtin-packs-sequences-on-arctic",
+        RAY,
+        ["loss.loss_agg_mode=seq-mean-token-mean"],
+        "loss.loss_agg_mode",
+        "loss.loss_fn=arctic_rl_core",
+    ),
+    (
+        "core-loss-on-cortex",
+        CORTEX,
+        ["loss.loss_fn=arctic_rl_core", "loss.policy_loss=gspo"],
+        "loss.loss_fn",
+        "loss.loss_fn=verl_grpo",
+    ),
+    (
+        "core-loss-on-http-without-the-package",
+        RAY,
+        ["backend.kind=http", "backend.server_has_arctic_rl_core=false", "loss.loss_fn=arctic_rl_core"],
+        "loss.loss_fn",
+        "install arctic-rl-core",
+    ),
+    (
+        "server-package-flag-off-http",
+        RAY,
+        ["backend.server_has_arctic_rl_core=false"],
+        "backend.server_has_arctic_rl_core",
+        "backend.kind=http",
+    ),
+    (
+        "family-knob-of-another-family",
+        RAY,
+        ["loss.loss_fn=arctic_rl_core", "loss.policy_loss=gspo", "loss.tau_pos=2"],
+        "loss.tau_pos",
+        "loss.policy_loss=sapo",
     ),
     (
         "kl-without-log-prob-job",
@@ -250,7 +306,20 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
         "deepspeed.config_overrides.zero_optimization",
         "key: value pairs",
     ),
-    ("zorro-max-rollouts-too-large", RAY, ["zorro.max_rollouts=16"], "zorro.max_rollouts", "<= 8"),
+    (
+        "zorro-max-rollouts-too-large",
+        RAY,
+        ["zorro.max_rollouts=16", "~batch.micro_batch_size_per_gpu"],
+        "zorro.max_rollouts",
+        "<= 8",
+    ),
+    (
+        "zorro-default-micro-batch-splits-groups",
+        RAY,
+        ["batch.micro_batch_size_per_gpu=4"],
+        "batch.micro_batch_size_per_gpu",
+        "multiple of 8",
+    ),
     (
         "reference-model-too-short",
         REFERENCE,
@@ -351,6 +420,25 @@ def test_the_value_is_shown_as_written() -> None:
     assert rendered["batch.epochs"].startswith('batch.epochs = "abc": ')
     # Cross-field rules still run past the type error of batch.epochs.
     assert rendered["weight_sync.cuda_ipc"].startswith("weight_sync.cuda_ipc = true: ")
+
+
+def test_core_loss_on_ray_honours_every_family_setting() -> None:
+    """With loss_fn=arctic_rl_core the server computes what is sent: DAPO's clip-higher, sequence
+    modes, token-sum and a family's own knobs validate on an Arctic backend."""
+    cfg = _validate(
+        RAY,
+        [
+            "loss.loss_fn=arctic_rl_core",
+            "loss.policy_loss=sapo",
+            "loss.clip_ratio_high=0.28",
+            "loss.loss_agg_mode=seq-mean-token-sum-norm",
+            "loss.loss_scale_factor=512",
+            "loss.tau_pos=2",
+        ],
+    )
+    assert cfg.server_loss_fn == "arctic_rl_core.losses.server.policy_loss"
+    assert cfg.loss.family_params() == {"tau_pos": 2.0}
+    assert _validate(RAY, ["loss.loss_fn=arctic_rl_core", "loss.loss_agg_mode=token-sum"]).server_imports_core
 
 
 def test_reference_backend_honours_any_clip_ratio() -> None:

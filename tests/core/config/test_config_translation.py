@@ -45,16 +45,28 @@ GSM8K_CLIENT: dict[str, Any] = {
             **PRECISION,
             "zero_optimization": {"stage": 2},
         },
+        # ZoRRo with memory-lean logits: the seed's default on the Arctic backends
         "ds_worker_config": {
             "attn_implementation": "flash_attention_2",
             "use_liger": True,
             "enable_gradient_checkpointing": True,
             "use_autocast": False,
+            "zorro_train_enable": True,
+            "response_len": 1024,
+            "max_token_len": 512 + 8 * 1024,
+            "rollout_n": 8,
+            "temperature": 1.0,
+            "use_unpad": True,
+            "logits_optimization": "memory",
+            "logits_optimization_peak_mem_size_in_gib": 4.0,
+            "logits_compute_from_fp32_inputs": False,
+            "logits_compute_in_fp32": False,
         },
         "cuda_ipc": False,
         "low_memory": False,
     },
     "sampling": {
+        # Arctic Inference with FCA: the seed's default on the Arctic backends
         "vllm": {
             "tensor_parallel_size": 1,
             "gpu_memory_utilization": 0.85,
@@ -63,8 +75,16 @@ GSM8K_CLIENT: dict[str, Any] = {
             "enforce_eager": False,
             "enable_chunked_prefill": True,
             "enable_prefix_caching": True,
+            "forest_cascade_attn_configs": "{}",
+            "compilation_config": {
+                "cudagraph_mode": "PIECEWISE",
+                "pass_config": {"fuse_allreduce_rms": False},
+            },
         },
-        "arctic_inference_config": None,
+        "arctic_inference_config": {
+            "zorro_inference": {"enable": True},
+            "speculative_decoding": {"model": ""},
+        },
         "log_prob_engine": "deepspeed",
         "log_prob_ds_config": None,
     },
@@ -125,8 +145,16 @@ COLOCATED_CLIENT: dict[str, Any] = {
             "enforce_eager": True,
             "enable_chunked_prefill": True,
             "enable_prefix_caching": True,
+            "forest_cascade_attn_configs": "{}",
+            "compilation_config": {
+                "cudagraph_mode": "PIECEWISE",
+                "pass_config": {"fuse_allreduce_rms": False},
+            },
         },
-        "arctic_inference_config": None,
+        "arctic_inference_config": {
+            "zorro_inference": {"enable": True},
+            "speculative_decoding": {"model": ""},
+        },
         "log_prob_engine": "deepspeed",
         "log_prob_ds_config": {
             "train_micro_batch_size_per_gpu": 8,
@@ -251,7 +279,7 @@ CORTEX_CLIENT: dict[str, Any] = {
         },
         "ds_worker_config": {
             "attn_implementation": "sdpa",
-            "use_liger": False,
+            "use_liger": True,
             "enable_gradient_checkpointing": True,
             "use_autocast": False,
         },
@@ -267,8 +295,16 @@ CORTEX_CLIENT: dict[str, Any] = {
             "enforce_eager": False,
             "enable_chunked_prefill": True,
             "enable_prefix_caching": True,
+            "forest_cascade_attn_configs": "{}",
+            "compilation_config": {
+                "cudagraph_mode": "PIECEWISE",
+                "pass_config": {"fuse_allreduce_rms": False},
+            },
         },
-        "arctic_inference_config": None,
+        "arctic_inference_config": {
+            "zorro_inference": {"enable": True},
+            "speculative_decoding": {"model": ""},
+        },
         "log_prob_engine": "deepspeed",
         "log_prob_ds_config": None,
     },
@@ -417,6 +453,12 @@ def test_cortex_client_config_reads_the_token_by_name(
             "enforce_eager": False,
             "enable_chunked_prefill": True,
             "enable_prefix_caching": True,
+            # Arctic Inference with FCA (the default)
+            "forest_cascade_attn_configs": "{}",
+            "compilation_config": {
+                "cudagraph_mode": "PIECEWISE",
+                "pass_config": {"fuse_allreduce_rms": False},
+            },
         },
     }
     train = training["training_config"]
@@ -545,8 +587,11 @@ def test_suffix_decoding_speculative_configs() -> None:
     }
 
 
-def test_arctic_inference_is_opt_in() -> None:
-    off = _config("gsm8k-qwen3-0.6b-4gpu.yaml")
+def test_arctic_inference_is_on_by_default_and_can_be_turned_off() -> None:
+    default = _config("gsm8k-qwen3-0.6b-4gpu.yaml").plan()
+    assert default["env"] == {"sampling_workers": {"ARCTIC_INFERENCE_ENABLED": "1"}}
+    assert default["jobs"]["sampling"]["vllm_config"]["forest_cascade_attn_configs"] == "{}"
+    off = load_config(CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml", ["arctic_inference.enable=false"])
     plan = off.plan()
     assert plan["env"] == {"sampling_workers": {}}
     assert "arctic_inference_config" not in plan["jobs"]["sampling"]
@@ -554,7 +599,7 @@ def test_arctic_inference_is_opt_in() -> None:
     on = _config("bird-qwen3-32b-32gpu.yaml").plan()
     assert on["env"] == {"sampling_workers": {"ARCTIC_INFERENCE_ENABLED": "1"}}
     # Plugin on without FCA or speculation: still "on" for the server, nothing injected.
-    bare = load_config(CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml", ["arctic_inference.enable=true"]).plan()
+    bare = load_config(CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml", ["arctic_inference.fca=false"]).plan()
     assert bare["env"] == {"sampling_workers": {"ARCTIC_INFERENCE_ENABLED": "1"}}
     assert bare["jobs"]["sampling"]["arctic_inference_config"] == {
         "zorro_inference": {"enable": False},

@@ -408,8 +408,11 @@ def test_handle_pickles_and_reconnects_without_creating_or_destroying_jobs():
             assert len(server.of("initialize")) == creates  # attached, nothing created
             state = dispatch.run(other.state())
             assert state.inference is InferenceState.ASLEEP and state.colocated
-            dispatch.run(other.wake_training())
-            assert server.requests[-1]["op"] == "wake-training"
+            sent = len(server.requests)
+            dispatch.run(other.wake_training())  # the trainer is awake: nothing to send
+            assert len(server.requests) == sent
+            dispatch.run(other.sleep_training("all"))
+            assert server.requests[-1]["op"] == "sleep-training"
             assert server.requests[-1]["job_id"] == backend._client.jobs.training
             dispatch.run(other.shutdown())
             assert server.of("destroy") == []  # the reconnected backend destroys nothing

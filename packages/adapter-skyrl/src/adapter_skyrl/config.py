@@ -67,6 +67,50 @@ LOSS_REDUCTION_TO_AGG_MODE = {
     "sequence_mean": "seq-mean-token-mean",
     "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
 }
+# -- policy loss (SkyRL policy_loss_type -> a core loss family; the server computes it, see
+# arctic_rl_core.losses). SkyRL's `regular` is PPO clip WITHOUT dual clip; `dual_clip` adds it.
+SKYRL_POLICY_LOSSES = {
+    "regular": "ppo_clip",
+    "dual_clip": "dual_clip",
+    "gspo": "gspo",
+    "sapo": "sapo",
+    "cispo": "cispo",
+    "clip_cov": "clip_cov",
+    "kl_cov": "kl_cov",
+}
+
+
+def policy_loss_values(algo: Any, backend: Mapping[str, Any], agg_mode: str) -> dict[str, Any]:
+    """The core `loss.*` values of SkyRL's policy loss: the family, the server loss that runs it on
+    this backend, the clip ratios it reads (cispo: its own cispo_eps_clip_*) and its knobs."""
+    from arctic_rl_core.config.loss_selection import server_loss_for
+
+    family = SKYRL_POLICY_LOSSES.get(algo.policy_loss_type, algo.policy_loss_type)
+    cispo = family == "cispo"
+    values: dict[str, Any] = {
+        "loss.loss_fn": server_loss_for(family, backend, loss_agg_mode=agg_mode),
+        "loss.policy_loss": family,
+        "loss.clip_ratio_low": algo.cispo.cispo_eps_clip_low if cispo else algo.eps_clip_low,
+        "loss.clip_ratio_high": algo.cispo.cispo_eps_clip_high if cispo else algo.eps_clip_high,
+        "loss.clip_ratio_c": algo.clip_ratio_c,
+    }
+    if family == "sapo":
+        values.update({"loss.tau_pos": algo.sapo.tau_pos, "loss.tau_neg": algo.sapo.tau_neg})
+    elif family == "clip_cov":
+        values.update(
+            {
+                "loss.clip_cov_ratio": algo.clip_cov.clip_ratio,
+                "loss.clip_cov_lb": algo.clip_cov.clip_cov_lb,
+                "loss.clip_cov_ub": algo.clip_cov.clip_cov_ub,
+            }
+        )
+    elif family == "kl_cov":
+        values.update(
+            {"loss.kl_cov_ratio": algo.kl_cov.kl_cov_frac, "loss.ppo_kl_coef": algo.kl_cov.ppo_kl_coef}
+        )
+    return values
+
+
 # SkyRL (HF) scheduler names the core schedule reproduces: linear warmup, then constant or cosine to 0.
 SCHEDULERS = {"constant_with_warmup": "constant", "cosine": "cosine"}
 # SkyRL's kl_estimator_type names that the server's kl_penalty knows under the same name.
@@ -113,9 +157,14 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "trainer.algorithm.policy_loss_type",
-        lambda v: v != "dual_clip",
-        "set trainer.algorithm.policy_loss_type=dual_clip; the Arctic loss (verl_grpo) is PPO with "
-        "dual clip and no other SkyRL loss can be sent to it",
+        lambda v: v not in SKYRL_POLICY_LOSSES,
+        f"use one of {list(SKYRL_POLICY_LOSSES)}; the Arctic server computes these (arctic_rl_core.losses), "
+        "the others need rollout log-probs as the behaviour policy or are not RL losses",
+    ),
+    _Rule(
+        "trainer.algorithm.cispo.cispo_anchor",
+        lambda v: v != "old",
+        "set it to old; the Arctic loss anchors CISPO's ratio on the old log-probs",
     ),
     _Rule(
         "trainer.algorithm.loss_reduction",
@@ -248,10 +297,18 @@ SKYRL_OWNED: Mapping[str, str] = {
     "optimizer.warmup_ratio": "trainer.policy.optimizer_config.num_warmup_steps",
     "optimizer.total_training_steps": "trainer.epochs / trainer.max_training_steps",
     "loss.loss_fn": "trainer.algorithm.policy_loss_type",
+    "loss.policy_loss": "trainer.algorithm.policy_loss_type",
     "loss.clip_ratio_low": "trainer.algorithm.eps_clip_low",
     "loss.clip_ratio_high": "trainer.algorithm.eps_clip_high",
     "loss.clip_ratio_c": "trainer.algorithm.clip_ratio_c",
     "loss.loss_agg_mode": "trainer.algorithm.loss_reduction",
+    "loss.tau_pos": "trainer.algorithm.sapo.tau_pos",
+    "loss.tau_neg": "trainer.algorithm.sapo.tau_neg",
+    "loss.clip_cov_ratio": "trainer.algorithm.clip_cov.clip_ratio",
+    "loss.clip_cov_lb": "trainer.algorithm.clip_cov.clip_cov_lb",
+    "loss.clip_cov_ub": "trainer.algorithm.clip_cov.clip_cov_ub",
+    "loss.kl_cov_ratio": "trainer.algorithm.kl_cov.kl_cov_frac",
+    "loss.ppo_kl_coef": "trainer.algorithm.kl_cov.ppo_kl_coef",
     "loss.loss_scale_factor": "trainer.algorithm.max_seq_len",
     "loss.use_kl_loss": "trainer.algorithm.use_kl_loss",
     "loss.kl_loss_coef": "trainer.algorithm.kl_loss_coef",
@@ -359,11 +416,15 @@ def skyrl_owned_values(cfg: SkyRLTrainConfig, *, steps_per_epoch: int) -> dict[s
     sp = cfg.generator.sampling_params
     temperature = algo.temperature if algo.temperature is not None else sp.temperature
     horizon = training_horizon(cfg, steps_per_epoch)
+    agg_mode = LOSS_REDUCTION_TO_AGG_MODE.get(algo.loss_reduction, algo.loss_reduction)
     values: dict[str, Any] = {
         "batch.prompts_per_step": cfg.trainer.train_batch_size,
         "batch.rollouts_per_prompt": cfg.generator.n_samples_per_prompt,
         "batch.mini_batch_prompts": cfg.trainer.policy_mini_batch_size,
-        "batch.micro_batch_size_per_gpu": cfg.trainer.micro_train_batch_size_per_gpu,
+        # SkyRL's default (1) leaves the core's: whole prompt groups with ZoRRo, else 1.
+        "batch.micro_batch_size_per_gpu": cfg.trainer.micro_train_batch_size_per_gpu
+        if cfg.trainer.micro_train_batch_size_per_gpu != 1
+        else None,
         "batch.epochs": cfg.trainer.update_epochs_per_batch,
         "batch.max_prompt_length": cfg.trainer.max_prompt_length,
         "batch.max_response_length": sp.max_generate_length,
@@ -374,11 +435,8 @@ def skyrl_owned_values(cfg: SkyRLTrainConfig, *, steps_per_epoch: int) -> dict[s
         "optimizer.scheduler": SCHEDULERS.get(opt.scheduler, opt.scheduler),
         "optimizer.warmup_ratio": opt.num_warmup_steps / horizon if horizon else 0.0,
         "optimizer.total_training_steps": total_training_steps(cfg, steps_per_epoch),
-        "loss.loss_fn": "verl_grpo",
-        "loss.clip_ratio_low": algo.eps_clip_low,
-        "loss.clip_ratio_high": algo.eps_clip_high,
-        "loss.clip_ratio_c": algo.clip_ratio_c,
-        "loss.loss_agg_mode": LOSS_REDUCTION_TO_AGG_MODE.get(algo.loss_reduction, algo.loss_reduction),
+        **policy_loss_values(algo, _backend_group(cfg), agg_mode),
+        "loss.loss_agg_mode": agg_mode,
         "loss.loss_scale_factor": algo.max_seq_len
         if algo.loss_reduction == "seq_mean_token_sum_norm"
         else None,
@@ -391,13 +449,17 @@ def skyrl_owned_values(cfg: SkyRLTrainConfig, *, steps_per_epoch: int) -> dict[s
         # The Arctic server serves and trains SkyRL's policy model; the reference engine builds its own.
         "model.name": None if _backend_kind(cfg) == "reference" else cfg.trainer.policy.model.path,
     }
-    assert set(values) == set(SKYRL_OWNED), "SKYRL_OWNED and skyrl_owned_values must list the same keys"
+    assert set(values) <= set(SKYRL_OWNED), "SKYRL_OWNED must list every key skyrl_owned_values sets"
     return values
 
 
-def _backend_kind(cfg: SkyRLTrainConfig) -> Any:
+def _backend_group(cfg: SkyRLTrainConfig) -> Mapping[str, Any]:
     backend = dict(cfg.trainer.arctic_rl).get("backend")
-    return backend.get("kind") if isinstance(backend, Mapping) else None
+    return backend if isinstance(backend, Mapping) else {}
+
+
+def _backend_kind(cfg: SkyRLTrainConfig) -> Any:
+    return _backend_group(cfg).get("kind")
 
 
 def _flatten_items(prefix: str, node: Any):

@@ -1,5 +1,10 @@
 """Start the backend a run's core config names, and return a handle every Ray process of the job can
-`connect()` to: the reference engine as a named Ray actor, or the Arctic server's jobs."""
+`connect()` to: the reference engine as a named Ray actor, or the Arctic server's jobs.
+
+The Arctic server keeps no state a client can ask for, and in a verl run the rank-0 worker (syncs
+after each step) and every rollout replica (sleeps the sampler after sampling, generates, reports
+the weights version) each build their own client from the handle: the handle carries a
+`RayStateLedger`, so all of them read and transition one record of the server's state."""
 
 from __future__ import annotations
 
@@ -25,7 +30,8 @@ def start_backend(settings: ArcticVerlSettings) -> BackendHandle:
         backend: Backend = launch_reference_actor(ReferenceEngineSettings.from_config(cfg))
     else:
         from arctic_rl_core.backends.arctic import ArcticBackend
+        from arctic_rl_core.backends.arctic_state import RayStateLedger
 
-        backend = ArcticBackend.from_config(cfg)
+        backend = ArcticBackend.from_config(cfg, state_ledger=RayStateLedger.start())
     _owned.append(backend)
     return backend.handle()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapter_verl.field_table import VERL_FIELDS
+from adapter_verl.field_table import CORE_WHEN_VERL_DEFAULT, VERL_FIELDS, VERL_POLICY_LOSSES
 
 if TYPE_CHECKING:
     from arctic_rl_core.config import ArcticRLConfig
@@ -235,6 +235,9 @@ def _check_core_group(config: DictConfig, bad: Any) -> None:
         if isinstance(values, dict) and key in values:
             if core_path == "placement.log_prob_gpus":
                 continue  # verl has no field for it: the derived value is a default
+            verl_field = CORE_WHEN_VERL_DEFAULT.get(core_path)
+            if verl_field is not None and not _get(config, verl_field):
+                continue  # verl's field at its default leaves the core field to remote_backend.core
             bad(
                 f"{CORE_PREFIX}.{core_path}",
                 values[key],
@@ -328,6 +331,7 @@ def settings_from_verl(config: DictConfig, total_training_steps: int | None) -> 
 
 
 __all__ = [
+    "VERL_POLICY_LOSSES",
     "ArcticVerlSettings",
     "Resolution",
     "UnsupportedVerlSettingError",

@@ -40,6 +40,10 @@ M = "actor_rollout_ref.model"
 R = "actor_rollout_ref.rollout"
 REF = "actor_rollout_ref.ref"
 
+# Core fields a verl field maps onto only when that verl field leaves its default: at verl's default
+# the core's (backend) default applies and `remote_backend.core.<field>` may set it.
+CORE_WHEN_VERL_DEFAULT: dict[str, str] = {"kernels.use_liger": f"{M}.use_liger"}
+
 # verl fields a user adds with `+` (absent from verl's default config, so no leaf there)
 OPTIONAL_FIELDS: tuple[str, ...] = (f"{M}.override_config.attn_implementation",)
 
@@ -164,6 +168,54 @@ def _grad_clip(value: Any) -> Any:
     return None if value is None else float(value)
 
 
+# verl policy_loss.loss_mode -> the core loss family the Arctic server computes (arctic_rl_core.losses);
+# verl's `vanilla` always dual-clips for negative advantages.
+VERL_POLICY_LOSSES: dict[str, str] = {
+    "vanilla": "dual_clip",
+    "gspo": "gspo",
+    "sapo": "sapo",
+    "cispo": "cispo",
+    "clip_cov": "clip_cov",
+    "kl_cov": "kl_cov",
+    "gpg": "gpg",
+}
+LOSS_MODE = f"{A}.policy_loss.loss_mode"
+
+
+def _family(read: Reader) -> str:
+    mode = read(LOSS_MODE) or "vanilla"
+    if mode not in VERL_POLICY_LOSSES:
+        raise FieldProblem(
+            f"the Arctic server computes {sorted(VERL_POLICY_LOSSES)} (arctic_rl_core.losses), not {mode!r}",
+            f"set {LOSS_MODE} to one of them",
+        )
+    return VERL_POLICY_LOSSES[mode]
+
+
+def _loss_fn(read: Reader) -> str:
+    from arctic_rl_core.config.loss_selection import server_loss_for
+
+    backend = read("remote_backend.core.backend") or {}
+    return server_loss_for(_family(read), backend, loss_agg_mode=str(read(f"{A}.loss_agg_mode")))
+
+
+def _family_knob(family: str, field: str, default: float) -> Callable[[Reader], Any]:
+    """A family's knob from its verl field, only when that family runs (else the core leaves it unset)."""
+
+    def compute(read: Reader) -> Any:
+        if _family(read) != family:
+            return UNSET
+        value = read(field)
+        return float(default if value is None else value)
+
+    return compute
+
+
+def _pg_agg(read: Reader) -> Any:
+    # verl's sapo aggregates its policy term per sequence whatever loss_agg_mode says
+    return "seq-mean-token-mean" if _family(read) == "sapo" else UNSET
+
+
 ENTRIES: tuple[Entry, ...] = (
     # -- structure ---------------------------------------------------------------------------
     _p("remote_backend", "the adapter's own group (core settings verl has no field for)"),
@@ -214,7 +266,13 @@ ENTRIES: tuple[Entry, ...] = (
     _na(f"{M}.target_modules", "LoRA is off"),
     _na(f"{M}.exclude_modules", "LoRA is off"),
     _na(f"{M}.lora", "LoRA is off"),
-    _m(f"{M}.use_liger", "kernels.use_liger", transform=bool),
+    _m(
+        f"{M}.use_liger",
+        "kernels.use_liger",
+        "true = on; verl's default (false) leaves the backend's default (on with the Arctic backends; "
+        "remote_backend.core.kernels.use_liger=false turns it off)",
+        lambda value: True if value else UNSET,
+    ),
     _r(
         f"{M}.use_fused_kernels",
         "the Arctic counterparts are use_liger and remote_backend.core.zorro.logits_optimization",
@@ -300,10 +358,47 @@ ENTRIES: tuple[Entry, ...] = (
     _m(f"{A}.clip_ratio_low", "loss.clip_ratio_low", transform=_float),
     _m(f"{A}.clip_ratio_high", "loss.clip_ratio_high", transform=_float),
     _m(f"{A}.clip_ratio_c", "loss.clip_ratio_c", transform=_float),
-    _na(f"{A}.tau_pos", "SAPO loss only (policy_loss.loss_mode)"),
-    _na(f"{A}.tau_neg", "SAPO loss only (policy_loss.loss_mode)"),
-    _r(f"{A}.policy_loss.loss_mode", "the server computes the vanilla PPO/GRPO loss: set it to vanilla"),
-    _na(f"{A}.policy_loss", "parameters of other policy_loss.loss_mode values"),
+    Derived("loss.policy_loss", (LOSS_MODE,), _family, f"family: {VERL_POLICY_LOSSES}"),
+    Derived(
+        "loss.loss_fn",
+        (LOSS_MODE, f"{A}.loss_agg_mode"),
+        _loss_fn,
+        "the server loss that runs the family on this backend (arctic_rl_core or the built-in verl_grpo)",
+    ),
+    Derived("loss.pg_loss_agg_mode", (LOSS_MODE,), _pg_agg, "sapo: seq-mean-token-mean (as verl)"),
+    Derived("loss.tau_pos", (LOSS_MODE, f"{A}.tau_pos"), _family_knob("sapo", f"{A}.tau_pos", 1.0), "sapo only"),
+    Derived("loss.tau_neg", (LOSS_MODE, f"{A}.tau_neg"), _family_knob("sapo", f"{A}.tau_neg", 1.05), "sapo only"),
+    Derived(
+        "loss.clip_cov_ratio",
+        (LOSS_MODE, f"{A}.policy_loss.clip_cov_ratio"),
+        _family_knob("clip_cov", f"{A}.policy_loss.clip_cov_ratio", 0.0002),
+        "clip_cov only",
+    ),
+    Derived(
+        "loss.clip_cov_lb",
+        (LOSS_MODE, f"{A}.policy_loss.clip_cov_lb"),
+        _family_knob("clip_cov", f"{A}.policy_loss.clip_cov_lb", 1.0),
+        "clip_cov only",
+    ),
+    Derived(
+        "loss.clip_cov_ub",
+        (LOSS_MODE, f"{A}.policy_loss.clip_cov_ub"),
+        _family_knob("clip_cov", f"{A}.policy_loss.clip_cov_ub", 5.0),
+        "clip_cov only",
+    ),
+    Derived(
+        "loss.kl_cov_ratio",
+        (LOSS_MODE, f"{A}.policy_loss.kl_cov_ratio"),
+        _family_knob("kl_cov", f"{A}.policy_loss.kl_cov_ratio", 0.0002),
+        "kl_cov only",
+    ),
+    Derived(
+        "loss.ppo_kl_coef",
+        (LOSS_MODE, f"{A}.policy_loss.ppo_kl_coef"),
+        _family_knob("kl_cov", f"{A}.policy_loss.ppo_kl_coef", 1.0),
+        "kl_cov only",
+    ),
+    _r(f"{A}.policy_loss.dro_beta", "the DRO loss is not computed by the Arctic server: remove it"),
     _m(f"{A}.loss_agg_mode", "loss.loss_agg_mode", transform=str),
     _m(f"{A}.loss_scale_factor", "loss.loss_scale_factor", transform=_unset_if_none),
     _m(f"{A}.entropy_coeff", "loss.entropy_coeff", transform=_float),

@@ -11,8 +11,12 @@ or Cortex (`cortex` extra). Version and dependency handling live in `arctic_comp
   is checked with `arctic_rl_core.wire.validate_payload`; log-probs come back as float32 CPU
   tensors whatever the transport returned.
 - Errors: the server's error body is in the raised `ArcticServerError` (HTTP).
-- State: the server has no state query, so this object tracks the sleep/wake state and the
-  weights/trainer versions of what it drives (a handle carries a snapshot to other processes).
+- State: the 0.1.4 server has no state query, so the clients keep the record of the sleep/wake
+  state and the weights/trainer versions in a `StateLedger` (`arctic_state`) that every object
+  connected from one handle shares: in this process by default, in a Ray actor
+  (`RayStateLedger`) when several processes transition the server (verl's worker and replicas).
+  Each transition holds the ledger around check + call + record; asking for a state the server
+  is already in sends nothing.
 - `shutdown()` is idempotent, closes the HTTP session on the loop and destroys (in a worker
   thread) only jobs this object created; a backend reconnected from a handle destroys nothing.
 """
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends import arctic_compat
+from arctic_rl_core.backends.arctic_state import LocalStateLedger, StateLedger, Transition
 from arctic_rl_core.backends.protocol import (
     Backend,
     BackendHandle,
@@ -43,7 +48,7 @@ from arctic_rl_core.backends.protocol import (
     as_tensor_logprobs,
     string_keyed_to_int,
 )
-from arctic_rl_core.weight_sync import WeightSyncError, training_state_after_sleep
+from arctic_rl_core.weight_sync import TRAINING_SLEEP_DEPTH, WeightSyncError
 
 if TYPE_CHECKING:
     from arctic_rl_core.config import ArcticRLConfig
@@ -53,26 +58,21 @@ _WAKE_TAGS = ("weights", "kv_cache")
 
 
 @dataclass(frozen=True)
-class _Snapshot:
-    inference: InferenceState = InferenceState.AWAKE
-    training: TrainingState = TrainingState.AWAKE
-    weights_version: int = 0
-    trainer_version: int = 0
-
-
-@dataclass(frozen=True)
 class ArcticHandle(BackendHandle):
     """Picklable: the reconnect client config (job ids set), the Ray server-state handle (Ray
-    transport only) and the state snapshot at `handle()` time."""
+    transport only) and the run's state ledger (a `RayStateLedger` is shared by every process
+    that unpickles the handle; a `LocalStateLedger` arrives as a copy)."""
 
     client_config: Any
     server_state: Any
     colocated: bool
-    snapshot: _Snapshot
+    state_ledger: StateLedger
 
     def connect(self) -> ArcticBackend:
         client = arctic_compat.create_client(self.client_config, server_state=self.server_state)
-        return ArcticBackend(client, colocated=self.colocated, owns_jobs=False, snapshot=self.snapshot)
+        return ArcticBackend(
+            client, colocated=self.colocated, owns_jobs=False, state_ledger=self.state_ledger
+        )
 
 
 class ArcticBackend(Backend):
@@ -80,42 +80,40 @@ class ArcticBackend(Backend):
     `from_config`; reach it from another process with `handle().connect()`."""
 
     def __init__(
-        self, client: Any, *, colocated: bool, owns_jobs: bool, snapshot: _Snapshot | None = None
+        self, client: Any, *, colocated: bool, owns_jobs: bool, state_ledger: StateLedger | None = None
     ) -> None:
-        snapshot = snapshot or _Snapshot()
         self._client = client
         self._colocated = colocated
         self._owns_jobs = owns_jobs
-        self._inference = snapshot.inference
-        self._training = snapshot.training
-        self._weights_version = snapshot.weights_version
-        self._trainer_version = snapshot.trainer_version
+        self._ledger = state_ledger if state_ledger is not None else LocalStateLedger()
         self._closed = False
         self._onprem = getattr(client.config.backend, "type", "onprem") == "onprem"
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
-    def create(cls, client_config: Any) -> ArcticBackend:
-        """Create (or, with job ids in the config, attach to) the jobs. Blocking: not on a loop."""
+    def create(cls, client_config: Any, *, state_ledger: StateLedger | None = None) -> ArcticBackend:
+        """Create (or, with job ids in the config, attach to) the jobs. Blocking: not on a loop.
+        `state_ledger`: where the server's state record lives (default: this process only; pass a
+        `RayStateLedger` when other processes will connect and transition the server)."""
         if arctic_compat.in_event_loop_thread():
             raise RuntimeError(
                 "ArcticBackend.create() does blocking HTTP and would stall the running event loop: "
                 "use `await ArcticBackend.acreate(...)` from async code"
             )
-        return cls._construct(client_config)
+        return cls._construct(client_config, state_ledger)
 
     @classmethod
-    async def acreate(cls, client_config: Any) -> ArcticBackend:
+    async def acreate(cls, client_config: Any, *, state_ledger: StateLedger | None = None) -> ArcticBackend:
         """`create` in a worker thread, for async callers."""
-        return await asyncio.to_thread(cls._construct, client_config)
+        return await asyncio.to_thread(cls._construct, client_config, state_ledger)
 
     @classmethod
-    def from_config(cls, cfg: ArcticRLConfig) -> ArcticBackend:
+    def from_config(cls, cfg: ArcticRLConfig, *, state_ledger: StateLedger | None = None) -> ArcticBackend:
         """`create(cfg.to_client_config())` for backend.kind ray | http | cortex."""
-        return cls.create(cfg.to_client_config())
+        return cls.create(cfg.to_client_config(), state_ledger=state_ledger)
 
     @classmethod
-    def _construct(cls, client_config: Any) -> ArcticBackend:
+    def _construct(cls, client_config: Any, state_ledger: StateLedger | None = None) -> ArcticBackend:
         api = arctic_compat.load_client_api()
         if not isinstance(client_config, api.client_config):
             raise TypeError(
@@ -124,7 +122,12 @@ class ArcticBackend(Backend):
             )
         owns = arctic_compat.owns_jobs(client_config)
         client = arctic_compat.create_client(client_config)
-        return cls(client, colocated=bool(getattr(client_config.backend, "colocate", False)), owns_jobs=owns)
+        return cls(
+            client,
+            colocated=bool(getattr(client_config.backend, "colocate", False)),
+            owns_jobs=owns,
+            state_ledger=state_ledger,
+        )
 
     # -- inference ------------------------------------------------------------------------------
     async def generate(
@@ -137,11 +140,12 @@ class ArcticBackend(Backend):
                 "the on-prem Arctic server takes text prompts only: decode token-id prompts with the "
                 "tokenizer first (Cortex accepts token ids)"
             )
-        if self._inference is not InferenceState.AWAKE:
+        record = await self._ledger.read()
+        if record.inference is not InferenceState.AWAKE:
             raise RuntimeError(
-                f"generate() while inference is {self._inference.value}: wake_inference() first"
+                f"generate() while inference is {record.inference.value}: wake_inference() first"
             )
-        version = self._weights_version
+        version = record.weights_version
         results = await self._call("generate", self._client.generate(prompts, _sampling_params(params)))
         if not isinstance(results, list) or len(results) != len(prompts):
             raise RuntimeError(
@@ -187,9 +191,10 @@ class ArcticBackend(Backend):
             raise ValueError(
                 "forward_backward() needs a loss: build the payload with wire.build_train_payload"
             )
-        if self._training is not TrainingState.AWAKE:
+        training = (await self._ledger.read()).training
+        if training is not TrainingState.AWAKE:
             raise RuntimeError(
-                f"forward_backward() while training is {self._training.value}: wake_training() first"
+                f"forward_backward() while training is {training.value}: wake_training() first"
             )
         body = {"batch": payload.batch, "meta": payload.meta}
         out = await self._call("forward-backward", self._client.fwd_bwd(body, processing=payload.processing))
@@ -197,41 +202,47 @@ class ArcticBackend(Backend):
 
     async def step(self, learning_rate: float | None = None) -> StepOutput:
         self._check_open("step")
-        if self._training is not TrainingState.AWAKE:
-            raise RuntimeError(f"step() while training is {self._training.value}: wake_training() first")
-        out = await self._call("step", self._client.step(learning_rate))
+        async with self._ledger.exclusive():
+            training = (await self._ledger.read()).training
+            if training is not TrainingState.AWAKE:
+                raise RuntimeError(f"step() while training is {training.value}: wake_training() first")
+            out = await self._call("step", self._client.step(learning_rate))
+            record = await self._ledger.record(Transition("step"))
         metrics = out.get("metrics") or {}
-        self._trainer_version += 1
         return StepOutput(
             grad_norm=_mean_leaf(metrics.get("grad_norm"), "grad_norm"),
             learning_rate=_first_leaf(metrics.get("last_lr"), "last_lr"),
-            step=self._trainer_version,
+            step=record.trainer_version,
             metrics=_float_metrics(metrics),
         )
 
     # -- weight sync and memory -------------------------------------------------------------------
     async def sync_weights(self, *, cuda_ipc: bool | None = None, low_memory: bool | None = None) -> int:
         self._check_open("sync_weights")
-        if self._inference is InferenceState.ASLEEP:
-            raise WeightSyncError(
-                "sync_weights() while inference is asleep: wake_inference(['weights']) first"
-            )
         if not self._colocated and (cuda_ipc or low_memory):
             raise ValueError(
                 "cuda_ipc / low_memory apply to colocated servers only (this one syncs over NCCL)"
             )
-        await self._call(
-            "weight-sync",
-            arctic_compat.transfer_weights(self._client, cuda_ipc=cuda_ipc, low_memory=low_memory),
-        )
-        self._weights_version = self._trainer_version
-        return self._weights_version
+        async with self._ledger.exclusive():
+            if (await self._ledger.read()).inference is InferenceState.ASLEEP:
+                raise WeightSyncError(
+                    "sync_weights() while inference is asleep: wake_inference(['weights']) first"
+                )
+            await self._call(
+                "weight-sync",
+                arctic_compat.transfer_weights(self._client, cuda_ipc=cuda_ipc, low_memory=low_memory),
+            )
+            record = await self._ledger.record(Transition("sync_weights"))
+        return record.weights_version
 
     async def sleep_inference(self, level: int = 1) -> None:
         if level not in (1, 2):
             raise ValueError(f"sleep_inference(level={level}): vLLM sleep levels are 1 and 2")
-        await self._call("sleep-inference", self._client.sleep_inference(level))
-        self._inference = InferenceState.ASLEEP
+        async with self._ledger.exclusive():
+            if (await self._ledger.read()).inference is InferenceState.ASLEEP:
+                return  # another process of the run put it to sleep
+            await self._call("sleep-inference", self._client.sleep_inference(level))
+            await self._ledger.record(Transition("sleep_inference"))
 
     async def wake_inference(self, tags: Sequence[str] | None = None) -> None:
         wanted = set(_WAKE_TAGS if tags is None else tags)
@@ -240,39 +251,57 @@ class ArcticBackend(Backend):
             raise ValueError(
                 f"wake_inference(tags={tags!r}): tags are 'weights' and/or 'kv_cache' (None: both)"
             )
-        if wanted == {"kv_cache"} and self._inference is InferenceState.ASLEEP:
-            raise RuntimeError(
-                "wake_inference(['kv_cache']) while the weights are asleep: wake 'weights' first"
+        async with self._ledger.exclusive():
+            inference = (await self._ledger.read()).inference
+            if wanted == {"kv_cache"} and inference is InferenceState.ASLEEP:
+                raise RuntimeError(
+                    "wake_inference(['kv_cache']) while the weights are asleep: wake 'weights' first"
+                )
+            if inference is InferenceState.AWAKE or (
+                wanted == {"weights"} and inference is InferenceState.WEIGHTS_ONLY
+            ):
+                return  # already as asked
+            tag_list = None if tags is None else list(tags)
+            await self._call("wake-inference", self._client.wake_inference(tag_list))
+            await self._ledger.record(
+                Transition("wake_inference", tags=None if tag_list is None else tuple(tag_list))
             )
-        await self._call("wake-inference", self._client.wake_inference(None if tags is None else list(tags)))
-        if "kv_cache" in wanted:
-            self._inference = InferenceState.AWAKE
-        elif self._inference is InferenceState.ASLEEP:
-            self._inference = InferenceState.WEIGHTS_ONLY
 
     async def sleep_training(self, mode: str = "all") -> None:
         if mode not in _TRAINING_SLEEP_MODES:
             raise ValueError(
                 f"sleep_training(mode={mode!r}): expected one of {', '.join(_TRAINING_SLEEP_MODES)}"
             )
-        await self._call("sleep-training", self._client.sleep_training(mode))
-        self._training = training_state_after_sleep(self._training, mode)
+        async with self._ledger.exclusive():
+            training = (await self._ledger.read()).training
+            if TRAINING_SLEEP_DEPTH[training] >= TRAINING_SLEEP_DEPTH[TrainingState(mode)]:
+                return  # already at least that deep
+            await self._call("sleep-training", self._client.sleep_training(mode))
+            await self._ledger.record(Transition("sleep_training", mode=mode))
 
     async def wake_training(self) -> None:
-        await self._call("wake-training", self._client.wake_training())
-        self._training = TrainingState.AWAKE
+        async with self._ledger.exclusive():
+            if (await self._ledger.read()).training is TrainingState.AWAKE:
+                return
+            await self._call("wake-training", self._client.wake_training())
+            await self._ledger.record(Transition("wake_training"))
 
     async def reset_prefix_cache(self) -> None:
         await self._call("reset-prefix-cache", self._client.reset_prefix_cache())
 
     async def state(self) -> BackendState:
+        record = await self._ledger.read()
         return BackendState(
-            inference=self._inference,
-            training=self._training,
-            weights_version=self._weights_version,
-            trainer_version=self._trainer_version,
+            inference=record.inference,
+            training=record.training,
+            weights_version=record.weights_version,
+            trainer_version=record.trainer_version,
             colocated=self._colocated,
         )
+
+    async def state_history(self) -> list[str]:
+        """The transitions the run's clients have sent, oldest first (from the shared ledger)."""
+        return await self._ledger.history()
 
     # -- checkpoints ----------------------------------------------------------------------------
     async def save_checkpoint(self, path: str, step: int) -> str:
@@ -281,9 +310,10 @@ class ArcticBackend(Backend):
         return str(saved or path)
 
     async def load_checkpoint(self, path: str, step: int) -> None:
-        out = await self._call("load-checkpoint", self._client.load_checkpoint(path, step=step))
-        restored = out.get("global_step", step) if isinstance(out, Mapping) else step
-        self._trainer_version = int(restored)
+        async with self._ledger.exclusive():
+            out = await self._call("load-checkpoint", self._client.load_checkpoint(path, step=step))
+            restored = out.get("global_step", step) if isinstance(out, Mapping) else step
+            await self._ledger.record(Transition("load_checkpoint", step=int(restored)))
 
     # -- lifecycle ------------------------------------------------------------------------------
     def handle(self) -> ArcticHandle:
@@ -293,7 +323,7 @@ class ArcticBackend(Backend):
             client_config=arctic_compat.reconnect_config(self._client),
             server_state=arctic_compat.server_state(self._client),
             colocated=self._colocated,
-            snapshot=_Snapshot(self._inference, self._training, self._weights_version, self._trainer_version),
+            state_ledger=self._ledger,
         )
 
     async def shutdown(self) -> None:

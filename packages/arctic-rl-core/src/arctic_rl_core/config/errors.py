@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import reprlib
 import types
 import typing
 from collections.abc import Iterable, Sequence
@@ -63,11 +64,23 @@ def _show_value(value: Any) -> str:
     """A value as the user wrote it in YAML/JSON terms (true, null, "text"), shortened."""
     if value is _MISSING:
         return "(missing)"
+    # Encoded lazily and cut at the limit: a value with shared parts (YAML aliases) may expand to
+    # gigabytes, a cyclic one forever.
+    pieces: list[str] = []
+    length = 0
     try:
-        text = json.dumps(value)
+        for piece in json.JSONEncoder().iterencode(value):
+            pieces.append(piece)
+            length += len(piece)
+            if length > _SHOWN_CHARS:
+                break
+        text = "".join(pieces)
     except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
+        text = reprlib.repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+_SHOWN_CHARS = 120
 
 
 # ----------------------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ def arctic_inference_config(cfg: ArcticRLConfig) -> dict[str, Any] | None:
 
 
 def sampling_worker_env(cfg: ArcticRLConfig) -> dict[str, str]:
-    """Environment the vLLM sampling workers need; Arctic Inference is opt-in."""
+    """Environment the vLLM sampling workers need (Arctic Inference on: the plugin switch)."""
     return {"ARCTIC_INFERENCE_ENABLED": "1"} if cfg.arctic_inference.enable else {}
 
 
@@ -153,6 +153,8 @@ def _explicit_fields(cfg: ArcticRLConfig, group: str, names: tuple[str, ...] | N
 
 
 def build_plan(cfg: ArcticRLConfig) -> dict[str, Any]:
+    from arctic_rl_core.config.schema import SEED_OPTIMISATIONS
+
     shape = cfg.shape.as_dict()
     if cfg.backend.kind == "reference":
         not_applied: list[str] = []
@@ -163,6 +165,10 @@ def build_plan(cfg: ArcticRLConfig) -> dict[str, Any]:
             "shape": shape,
             "reference_model": cfg.backend.reference.model_dump(mode="json"),
             "not_applied_by_reference_backend": not_applied,
+            # The seed's optimisations the Arctic backends turn on by default: off here.
+            "no_cpu_meaning": [
+                f"{path} (on by default with the Arctic backends)" for path in SEED_OPTIMISATIONS
+            ],
         }
     fields = client_fields(cfg)
     engine = build_engine_args(cfg).as_dict()

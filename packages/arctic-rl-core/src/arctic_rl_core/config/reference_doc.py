@@ -33,6 +33,12 @@ with `arctic-rl config show FILE [k=v ...] [--json]`.
 
 How the translation works:
 
+- Defaults of the Arctic backends are the seed integration's: ZoRRo with memory-lean logits and
+  micro-batches of whole prompt groups, Liger kernels, Arctic Inference with FCA (the fields whose
+  default is `null`). Each can be turned off (`zorro.enable=false`, `kernels.use_liger=false`,
+  `arctic_inference.enable=false`, `arctic_inference.fca=false`, `zorro.logits_optimization=none`); an
+  explicit value always wins. On the reference backend they are all off and the plan lists them under
+  `no_cpu_meaning`.
 - Batch identity, computed: `train_batch_size` (rows per optimizer step) =
   `mini_batch_prompts x rollouts_per_prompt` = `micro_batch_size_per_gpu x gradient_accumulation_steps
   x data_parallel_size`, with `data_parallel_size = training_gpus / ulysses_sequence_parallel_size`;
@@ -46,10 +52,13 @@ How the translation works:
   {"model": ...}}` only when `arctic_inference.enable` is true (the server treats any non-empty
   mapping as "on"); the sampling workers then need `ARCTIC_INFERENCE_ENABLED=1` (in the plan's env).
 - DeepSpeed: every precision key is written out (the server would otherwise turn autocast on).
-- Clip ratios: the Arctic server's `verl_grpo` loss (arctic-platform 0.1.4) hard-codes
-  0.2 / 0.2 / 3.0 and ignores the values sent, so the ray/http/cortex backends reject any other
-  `loss.clip_ratio_*` (and a `loss.loss_scale_factor`, likewise ignored); the reference backend
-  honours any value.
+- Loss: `loss.loss_fn=arctic_rl_core` sends `processing.loss_fn =
+  arctic_rl_core.losses.server.policy_loss` (the server imports it by dotted path) with the family
+  `loss.policy_loss` and its knobs in `meta.policy_loss_config`; it needs a server that can import
+  arctic-rl-core (ray, reference, http with `backend.server_has_arctic_rl_core`), never Cortex.
+  The built-in `verl_grpo` (arctic-platform 0.1.4) hard-codes clip ratios 0.2 / 0.2 / 3.0 and sees a
+  packed micro-batch as one sequence, so with it the ray/http/cortex backends reject other
+  `loss.clip_ratio_*` and the per-sequence modes; the reference backend's `verl_grpo` honours them.
 - Cortex: the token is read from the environment variable named by `backend.cortex.token_env`;
   it never appears in the config, the plan or `config show`.
 """

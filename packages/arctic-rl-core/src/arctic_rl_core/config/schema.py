@@ -23,7 +23,13 @@ if TYPE_CHECKING:
 BackendKind = Literal["ray", "http", "cortex", "reference"]
 ARCTIC_BACKENDS: tuple[str, ...] = ("ray", "http", "cortex")
 
-LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+LossAggMode = Literal[
+    "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+]  # fmt: skip
+# `arctic_rl_core.losses.names.POLICY_LOSSES` (a test keeps the two equal).
+PolicyLoss = Literal["ppo_clip", "dual_clip", "gspo", "sapo", "cispo", "clip_cov", "kl_cov", "gpg"]
+# Server losses: the built-in verl_grpo and sft, or arctic_rl_core.losses imported by dotted path.
+LossFn = Literal["verl_grpo", "sft", "arctic_rl_core"]
 KlLossType = Literal[
     "k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl",
     "k1+", "kl+", "abs+", "k2+", "mse+", "k3+", "low_var_kl+",
@@ -101,6 +107,14 @@ class BackendSettings(_Group):
     request_timeout_s: float = Field(
         default=1800.0, gt=0, description="Timeout of every request to the Arctic server (Arctic backends)."
     )
+    server_has_arctic_rl_core: bool = Field(
+        default=True,
+        description=(
+            "The HTTP server's environment has arctic-rl-core installed, so it can import "
+            "loss.loss_fn=arctic_rl_core (kind = http only; checked by one probe call at startup). "
+            "false: only the built-in verl_grpo loss."
+        ),
+    )
     cortex: CortexSettings = Field(
         default_factory=CortexSettings, description="Cortex connection (kind = cortex only)."
     )
@@ -162,8 +176,13 @@ class BatchSettings(_Group):
         ge=1,
         description="Prompts per optimizer step (PPO mini-batch); null = prompts_per_step (one step per epoch).",
     )
-    micro_batch_size_per_gpu: int = Field(
-        default=1, ge=1, description="Rows (responses) per GPU per forward/backward micro-step."
+    micro_batch_size_per_gpu: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Rows (responses) per GPU per forward/backward micro-step; null = whole prompt groups "
+            "(zorro.max_rollouts or rollouts_per_prompt) with ZoRRo, else 1."
+        ),
     )
     epochs: int = Field(default=1, ge=1, description="Passes over each rollout batch (PPO epochs).")
     max_prompt_length: int = Field(default=256, ge=1, description="Longest prompt, in tokens.")
@@ -208,33 +227,75 @@ class OptimizerSettings(_Group):
 
 
 class LossSettings(_Group):
-    """The policy loss (verl GRPO semantics) and the sampling temperature it assumes."""
+    """The policy loss and the sampling temperature it assumes."""
 
-    loss_fn: Literal["verl_grpo", "sft"] = Field(
-        default="verl_grpo", description="Server loss: verl_grpo (RL) or sft (supervised cross-entropy)."
+    loss_fn: LossFn = Field(
+        default="verl_grpo",
+        description=(
+            "Server loss: verl_grpo (the server's built-in dual-clip PPO), sft (supervised cross-entropy), or "
+            "arctic_rl_core (loss.policy_loss computed by arctic_rl_core.losses, which the server imports by "
+            "dotted path: ray, reference, or an http server with arctic-rl-core installed)."
+        ),
+    )
+    policy_loss: PolicyLoss = Field(
+        default="dual_clip",
+        description=(
+            "Loss family (loss_fn = arctic_rl_core; verl_grpo is dual_clip): ppo_clip (SkyRL regular), dual_clip "
+            "(SkyRL dual_clip, verl vanilla), gspo, sapo, cispo, clip_cov, kl_cov, gpg."
+        ),
     )
     clip_ratio_low: float = Field(
         default=0.2,
         ge=0,
-        description="PPO clip: ratio >= 1 - clip_ratio_low. Arctic backends accept only 0.2 (the server hard-codes it).",
+        description="PPO clip: ratio >= 1 - clip_ratio_low (cispo: the IS-weight clip). verl_grpo on an Arctic server accepts only 0.2.",
     )
     clip_ratio_high: float = Field(
         default=0.2,
         ge=0,
-        description="PPO clip: ratio <= 1 + clip_ratio_high. Arctic backends accept only 0.2 (the server hard-codes it).",
+        description="PPO clip: ratio <= 1 + clip_ratio_high (cispo: the IS-weight clip). verl_grpo on an Arctic server accepts only 0.2.",
     )
     clip_ratio_c: float = Field(
         default=3.0,
         gt=1,
-        description="Dual-clip bound for negative advantages (loss <= c x abs(A)). Arctic backends accept only 3.0.",
+        description="Dual-clip bound for negative advantages (loss <= c x abs(A)). verl_grpo on an Arctic server accepts only 3.0.",
     )
     loss_agg_mode: LossAggMode = Field(
-        default="token-mean", description="How token losses become one scalar."
+        default="token-mean",
+        description="How token losses become one scalar (token-sum: arctic_rl_core only).",
+    )
+    pg_loss_agg_mode: LossAggMode | None = Field(
+        default=None,
+        description="Aggregation of the policy term when it differs from loss_agg_mode (verl's sapo: seq-mean-token-mean); null = loss_agg_mode. arctic_rl_core only.",
     )
     loss_scale_factor: float | None = Field(
         default=None,
         gt=0,
-        description="seq-mean-token-sum-norm divisor; null = max response length (reference backend only).",
+        description="seq-mean-token-sum-norm divisor; null = the micro-batch's longest response (not with verl_grpo on an Arctic server).",
+    )
+    tau_pos: float | None = Field(
+        default=None, gt=0, description="sapo: gate temperature for positive advantages; null = 1.0."
+    )
+    tau_neg: float | None = Field(
+        default=None, gt=0, description="sapo: gate temperature for other advantages; null = 1.05."
+    )
+    clip_cov_ratio: float | None = Field(
+        default=None,
+        gt=0,
+        description="clip_cov: fraction of tokens whose gradient is masked; null = 0.0002.",
+    )
+    clip_cov_lb: float | None = Field(
+        default=None, description="clip_cov: lower covariance bound of the masked tokens; null = 1.0."
+    )
+    clip_cov_ub: float | None = Field(
+        default=None, description="clip_cov: upper covariance bound of the masked tokens; null = 5.0."
+    )
+    kl_cov_ratio: float | None = Field(
+        default=None,
+        gt=0,
+        description="kl_cov: fraction of tokens given the |log-ratio| penalty; null = 0.0002.",
+    )
+    ppo_kl_coef: float | None = Field(
+        default=None, ge=0, description="kl_cov: weight of the |log-ratio| penalty; null = 0.1."
     )
     use_kl_loss: bool = Field(default=False, description="Add a KL penalty against the reference model.")
     kl_loss_coef: float = Field(default=0.001, ge=0, description="Weight of the KL penalty.")
@@ -247,6 +308,26 @@ class LossSettings(_Group):
     temperature: float = Field(
         default=1.0, gt=0, description="Sampling temperature; the training forward divides logits by it."
     )
+
+    def family_params(self) -> dict[str, float]:
+        """The family knobs that are set (meta.policy_loss_config keys)."""
+        return {
+            name: float(getattr(self, name))
+            for name in FAMILY_KNOB_FAMILIES
+            if getattr(self, name) is not None
+        }
+
+
+# The family knobs of `LossSettings` and the loss family that reads each.
+FAMILY_KNOB_FAMILIES: dict[str, str] = {
+    "tau_pos": "sapo",
+    "tau_neg": "sapo",
+    "clip_cov_ratio": "clip_cov",
+    "clip_cov_lb": "clip_cov",
+    "clip_cov_ub": "clip_cov",
+    "kl_cov_ratio": "kl_cov",
+    "ppo_kl_coef": "kl_cov",
+}
 
 
 class DeepSpeedSettings(_Group):
@@ -282,14 +363,26 @@ class KernelSettings(_Group):
         default="flash_attention_2",
         description="Hugging Face attention implementation of the training model.",
     )
-    use_liger: bool = Field(default=False, description="Liger fused kernels (RMSNorm, MLP, ...) in training.")
+    use_liger: bool | None = Field(
+        default=None,
+        description=(
+            "Liger fused kernels (RMSNorm, MLP, ...) in training; null = on with the Arctic backends "
+            "(the seed integration's default), off on the reference backend (no CPU meaning)."
+        ),
+    )
     gradient_checkpointing: bool = Field(default=True, description="Activation checkpointing in training.")
 
 
 class ZorroSettings(_Group):
     """ZoRRo: prompt de-duplication in training, its load balancer and logits strategy."""
 
-    enable: bool = Field(default=False, description="Compute each prompt once per group in training (ZoRRo).")
+    enable: bool | None = Field(
+        default=None,
+        description=(
+            "Compute each prompt once per group in training (ZoRRo); null = on with the Arctic backends "
+            "(the seed integration's default), off on the reference backend (no CPU meaning)."
+        ),
+    )
     max_rollouts: int | None = Field(
         default=None,
         ge=1,
@@ -298,11 +391,11 @@ class ZorroSettings(_Group):
     load_balancer: bool = Field(
         default=True, description="Server reorganizes the global batch across workers by token count."
     )
-    logits_optimization: Literal["none", "compute", "memory"] = Field(
-        default="none",
+    logits_optimization: Literal["none", "compute", "memory"] | None = Field(
+        default=None,
         description=(
             "none: one fused call (~2x peak logits memory); compute: materialize once, chunk softmax; "
-            "memory: never materialize full logits (needs ZoRRo)."
+            "memory: never materialize full logits (needs ZoRRo); null = memory when ZoRRo is on, else none."
         ),
     )
     logits_peak_mem_gib: float = Field(
@@ -317,12 +410,19 @@ class ZorroSettings(_Group):
 
 
 class ArcticInferenceSettings(_Group):
-    """Arctic Inference (vLLM plugin) on the sampling engines; opt-in."""
+    """Arctic Inference (vLLM plugin) on the sampling engines."""
 
-    enable: bool = Field(
-        default=False, description="Load the plugin on sampling workers (ARCTIC_INFERENCE_ENABLED=1)."
+    enable: bool | None = Field(
+        default=None,
+        description=(
+            "Load the plugin on sampling workers (ARCTIC_INFERENCE_ENABLED=1); null = on with the Arctic "
+            "backends (the seed integration's default), off on the reference backend (no CPU meaning)."
+        ),
     )
-    fca: bool = Field(default=False, description="Forest Cascade Attention (shared-prefix attention).")
+    fca: bool | None = Field(
+        default=None,
+        description="Forest Cascade Attention (shared-prefix attention); null = on when Arctic Inference is on.",
+    )
     speculative_model: str | None = Field(
         default=None, description="Arctic speculative-decoding draft model (id or path); null = off."
     )
@@ -405,6 +505,40 @@ def _without_paths(data: Any, paths: set[str]) -> Any:
     return copy
 
 
+# The seed integration's optimisations: on by default with the Arctic backends, off on the reference
+# backend, where they have no CPU meaning (`plan()` lists them there).
+SEED_OPTIMISATIONS: tuple[str, ...] = (
+    "zorro.enable",
+    "zorro.logits_optimization",
+    "kernels.use_liger",
+    "arctic_inference.enable",
+    "arctic_inference.fca",
+)
+
+
+def _set_resolved(cfg: BaseModel, group: str, values: dict[str, Any]) -> None:
+    """Fill null ("backend default") fields of a frozen group without marking them as set by the user."""
+    settings = getattr(cfg, group).model_copy()
+    for name, value in values.items():
+        if getattr(settings, name) is None:
+            object.__setattr__(settings, name, value)
+    object.__setattr__(cfg, group, settings)
+
+
+def _resolve_backend_defaults(cfg: ArcticRLConfig) -> None:
+    """Null knobs take the backend's default: the seed's optimisations on the Arctic backends (ZoRRo
+    with memory-lean logits and micro-batches of whole prompt groups, Liger, Arctic Inference with
+    FCA), all off on the reference backend. An explicit value always wins."""
+    arctic = cfg.backend.kind in ARCTIC_BACKENDS
+    zorro_on = cfg.zorro.enable if cfg.zorro.enable is not None else arctic
+    ai_on = cfg.arctic_inference.enable if cfg.arctic_inference.enable is not None else arctic
+    group = cfg.zorro.max_rollouts or cfg.batch.rollouts_per_prompt
+    _set_resolved(cfg, "zorro", {"enable": zorro_on, "logits_optimization": "memory" if zorro_on else "none"})
+    _set_resolved(cfg, "kernels", {"use_liger": arctic})
+    _set_resolved(cfg, "arctic_inference", {"enable": ai_on, "fca": ai_on})
+    _set_resolved(cfg, "batch", {"micro_batch_size_per_gpu": group if zorro_on else 1})
+
+
 class ArcticRLConfig(BaseModel):
     """One Arctic RL run. Build it with `load_config` (YAML/TOML + overrides) or `from_dict`."""
 
@@ -457,6 +591,7 @@ class ArcticRLConfig(BaseModel):
     def _cross_field_rules(self) -> ArcticRLConfig:
         from arctic_rl_core.config.validation import check
 
+        _resolve_backend_defaults(self)
         issues = check(self)
         if issues:
             raise ConfigError(issues)
@@ -464,7 +599,33 @@ class ArcticRLConfig(BaseModel):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str | None = None) -> ArcticRLConfig:
-        """Validate plain data; every problem is raised at once as a `ConfigError`."""
+        """Validate plain data; every problem is raised at once as a `ConfigError`.
+
+        Before the schema: the data's bounds (`input_bounds`: size, depth, cycles, non-finite
+        numbers; nothing else is checked past one of those) and the coercions pydantic would make
+        silently (`strict_types`: `true` or `"2"` for a number)."""
+        from arctic_rl_core.config.input_bounds import bounded_issues
+        from arctic_rl_core.config.strict_types import coercion_issues
+
+        bounded = bounded_issues(data)
+        if bounded:
+            raise ConfigError(bounded, source=source)
+        coerced = coercion_issues(cls, data)
+        if not coerced:
+            return cls._validate_all(data, source)
+        bad = {issue.path.split("[", 1)[0] for issue in coerced}
+        try:
+            cls._validate_all(_without_paths(data, bad), source)
+        except ConfigError as error:
+            coerced += [
+                issue
+                for issue in error.issues
+                if not any(path in f"{issue.path} {issue.problem}" for path in bad)
+            ]
+        raise ConfigError(coerced, source=source) from None
+
+    @classmethod
+    def _validate_all(cls, data: dict[str, Any], source: str | None) -> ArcticRLConfig:
         from pydantic import ValidationError
 
         try:
@@ -493,6 +654,23 @@ class ArcticRLConfig(BaseModel):
     def is_arctic(self) -> bool:
         """True for the Arctic backends (ray, http, cortex)."""
         return self.backend.kind in ARCTIC_BACKENDS
+
+    @property
+    def server_imports_core(self) -> bool:
+        """Whether the training server can import arctic_rl_core (loss.loss_fn=arctic_rl_core): the
+        reference engine and the Ray backend (same locked environment) always, an HTTP server when
+        `backend.server_has_arctic_rl_core`, Cortex never."""
+        from arctic_rl_core.config.loss_selection import server_can_import_core
+
+        return server_can_import_core(self.backend.model_dump())
+
+    @property
+    def server_loss_fn(self) -> str:
+        """`processing.loss_fn` of the training payloads: a registered server name, or the dotted path
+        of `arctic_rl_core.losses` for loss_fn=arctic_rl_core."""
+        from arctic_rl_core.losses.names import SERVER_LOSS_FN
+
+        return SERVER_LOSS_FN if self.loss.loss_fn == "arctic_rl_core" else self.loss.loss_fn
 
     @property
     def shape(self) -> TrainingShape:

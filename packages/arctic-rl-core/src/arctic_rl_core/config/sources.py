@@ -4,6 +4,12 @@ Override syntax (as Hydra's command line): `key.sub=value` sets a value, `+key=v
 the file does not have (an error if it has), `++key=value` sets whether or not it exists,
 `~key` removes a key from the file (back to the schema default). Values are parsed like YAML
 scalars and flow collections: `1e-6`, `true`, `null`, `[0.9,0.95]`, `{cudagraph_mode:FULL}`.
+
+Hostile input is a message, never a traceback or a stall: a file over `MAX_FILE_BYTES` or an
+override over `MAX_OVERRIDE_CHARS` is refused unread, a file that is not UTF-8 or nests too deep to
+parse is reported as such, a key written twice in one YAML mapping is an error (YAML would keep the
+last one silently; `<<:` merges still override), and the data's own bounds (aliases, cycles,
+non-finite numbers) are `input_bounds`'.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any, Literal
 import yaml
 
 from arctic_rl_core.config.errors import ConfigError, ConfigIssue
+from arctic_rl_core.config.input_bounds import MAX_FILE_BYTES, MAX_OVERRIDE_CHARS
 from arctic_rl_core.config.schema import ArcticRLConfig
 
 
@@ -30,8 +37,56 @@ _YamlLoader.add_implicit_resolver(
 )
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class DuplicateKeyError(ValueError):
+    def __init__(self, path: str, first_line: int, second_line: int) -> None:
+        super().__init__(f"{path} is written twice (lines {first_line} and {second_line})")
+        self.path, self.first_line, self.second_line = path, first_line, second_line
+
+
+def _check_duplicate_keys(root: yaml.Node | None) -> None:
+    """Raise DuplicateKeyError for a key written twice in one mapping (each node visited once,
+    so aliases are not expanded)."""
+    seen: set[int] = set()
+    pending: list[tuple[yaml.Node, str]] = [] if root is None else [(root, "")]
+    while pending:
+        node, path = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            lines: dict[str, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    pending.append((value_node, path))
+                    continue
+                key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "(complex key)"
+                child = f"{path}.{key}" if path else key
+                line = key_node.start_mark.line + 1
+                if key in lines:
+                    raise DuplicateKeyError(child, lines[key], line)
+                lines[key] = line
+                pending.append((value_node, child))
+        elif isinstance(node, yaml.SequenceNode):
+            pending.extend((item, f"{path}[{index}]") for index, item in enumerate(node.value))
+
+
 def parse_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_YamlLoader)  # a SafeLoader subclass: no arbitrary objects
+    loader = _YamlLoader(text)  # a SafeLoader subclass: no arbitrary objects
+    try:
+        node = loader.get_single_node()
+        _check_duplicate_keys(node)
+        return None if node is None else loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _too_deep(what: str, value: str) -> ConfigError:
+    return ConfigError(
+        [ConfigIssue(what, value, "nests too deeply to parse", "flatten it; no setting needs this depth")]
+    )
 
 
 def read_file(path: str | Path) -> dict[str, Any]:
@@ -42,7 +97,31 @@ def read_file(path: str | Path) -> dict[str, Any]:
             [ConfigIssue("file", str(file), "no such file", "check the path of the config file")]
         )
     suffix = file.suffix.lower()
-    text = file.read_text(encoding="utf-8")
+    size = file.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "file",
+                    str(file),
+                    f"is {size:,} bytes, more than a config file may be ({MAX_FILE_BYTES:,})",
+                    "check the path: a configuration is a few kilobytes",
+                )
+            ]
+        )
+    try:
+        text = file.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "file",
+                    str(file),
+                    f"is not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset {error.start})",
+                    "save the file as UTF-8",
+                )
+            ]
+        ) from None
     try:
         if suffix in (".yaml", ".yml"):
             data = parse_yaml(text)
@@ -52,10 +131,23 @@ def read_file(path: str | Path) -> dict[str, Any]:
             raise ConfigError(
                 [ConfigIssue("file", str(file), "unknown config format", "use a .yaml, .yml or .toml file")]
             )
+    except DuplicateKeyError as error:
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    error.path,
+                    f"(lines {error.first_line} and {error.second_line} of {file})",
+                    "is written twice in the same mapping (YAML would keep the last one silently)",
+                    "keep one of them",
+                )
+            ]
+        ) from None
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(
             [ConfigIssue("file", str(file), f"cannot be parsed: {error}", "fix the file's syntax")]
         ) from None
+    except RecursionError:
+        raise _too_deep("file", str(file)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -89,6 +181,17 @@ class Override:
 
 def parse_override(text: str) -> Override:
     """One `key=value` / `+key=value` / `++key=value` / `~key` override."""
+    if len(text) > MAX_OVERRIDE_CHARS:
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "override",
+                    text[:40] + "...",
+                    f"is {len(text):,} characters, more than an override may be ({MAX_OVERRIDE_CHARS:,})",
+                    "put large values in the config file",
+                )
+            ]
+        )
     if text.startswith("~"):
         op: OverrideOp = "delete"
         body = text[1:]
@@ -124,6 +227,12 @@ def _parse_value(raw: str, text: str) -> Any:
     source = _FLOW_KEY.sub(r"\1\2: ", raw) if raw.lstrip().startswith("{") else raw
     try:
         return parse_yaml(source)
+    except RecursionError:
+        raise _too_deep("override", text[:40] + ("..." if len(text) > 40 else "")) from None
+    except DuplicateKeyError as error:
+        raise ConfigError(
+            [ConfigIssue("override", text, f"writes the key {error.path!r} twice", "keep one of them")]
+        ) from None
     except yaml.YAMLError as error:
         problem = str(error).splitlines()[0]
         raise ConfigError(
@@ -137,6 +246,14 @@ def _parse_value(raw: str, text: str) -> Any:
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """A copy of `data` with every override applied; all malformed overrides are reported together."""
+    result, issues = _apply_each(data, overrides)
+    if issues:
+        raise ConfigError(issues)
+    return result
+
+
+def _apply_each(data: dict[str, Any], overrides: Sequence[str]) -> tuple[dict[str, Any], list[ConfigIssue]]:
+    """A copy of `data` with every well-formed override applied, and the issues of the others."""
     import copy
 
     result = copy.deepcopy(data)
@@ -150,9 +267,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
         problem = _apply(result, override)
         if problem is not None:
             issues.append(problem)
-    if issues:
-        raise ConfigError(issues)
-    return result
+    return result, issues
 
 
 def _apply(data: dict[str, Any], override: Override) -> ConfigIssue | None:
@@ -197,7 +312,14 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Arcti
     source = str(path) if path is not None else None
     try:
         data = read_file(path) if path is not None else {}
-        data = apply_overrides(data, overrides)
-        return ArcticRLConfig.from_dict(data, source=source)
+        data, override_issues = _apply_each(data, overrides)
+        if not override_issues:
+            return ArcticRLConfig.from_dict(data, source=source)
+        # Every problem at once: the bad overrides, and what the schema says of the rest.
+        try:
+            ArcticRLConfig.from_dict(data, source=source)
+        except ConfigError as error:
+            override_issues += error.issues
+        raise ConfigError(override_issues)
     except ConfigError as error:
         raise error.with_source(source) if source and error.source is None else error from None

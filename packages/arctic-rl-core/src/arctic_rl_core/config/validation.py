@@ -69,7 +69,7 @@ def _backend_fields_match_kind(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     backend = cfg.backend
     kind = backend.kind
     if kind != "http":
-        for name in ("host", "port", "launch_local_server", "startup_timeout_s"):
+        for name in ("host", "port", "launch_local_server", "startup_timeout_s", "server_has_arctic_rl_core"):
             if _explicit(backend, name):
                 yield _issue(
                     f"backend.{name}",
@@ -119,11 +119,11 @@ def _arctic_needs_model_and_checkpoint(cfg: ArcticRLConfig) -> Iterable[ConfigIs
             "the Arctic server refuses a training job without a checkpoint directory (HTTP 400)",
             "set checkpoint.path to a directory the training job can write (shared across nodes)",
         )
-    if cfg.loss.loss_fn == "verl_grpo" and cfg.placement.sampling_gpus == 0:
+    if cfg.loss.loss_fn != "sft" and cfg.placement.sampling_gpus == 0:
         yield _issue(
             "placement.sampling_gpus",
             0,
-            "RL training (loss.loss_fn=verl_grpo) generates rollouts, which needs a sampling job",
+            f"RL training (loss.loss_fn={cfg.loss.loss_fn}) generates rollouts, which needs a sampling job",
             "set placement.sampling_gpus >= 1",
         )
 
@@ -321,37 +321,85 @@ def _schedule(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
 
 
 def _loss_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    from arctic_rl_core.config.schema import FAMILY_KNOB_FAMILIES
+
+    loss = cfg.loss
+    if loss.loss_fn == "verl_grpo":
+        yield from _builtin_verl_grpo_rules(cfg)
+    if loss.loss_fn == "arctic_rl_core" and not cfg.server_imports_core:
+        if cfg.backend.kind == "cortex":
+            why = "Cortex runs only its built-in losses and cannot import arctic_rl_core"
+            fix = "use loss.loss_fn=verl_grpo with loss.policy_loss=dual_clip, or a ray/http backend"
+        else:
+            why = "backend.server_has_arctic_rl_core=false: the HTTP server cannot import arctic_rl_core"
+            fix = (
+                "install arctic-rl-core (the same version as here) in the server's environment and set "
+                "backend.server_has_arctic_rl_core=true, or use loss.loss_fn=verl_grpo with loss.policy_loss=dual_clip"
+            )
+        yield _issue(
+            "loss.loss_fn", loss.loss_fn, f"{why}, so the {loss.policy_loss} loss cannot run there", fix
+        )
+    for name, family in FAMILY_KNOB_FAMILIES.items():
+        value = getattr(loss, name)
+        if value is not None and (loss.loss_fn != "arctic_rl_core" or loss.policy_loss != family):
+            yield _issue(
+                f"loss.{name}",
+                value,
+                f"only loss.policy_loss={family} with loss.loss_fn=arctic_rl_core reads it (policy_loss is "
+                f"{loss.policy_loss}, loss_fn is {loss.loss_fn})",
+                f"remove loss.{name}, or set loss.policy_loss={family} and loss.loss_fn=arctic_rl_core",
+            )
+    if loss.loss_scale_factor is not None and loss.loss_agg_mode != "seq-mean-token-sum-norm":
+        yield _issue(
+            "loss.loss_scale_factor",
+            loss.loss_scale_factor,
+            f"only loss_agg_mode=seq-mean-token-sum-norm uses it (loss_agg_mode is {loss.loss_agg_mode})",
+            "remove loss.loss_scale_factor, or set loss.loss_agg_mode=seq-mean-token-sum-norm",
+        )
+
+
+def _builtin_verl_grpo_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    """What the server's built-in `verl_grpo` (arctic-platform 0.1.4) cannot honour."""
     from arctic_rl_core.config.schema import ARCTIC_SERVER_CLIP_RATIOS
 
     loss = cfg.loss
-    if cfg.is_arctic and loss.loss_fn == "verl_grpo":
-        for name, server_value in ARCTIC_SERVER_CLIP_RATIOS.items():
-            value = getattr(loss, name)
-            if value != server_value:
-                yield _issue(
-                    f"loss.{name}",
-                    value,
-                    f"the Arctic server's verl_grpo loss (arctic-platform 0.1.4) hard-codes {name}="
-                    f"{server_value} and ignores the value sent, so this setting would silently not apply",
-                    f"set loss.{name}={server_value} with backend.kind={cfg.backend.kind}, or use the "
-                    "reference backend, which honours any value",
-                )
-    if loss.loss_scale_factor is not None:
-        if loss.loss_agg_mode != "seq-mean-token-sum-norm":
+    fix = "set loss.loss_fn=arctic_rl_core (computed exactly, imported by the server)"
+    if loss.policy_loss != "dual_clip":
+        yield _issue(
+            "loss.policy_loss",
+            loss.policy_loss,
+            "the built-in verl_grpo loss is dual-clip PPO only",
+            f"{fix}, or loss.policy_loss=dual_clip",
+        )
+    for name, value in (("loss_agg_mode", loss.loss_agg_mode), ("pg_loss_agg_mode", loss.pg_loss_agg_mode)):
+        if value == "token-sum" or (name == "pg_loss_agg_mode" and value is not None):
             yield _issue(
-                "loss.loss_scale_factor",
-                loss.loss_scale_factor,
-                f"only loss_agg_mode=seq-mean-token-sum-norm uses it (loss_agg_mode is {loss.loss_agg_mode})",
-                "remove loss.loss_scale_factor, or set loss.loss_agg_mode=seq-mean-token-sum-norm",
+                f"loss.{name}",
+                value,
+                "the built-in verl_grpo loss aggregates the policy term with loss_agg_mode, which has no token-sum",
+                f"{fix}, or remove loss.{name} / use another mode",
             )
-        elif cfg.is_arctic:
+    if not cfg.is_arctic:
+        return
+    for name, server_value in ARCTIC_SERVER_CLIP_RATIOS.items():
+        value = getattr(loss, name)
+        if value != server_value:
             yield _issue(
-                "loss.loss_scale_factor",
-                loss.loss_scale_factor,
-                "the Arctic server (arctic-platform 0.1.4) always divides by the padded response length "
-                "and ignores this value",
-                "set loss.loss_scale_factor=null with an Arctic backend, or use the reference backend",
+                f"loss.{name}",
+                value,
+                f"the Arctic server's verl_grpo loss (arctic-platform 0.1.4) hard-codes {name}="
+                f"{server_value} and ignores the value sent, so this setting would silently not apply",
+                f"{fix}, or set loss.{name}={server_value} with backend.kind={cfg.backend.kind}",
             )
+    if loss.loss_agg_mode in ("seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        yield _issue(
+            "loss.loss_agg_mode",
+            loss.loss_agg_mode,
+            "the Arctic server's verl_grpo loss (arctic-platform 0.1.4) sees each packed micro-batch as ONE "
+            "sequence, so this mode would not average per sequence (it divides by the packed token count) and "
+            "ignores loss.loss_scale_factor",
+            f"{fix}, or use loss_agg_mode=token-mean / seq-mean-token-sum",
+        )
 
 
 # ----------------------------------------------------------------------------------------------

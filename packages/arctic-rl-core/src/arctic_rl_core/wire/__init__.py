@@ -15,9 +15,11 @@ Lp_b >= 1 tokens and a response of Lr_b <= R tokens):
 
 - `prompts` is `input_ids[:, :P]` (the server reads its width as P).
 - dtypes: `input_ids`, `prompts`, `position_ids`, `attention_mask`, `response_mask`, `loss_mask`
-  int64; `advantages`, `old_log_probs`, `ref_log_prob`, `rollout_log_probs` float32.
+  int64; `advantages`, `old_log_probs`, `ref_log_prob`, `rollout_log_probs`, `rollout_is_weights`
+  float32.
 - Per-token fields (`response_mask`, `loss_mask` = `response_mask`, `advantages`,
-  `old_log_probs`, optional `ref_log_prob` and `rollout_log_probs`) are TOKEN-ALIGNED in the
+  `old_log_probs`, optional `ref_log_prob`, `rollout_log_probs` and `rollout_is_weights`, the
+  trainer's rollout-correction weights) are TOKEN-ALIGNED in the
   request: the value of response token j of row b is at column P + j, the column of that token
   in `input_ids`. So `old_log_probs[b, P+j] = log p(input_ids[b, P+j] | input_ids[b, :P+j])`.
 

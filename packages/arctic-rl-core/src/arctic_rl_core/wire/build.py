@@ -204,7 +204,22 @@ class _Layout:
         if any(rollout_present):
             _require_all(rollout_present, "rollout_logprobs")
             out["rollout_log_probs"] = self._logprobs("rollout_logprobs")
+        weights_present = [s.rollout_is_weights is not None for s in samples]
+        if any(weights_present):
+            _require_all(weights_present, "rollout_is_weights")
+            out["rollout_is_weights"] = self._weights("rollout_is_weights")
         return out
+
+    def _weights(self, attr: str) -> np.ndarray:
+        """Non-negative finite per-token weights, response-aligned like the log-probs."""
+        full = self._grid(_FLOAT32)
+        _fill_rows(full, self._response_rows(attr, _FLOAT32), self.response_starts, attr)
+        _check_finite(full, attr)
+        if full.size and float(full.min()) < 0:
+            raise PayloadError(
+                f"{attr} holds negative values (min {float(full.min()):.4g}): weights are >= 0"
+            )
+        return full
 
     def _response_rows(self, attr: str, dtype: Any, rows: list[int] | None = None) -> list[Any]:
         """The `attr` sequences of the given rows (all by default), checked to be response-aligned."""

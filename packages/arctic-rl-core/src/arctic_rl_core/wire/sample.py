@@ -23,3 +23,6 @@ class RolloutSample:
     old_logprobs: Sequence[float] | None = None
     ref_logprobs: Sequence[float] | None = None
     rollout_logprobs: Sequence[float] | None = None
+    # rollout-correction (truncated importance-sampling) weight per response token, computed by the
+    # trainer; the server's loss multiplies each token's policy loss by it (batch.rollout_is_weights)
+    rollout_is_weights: Sequence[float] | None = None

@@ -8,12 +8,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from arctic_rl_core.config import ArcticRLConfig
 
-LOSS_AGG_MODES: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
+from arctic_rl_core.losses.names import LOSS_AGG_MODES, POLICY_LOSSES, SERVER_LOSS_FN
+
 KL_LOSS_TYPES: tuple[str, ...] = tuple(
     name + suffix for suffix in ("", "+") for name in ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
 )
@@ -55,6 +51,10 @@ class PayloadSpec:
     kl_loss_type: str = "low_var_kl"
     entropy_coeff: float = 0.0
     loss_scale_factor: float | None = None  # seq-mean-token-sum-norm divisor; None = server default
+    # arctic_rl_core.losses (loss_fn = SERVER_LOSS_FN): the family and its knobs (meta.policy_loss_config)
+    policy_loss: str = "dual_clip"
+    pg_loss_agg_mode: str | None = None
+    policy_loss_params: tuple[tuple[str, float], ...] = ()
     # ZoRRo and server-side batch handling (meta)
     zorro_train_enable: bool = False
     zorro_train_max_rollouts: int | None = None  # None: rollout_n
@@ -112,6 +112,15 @@ class PayloadSpec:
         if self.loss_agg_mode not in LOSS_AGG_MODES:
             problems.append(
                 f"loss_agg_mode={self.loss_agg_mode!r}: expected one of {', '.join(LOSS_AGG_MODES)}"
+            )
+        if self.policy_loss not in POLICY_LOSSES:
+            problems.append(f"policy_loss={self.policy_loss!r}: expected one of {', '.join(POLICY_LOSSES)}")
+        if self.loss_fn != SERVER_LOSS_FN and (
+            self.policy_loss != "dual_clip" or self.pg_loss_agg_mode is not None or self.policy_loss_params
+        ):
+            problems.append(
+                f"policy_loss={self.policy_loss!r} / pg_loss_agg_mode / policy_loss_params need "
+                f"loss_fn={SERVER_LOSS_FN!r} (loss_fn is {self.loss_fn!r}, whose family is dual_clip)"
             )
         if self.kl_loss_type not in KL_LOSS_TYPES:
             problems.append(f"kl_loss_type={self.kl_loss_type!r}: expected one of {', '.join(KL_LOSS_TYPES)}")
@@ -172,7 +181,10 @@ class PayloadSpec:
             dp_size=shape.data_parallel_size,
             grad_accum_steps=shape.gradient_accumulation_steps,
             calculate_entropy=loss.entropy_coeff != 0,
-            loss_fn=loss.loss_fn,
+            loss_fn=cfg.server_loss_fn,
+            policy_loss=loss.policy_loss,
+            pg_loss_agg_mode=loss.pg_loss_agg_mode,
+            policy_loss_params=tuple(sorted(loss.family_params().items())),
             clip_ratio_low=loss.clip_ratio_low,
             clip_ratio_high=loss.clip_ratio_high,
             clip_ratio_c=loss.clip_ratio_c,
@@ -240,4 +252,12 @@ class PayloadSpec:
         return config
 
     def policy_loss_config(self) -> dict[str, Any]:
-        return {"loss_mode": "vanilla"}
+        """`meta.policy_loss_config`: verl's loss-mode name for the built-in verl_grpo; the family,
+        the policy term's aggregation (when set) and the family knobs for arctic_rl_core.losses."""
+        if self.loss_fn != SERVER_LOSS_FN:
+            return {"loss_mode": "vanilla"}
+        config: dict[str, Any] = {"loss_mode": self.policy_loss}
+        if self.pg_loss_agg_mode is not None:
+            config["pg_loss_agg_mode"] = self.pg_loss_agg_mode
+        config.update({name: float(value) for name, value in self.policy_loss_params})
+        return config

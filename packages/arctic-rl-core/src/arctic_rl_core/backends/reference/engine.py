@@ -285,7 +285,7 @@ class ReferenceBackend(Backend):
 
         from arctic_rl_core.backends.reference.loss import combine_metrics
         from arctic_rl_core.backends.reference.pipeline import micro_loss, wire_view
-        from arctic_rl_core.backends.reference.validation import parse_payload
+        from arctic_rl_core.backends.reference.validation import SFT_LOSS_FNS, parse_payload
 
         self._state.check_training("forward_backward")
         parsed = parse_payload(
@@ -297,7 +297,7 @@ class ReferenceBackend(Backend):
             honour_clip_ratios=self.settings.honour_clip_ratios,
         )
         parsed = parsed.to(self.device)
-        keep = parsed.return_fwd_batch and parsed.loss_fn == "verl_grpo"
+        keep = parsed.return_fwd_batch and parsed.loss_fn not in SFT_LOSS_FNS
         seq_len = int(parsed.shards[0][0].tensors["input_ids"].shape[1])
         logprobs = torch.zeros((parsed.num_rows, seq_len)) if keep else None
         entropy = None

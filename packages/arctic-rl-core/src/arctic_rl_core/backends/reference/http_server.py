@@ -87,15 +87,19 @@ class ServerState:
 class ReferenceServer:
     """Routes of the on-prem server over one reference engine (`application()` builds the aiohttp app)."""
 
-    def __init__(self, settings: ReferenceEngineSettings | None = None) -> None:
+    def __init__(
+        self, settings: ReferenceEngineSettings | None = None, *, request_log: Path | None = None
+    ) -> None:
         self.settings = settings or ReferenceEngineSettings()
         self.state = ServerState()
         self._lock = asyncio.Lock()
+        self.request_log = request_log
 
     def application(self) -> web.Application:
         from aiohttp import web
 
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        middlewares = [] if self.request_log is None else [_request_logger(self.request_log)]
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
         routes: list[tuple[str, str, Callable[[web.Request], Awaitable[Any]]]] = [
             ("GET", "/health", self.health),
             ("GET", "/status", self.status),
@@ -705,6 +709,45 @@ def _prune_checkpoints(root: Path, keep: int) -> None:
         shutil.rmtree(child, ignore_errors=True)
 
 
+def _request_logger(path: Path) -> Any:
+    """aiohttp middleware: one JSON line per request to `path` (route, job id, the control fields of
+    JSON bodies: operation type, level, tags, mode, step), in the order the server received them, from
+    whichever client sent them. Tests read it to check the sequence a multi-process run produced."""
+    from aiohttp import web
+
+    @web.middleware
+    async def log_request(request: web.Request, handler: Any) -> Any:
+        entry: dict[str, Any] = {"route": request.path, "job_id": request.query.get("job_id")}
+        if request.content_type != "application/octet-stream" and request.can_read_body:
+            raw = await request.read()  # aiohttp keeps the body for the handler
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = None
+            entry.update(_control_fields(body))
+        response = await handler(request)
+        entry["status"] = response.status
+        with path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(entry) + "\n")
+        return response
+
+    return log_request
+
+
+def _control_fields(body: Any) -> dict[str, Any]:
+    if isinstance(body, list):
+        return {"tags": body}
+    if not isinstance(body, Mapping):
+        return {}
+    fields = {
+        k: body[k] for k in ("operation_type", "level", "tags", "mode", "step", "job_type") if k in body
+    }
+    payload = body.get("payload")
+    if isinstance(payload, Mapping):
+        fields.update({k: payload[k] for k in ("level", "tags") if k in payload})
+    return fields
+
+
 async def serve(
     settings: ReferenceEngineSettings,
     host: str,
@@ -712,13 +755,14 @@ async def serve(
     *,
     on_ready: Callable[[str, int], None] | None = None,
     stop: asyncio.Event | None = None,
+    request_log: Path | None = None,
 ) -> None:
     """Run the server until `stop` is set (or SIGINT/SIGTERM when `stop` is None)."""
     import signal
 
     from aiohttp import web
 
-    server = ReferenceServer(settings)
+    server = ReferenceServer(settings, request_log=request_log)
     runner = web.AppRunner(server.application(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

@@ -149,6 +149,9 @@ def micro_loss(model, micro: MicroBatch, parsed: ParsedPayload) -> MicroLoss:
             )
         return MicroLoss(loss, metrics, PostOutputs(None, None))
     outputs = run_posts(logits, micro, parsed)
+    if parsed.loss_callable is not None:
+        loss, metrics = call_server_loss(parsed.loss_callable, outputs, micro, parsed)
+        return MicroLoss(loss, metrics, outputs)
     assert (
         outputs.logprobs_B_S is not None and parsed.loss_config is not None and parsed.global_info is not None
     )
@@ -176,3 +179,45 @@ def micro_loss(model, micro: MicroBatch, parsed: ParsedPayload) -> MicroLoss:
         rollout_is_weights_B_T=per_token("rollout_is_weights"),
     )
     return MicroLoss(loss, metrics, outputs)
+
+
+def server_layout(
+    outputs: PostOutputs, micro: MicroBatch, parsed: ParsedPayload
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """`(model_outputs, batch)` as arctic-platform 0.1.4's `run_pipeline` hands them to a loss:
+    `response_lens` / `sequence_offsets` from the padded micro-batch, then every `[b, S]` tensor
+    unpadded by `attention_mask` to `[1, T]` with shifted model outputs; with ZoRRo the per-token
+    batch tensors and the (token-aligned) model outputs keep only the response tokens."""
+    attention = micro.tensors["attention_mask"].bool()
+    width = micro.prompt_width
+    batch = dict(micro.tensors)
+    batch["sequence_offsets"] = attention.long().sum(dim=1).cumsum(dim=0)
+    batch["response_lens"] = attention[:, width:].sum(dim=1)
+    produced = {"logprobs": outputs.logprobs_B_S, "entropy": outputs.entropy_B_S}
+    model_outputs: dict[str, torch.Tensor] = {}
+    if parsed.zorro:
+        response = attention[:, width:]
+        for key, value in micro.tensors.items():
+            if key not in ("input_ids", "position_ids", "attention_mask") and value.shape == attention.shape:
+                batch[key] = value[:, width:][response].unsqueeze(0)
+        for key, value in produced.items():
+            if value is not None:
+                model_outputs[key] = token_aligned(value, micro)[:, width:][response].unsqueeze(0)
+        return model_outputs, batch
+    for key, value in micro.tensors.items():
+        if value.shape == attention.shape:
+            batch[key] = value[attention].unsqueeze(0)
+    for key, value in produced.items():
+        if value is not None:
+            model_outputs[key] = value[attention].unsqueeze(0)
+    return model_outputs, batch
+
+
+def call_server_loss(fn, outputs: PostOutputs, micro: MicroBatch, parsed: ParsedPayload):
+    """Call a dotted-path loss with the server's signature and layout (meta with the injected
+    dp_size and the entropy gating; `config` = processing.config)."""
+    model_outputs, batch = server_layout(outputs, micro, parsed)
+    meta = {**parsed.meta, "calculate_entropy": parsed.calculate_entropy}
+    config = dict(parsed.loss_config_section or {})
+    loss, metrics = fn(model_outputs, batch, meta, config, str(micro.tensors["input_ids"].device))
+    return loss, {key: float(value) for key, value in dict(metrics).items()}

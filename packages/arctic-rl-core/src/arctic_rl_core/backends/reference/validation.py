@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from arctic_rl_core.backends.reference.loss import GlobalBatchInfo, GRPOLossConfig
+from arctic_rl_core.losses.names import SERVER_LOSS_FN
 
 if TYPE_CHECKING:
     import torch
@@ -28,6 +29,9 @@ LOGPROB_POSTS = frozenset({"compute_entropy_and_logprobs", "ap_compute_logprobs"
 KNOWN_POSTS = LOGPROB_POSTS | {POST_APPLY_TEMPERATURE, "compute_entropy", "identity"}
 TRAIN_LOSS_FNS: tuple[str, ...] = ("verl_grpo", "sft", "sft_ce")
 SFT_LOSS_FNS = frozenset({"sft", "sft_ce"})
+# A dotted-path `processing.loss_fn` is imported and called as the 0.1.4 worker does
+# (`loss_resolver`); these read the same per-token inputs as verl_grpo and are checked like it.
+POLICY_LOSS_FNS = frozenset({"verl_grpo", SERVER_LOSS_FN})
 PER_TOKEN_KEYS: tuple[str, ...] = (
     "response_mask",
     "loss_mask",
@@ -85,6 +89,8 @@ class ParsedPayload:
     logits_in_fp32: bool
     return_fwd_batch: bool
     loss_config: GRPOLossConfig | None = None  # verl_grpo
+    loss_callable: Any = None  # a dotted-path loss, imported as the server's worker imports it
+    loss_config_section: dict[str, Any] | None = None  # processing.config, handed to a dotted-path loss
     global_info: GlobalBatchInfo | None = None  # verl_grpo
     global_num_tokens: int | None = None  # sft_ce
 
@@ -196,9 +202,12 @@ def parse_payload(
         calculate_entropy=calculate_entropy,
         logits_in_fp32=_meta_bool(meta, "logits_compute_in_fp32"),
         return_fwd_batch=_meta_bool(meta, "return_fwd_batch"),
+        loss_config_section=dict(processing.get("config") or {}),
     )
     if loss_fn == "verl_grpo":
         parsed.update(_grpo_settings(meta, dp_size, calculate_entropy, honour_clip_ratios, shards))
+    elif is_dotted_path(loss_fn):
+        parsed.update(_dotted_loss_settings(loss_fn, meta, calculate_entropy))
     elif loss_fn == "sft_ce":
         total = sum(_count_sft_targets(mb.tensors["labels"]) for shard in shards for mb in shard)
         parsed["global_num_tokens"] = total
@@ -254,14 +263,15 @@ def _processing(processing: Mapping[str, Any], op: str) -> tuple[str | None, tup
             f"does not implement; send one of {', '.join(TRAIN_LOSS_FNS)}"
         )
     loss_fn = processing["loss_fn"]
-    if op == "forward" and loss_fn is not None:
+    if op == "forward" and loss_fn is not None and not is_dotted_path(loss_fn):
         raise PayloadError(
-            f"processing.loss_fn={loss_fn!r} in a forward call: forward without grad must send loss_fn: None"
+            f"processing.loss_fn={loss_fn!r} in a forward call: forward without grad must send loss_fn: None "
+            "(or a dotted-path loss, which the server runs without grad, e.g. the import probe)"
         )
-    if op == "train" and loss_fn not in TRAIN_LOSS_FNS:
+    if op == "train" and loss_fn not in TRAIN_LOSS_FNS and not is_dotted_path(loss_fn):
         raise PayloadError(
             f"processing.loss_fn={loss_fn!r}: the reference backend implements {', '.join(TRAIN_LOSS_FNS)} "
-            "(forward-backward needs a loss)"
+            "or a dotted path module.function the server imports (forward-backward needs a loss)"
         )
     posts_value = processing.get("post", [])
     if posts_value is None:
@@ -285,7 +295,7 @@ def _processing(processing: Mapping[str, Any], op: str) -> tuple[str | None, tup
         raise PayloadError(f"processing.config={config!r}: send a dict")
     allowed = SFT_CONFIG_KEYS if loss_fn in SFT_LOSS_FNS else frozenset()
     extra = sorted(set(config) - allowed)
-    if extra:
+    if extra and not is_dotted_path(loss_fn):
         raise PayloadError(
             f"processing.config has keys {extra} that the {loss_fn or 'forward'} path does not read: send {{}}"
             + (f" or only {sorted(allowed)}" if allowed else "")
@@ -417,7 +427,7 @@ def _check_rows(
                 f"{where}.{key} has shape {tuple(tensors[key].shape)}: per-token tensors are [B, S] = {(rows, seq_len)} "
                 "with response token j of a row at index P+j"
             )
-    if loss_fn == "verl_grpo":
+    if loss_fn in POLICY_LOSS_FNS:
         _check_grpo_rows(tensors, where, meta)
     elif loss_fn in SFT_LOSS_FNS:
         _check_sft_rows(tensors, where, attn, vocab_size, loss_fn)
@@ -612,6 +622,50 @@ def _grpo_settings(
         loss_scale_factor=scale,
     )
     return {"loss_config": config, "global_info": info, "calculate_entropy": gated_entropy}
+
+
+# -- dotted-path losses ---------------------------------------------------------------------------
+
+
+def is_dotted_path(loss_fn: Any) -> bool:
+    """A `processing.loss_fn` the server imports rather than looks up (`module.function`)."""
+    return isinstance(loss_fn, str) and "." in loss_fn and loss_fn not in TRAIN_LOSS_FNS
+
+
+def _dotted_loss_settings(loss_fn: str, meta: dict[str, Any], calculate_entropy: bool) -> dict[str, Any]:
+    from arctic_rl_core.backends.reference.loss_resolver import resolve_loss_fn
+
+    try:
+        fn = resolve_loss_fn(loss_fn)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise PayloadError(str(err)) from None
+    actor = meta.get("actor_config")
+    if loss_fn == SERVER_LOSS_FN:
+        from arctic_rl_core.losses.settings import LossSettings
+
+        for key in ("batch_num_tokens", "global_batch_size"):
+            if key not in meta:
+                raise PayloadError(
+                    f"meta.{key} is missing: the arctic_rl_core loss normalises by it (the total over the whole "
+                    "mini-batch across ranks and micro-batches)"
+                )
+        try:
+            settings = LossSettings.from_meta(actor, meta.get("policy_loss_config"))
+        except ValueError as err:
+            raise PayloadError(str(err)) from None
+        if settings.entropy_coeff != 0 and not calculate_entropy:
+            raise PayloadError(
+                f"meta.actor_config.entropy_coeff={settings.entropy_coeff} but meta.calculate_entropy is false: the "
+                "server computes entropy only when asked, so the bonus would be silently dropped; set "
+                "calculate_entropy=True"
+            )
+    gated = calculate_entropy
+    if calculate_entropy and isinstance(actor, Mapping) and "entropy_coeff" in actor:
+        try:
+            gated = float(actor["entropy_coeff"]) != 0.0  # the server skips entropy it cannot use
+        except (TypeError, ValueError):
+            gated = bool(actor["entropy_coeff"])
+    return {"loss_callable": fn, "calculate_entropy": gated}
 
 
 # -- scalar helpers -------------------------------------------------------------------------------

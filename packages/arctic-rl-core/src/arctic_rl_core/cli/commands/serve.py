@@ -38,6 +38,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--num-threads", type=int, default=None, help="torch CPU threads of the server process"
     )
     parser.add_argument(
+        "--colocate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="trainer and sampler share the devices, sleep/wake apply (the real server's --colocate); "
+        "default: the engine settings' value (colocated)",
+    )
+    parser.add_argument(
+        "--request-log",
+        default=None,
+        metavar="PATH",
+        help="append one JSON line per request received (route, job id, control fields) to PATH",
+    )
+    parser.add_argument(
         "overrides", nargs="*", default=[], help="config overrides, key=value (with --config or alone)"
     )
     parser.set_defaults(func=run)
@@ -71,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         update["dp_size"] = args.dp_size
     if args.num_threads is not None:
         update["num_threads"] = args.num_threads
+    if args.colocate is not None:
+        update["colocated"] = args.colocate
     settings = ReferenceEngineSettings.model_validate({**settings.model_dump(), **update})
 
     def ready(host: str, port: int) -> None:
@@ -79,5 +94,8 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    asyncio.run(serve(settings, args.host, args.port, on_ready=ready))
+    from pathlib import Path
+
+    request_log = None if args.request_log is None else Path(args.request_log)
+    asyncio.run(serve(settings, args.host, args.port, on_ready=ready, request_log=request_log))
     return 0

@@ -1,0 +1,76 @@
+"""verl's policy_loss.loss_mode -> a core loss family, through the adapter's real composed config and
+the core validation: what runs on an Arctic Ray backend, and what Cortex refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+BASE = [
+    "algorithm.adv_estimator=grpo",
+    "actor_rollout_ref.model.path=/models/tiny",
+    "data.train_batch_size=4",
+    "actor_rollout_ref.rollout.n=2",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "++remote_backend.core.backend.kind=ray",
+    "++remote_backend.core.checkpoint.path=/ckpt",
+]
+
+
+@pytest.fixture(scope="module")
+def core():
+    from adapter_verl.config import arctic_config_from_verl
+    from adapter_verl.main import compose, with_arctic_defaults
+
+    def run(*overrides: str):
+        return arctic_config_from_verl(compose(with_arctic_defaults([*BASE, *overrides])[0]), 5)
+
+    return run
+
+
+def test_gspo_validates_on_ray(core):
+    from arctic_rl_core.losses import SERVER_LOSS_FN
+
+    cfg = core(
+        "actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "actor_rollout_ref.actor.clip_ratio_high=0.28"
+    )
+    assert (cfg.loss.loss_fn, cfg.loss.policy_loss, cfg.loss.clip_ratio_high) == (
+        "arctic_rl_core",
+        "gspo",
+        0.28,
+    )
+    assert cfg.server_loss_fn == SERVER_LOSS_FN
+
+
+@pytest.mark.parametrize("mode", ["vanilla", "gspo", "sapo", "cispo", "clip_cov", "kl_cov", "gpg"])
+def test_every_supported_loss_mode_validates_on_ray(core, mode):
+    from adapter_verl.config import VERL_POLICY_LOSSES
+
+    cfg = core(f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}")
+    assert cfg.loss.policy_loss == VERL_POLICY_LOSSES[mode] and cfg.loss.loss_fn == "arctic_rl_core"
+
+
+def test_family_knobs_come_from_verl_fields(core):
+    sapo = core("actor_rollout_ref.actor.policy_loss.loss_mode=sapo", "actor_rollout_ref.actor.tau_neg=1.2")
+    # verl's sapo aggregates its policy term per sequence whatever loss_agg_mode says
+    assert sapo.loss.pg_loss_agg_mode == "seq-mean-token-mean" and sapo.loss.loss_agg_mode == "token-mean"
+    assert sapo.loss.family_params() == {"tau_pos": 1.0, "tau_neg": 1.2}
+    clip_cov = core(
+        "actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
+        "actor_rollout_ref.actor.policy_loss.clip_cov_ub=4",
+    )
+    assert clip_cov.loss.family_params() == {"clip_cov_ratio": 0.0002, "clip_cov_lb": 1.0, "clip_cov_ub": 4.0}
+
+
+def test_cortex_runs_only_the_builtin_and_says_why(core):
+    from arctic_rl_core.config import ConfigError
+
+    cortex = [
+        "++remote_backend.core.backend.kind=cortex",
+        "++remote_backend.core.backend.cortex.base_url=http://c",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    ]
+    assert core(*cortex).loss.loss_fn == "verl_grpo"  # vanilla
+    with pytest.raises(ConfigError) as info:
+        core(*cortex, "actor_rollout_ref.actor.policy_loss.loss_mode=gspo")
+    assert "the built-in verl_grpo loss is dual-clip PPO only" in str(info.value)
