@@ -158,7 +158,7 @@ def test_other_shapes_of_our_own(capsys):
         "actor_rollout_ref.rollout.n_gpus_per_node=4",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.actor.use_kl_loss=false",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=20",
     )
     assert code == 0, err
     place = document(out)[0]["config"]["placement"]
@@ -173,7 +173,7 @@ def test_bad_settings_are_all_reported_in_one_round(capsys):
         capsys,
         *STOCK_QWEN2_7B,
         "+remote_backend.core.zorro.enabel=true",  # misspelt core knob
-        "actor_rollout_ref.actor.clip_ratio_high=0.28",  # the 0.1.4 server hard-codes 0.2
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=3",  # 8 GPUs do not split into TP-3 engines
         "algorithm.use_kl_in_reward=true",  # no KL-in-reward on the Arctic path
         "actor_rollout_ref.model.lora_rank=16",
         "trainer.default_local_dir=",  # no checkpoint folder: the server 400s without one
@@ -184,7 +184,7 @@ def test_bad_settings_are_all_reported_in_one_round(capsys):
     text = "\n".join(problems)
     for expected in (
         "remote_backend.core.zorro.enabel = true: unknown key. Fix: did you mean 'zorro.enable'?",
-        "actor_rollout_ref.actor.clip_ratio_high (core loss.clip_ratio_high) = 0.28",
+        "not divisible by placement.sampling_tensor_parallel_size=3",
         "algorithm.use_kl_in_reward = true: KL in the reward is not on the Arctic path",
         "actor_rollout_ref.model.lora_rank = 16: LoRA adapters are not sent to the Arctic server",
     ):

@@ -156,7 +156,10 @@ def test_the_check_is_the_same_on_the_config_verl_resolves():
 
     cfg = compose(
         with_arctic_defaults(
-            ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=9000", "actor_rollout_ref.ref.fsdp_config.param_offload=true"]
+            [
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=9000",
+                "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+            ]
         )[0]
     )
     before = translate_fields(cfg)

@@ -269,7 +269,8 @@ DIFFERENCES = {
     "sampling.arctic_inference_config": lambda ours, theirs: (
         ours is None or ours["zorro_inference"]["enable"]
     ),
-    "training.ds_worker_config.logits_optimization": lambda ours, theirs: ours in ("none", "memory"),
+    "training.ds_worker_config.logits_optimization": lambda ours, theirs: ours == "memory",  # seed default
+    "training.ds_worker_config.use_liger": lambda ours, theirs: ours is True,  # seed default
 }
 
 

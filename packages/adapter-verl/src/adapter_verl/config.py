@@ -293,7 +293,8 @@ def resolve(config: DictConfig, total_training_steps: int | None) -> Resolution:
 
     problems = check_supported(config)
     translation = translate_fields(config)
-    problems.extend(issue.render() for issue in translation.issues)
+    # one verl field feeding several core fields reports its problem once
+    problems.extend(dict.fromkeys(issue.render() for issue in translation.issues))
     cfg = None
     data = core_data(config, translation, total_training_steps)
     if data is not None:

@@ -366,8 +366,12 @@ ENTRIES: tuple[Entry, ...] = (
         "the server loss that runs the family on this backend (arctic_rl_core or the built-in verl_grpo)",
     ),
     Derived("loss.pg_loss_agg_mode", (LOSS_MODE,), _pg_agg, "sapo: seq-mean-token-mean (as verl)"),
-    Derived("loss.tau_pos", (LOSS_MODE, f"{A}.tau_pos"), _family_knob("sapo", f"{A}.tau_pos", 1.0), "sapo only"),
-    Derived("loss.tau_neg", (LOSS_MODE, f"{A}.tau_neg"), _family_knob("sapo", f"{A}.tau_neg", 1.05), "sapo only"),
+    Derived(
+        "loss.tau_pos", (LOSS_MODE, f"{A}.tau_pos"), _family_knob("sapo", f"{A}.tau_pos", 1.0), "sapo only"
+    ),
+    Derived(
+        "loss.tau_neg", (LOSS_MODE, f"{A}.tau_neg"), _family_knob("sapo", f"{A}.tau_neg", 1.05), "sapo only"
+    ),
     Derived(
         "loss.clip_cov_ratio",
         (LOSS_MODE, f"{A}.policy_loss.clip_cov_ratio"),
