@@ -547,19 +547,17 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     _na("algorithm.kl_penalty", "KL in the reward only (algorithm.use_kl_in_reward)"),
     _na("algorithm.kl_ctrl", "KL in the reward only (algorithm.use_kl_in_reward)"),
-    _r(
-        "algorithm.rollout_correction.rollout_is",
-        "rollout importance-sampling weights do not reach the 0.1.4 server loss from this adapter yet: remove it",
-    ),
-    _r(
-        "algorithm.rollout_correction.rollout_rs",
-        "rollout rejection sampling is not on the Arctic path: remove it",
+    _p(
+        "algorithm.rollout_correction",
+        "verl computes the rollout importance-sampling weights (rollout_is*) and the rejection mask "
+        "(rollout_rs*) from the rollout log-probs; the weights go on the wire as rollout_is_weights and the "
+        "server loss multiplies them in, rejected tokens leave the response mask",
     ),
     _r(
         "algorithm.rollout_correction.bypass_mode",
-        "set it to false (the Arctic path recomputes old log-probs)",
+        "the Arctic path recomputes old log-probs: set it to false",
     ),
-    _na("algorithm.rollout_correction", "rollout correction is off"),
+    _na("algorithm.rollout_correction.loss_type", "bypass mode only (rejected)"),
     # -- trainer ---------------------------------------------------------------------------------
     _p("trainer", "verl's training loop, logging and validation schedule"),
     Derived(
