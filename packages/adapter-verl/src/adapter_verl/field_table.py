@@ -425,7 +425,11 @@ ENTRIES: tuple[Entry, ...] = (
     _m(f"{A}.ppo_epochs", "batch.epochs", transform=int),
     _r(f"{A}.shuffle", "mini-batches go to the Arctic training job in rollout order: set it to false"),
     _na(f"{A}.data_loader_seed", f"used only with {A}.shuffle=true"),
-    _r(f"{A}.checkpoint.save_contents", "the Arctic backend saves model, optimizer and state: remove it"),
+    _r(
+        f"{A}.checkpoint.save_contents",
+        "the Arctic backend saves model, optimizer and state; HF export ('hf_model'): arctic-platform 0.1.4 "
+        "has save_checkpoint(export_hf=True) but this adapter does not send it yet: remove it",
+    ),
     _r(f"{A}.checkpoint.load_contents", "the Arctic backend loads model, optimizer and state: remove it"),
     _r(f"{A}.checkpoint.async_save", "Arctic checkpoints are synchronous: set it to false"),
     _na(f"{A}.checkpoint.strict", "verl's FSDP checkpoint loader"),
