@@ -1,5 +1,7 @@
 """Routes of the reference HTTP server in-process (aiohttp test client): job rules, sampling
-parameters, log-prob jobs, checkpoints, error statuses; and the ds_config mapping."""
+parameters, log-prob jobs, checkpoints, error statuses; and the ds_config mapping. These run the
+STRICT profile (refusals with a 4xx naming the field); the default arctic-0.1.4 profile, where the
+server answers as the real one, is pinned in test_reference_fidelity.py."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import torch
 from aiohttp.test_utils import TestClient, TestServer
 from arctic_platform import wire
 from arctic_rl_core.backends.reference.deepspeed_mapping import DeepSpeedConfigError, training_overrides
+from arctic_rl_core.backends.reference.fidelity import Fidelity, ServerProfile
 from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
 from arctic_rl_core.backends.reference.settings import OptimizerSettings, ReferenceEngineSettings
 
@@ -18,7 +21,9 @@ NAME = REFERENCE_MODEL_NAME
 
 def _serve(test):
     async def main():
-        server = ReferenceServer(ReferenceEngineSettings(num_threads=1))
+        server = ReferenceServer(
+            ReferenceEngineSettings(num_threads=1), fidelity=Fidelity(profile=ServerProfile.STRICT)
+        )
         async with TestClient(TestServer(server.application())) as client:
             await test(client, server)
 

@@ -28,6 +28,7 @@ from arctic_rl_core.backends.protocol import (
     Completion,
     ForwardOutput,
     GenerateOutput,
+    InferenceState,
     SamplingParams,
     StepOutput,
     TrainOutput,
@@ -108,7 +109,7 @@ class ReferenceBackend(Backend):
         self._optimizer = self._build_optimizer(self.settings.optimizer)
         self._sampler_rng = torch.Generator().manual_seed(self.settings.seed)
         self._trainer_rng = torch.Generator().manual_seed(self.settings.seed + 1).get_state()
-        self._state = SleepStateMachine(colocated=self.settings.colocated)
+        self._state = SleepStateMachine(colocated=self.settings.colocated, guard=self.settings.state_guard)
         self._global_step = 0
         self._weights_version = 0
         self._has_grads = False
@@ -338,7 +339,7 @@ class ReferenceBackend(Backend):
                 "ignores this argument; configure the schedule instead and pass None"
             )
         self._state.check_training("step")
-        if not self._has_grads:
+        if not self._has_grads and self.settings.step_without_gradients == "refuse":
             raise BackendStateError("step() without forward_backward() since the last step: nothing to apply")
         params = [p for p in self._trainer.parameters() if p.grad is not None]
         norm = float(torch.nn.utils.get_total_norm([p.grad for p in params], 2.0)) if params else 0.0
@@ -350,14 +351,20 @@ class ReferenceBackend(Backend):
                 f"gradient norm is {norm}: the step was skipped and the gradients dropped; check the payload "
                 "(advantages, old/ref log-probs) for extreme values"
             )
-        if norm == 0.0:
-            # DeepSpeed's bf16 optimizer skips a step whose global gradient norm is 0 (the server catches
-            # its assert): no update, no schedule advance.
+        if norm == 0.0 and self.settings.zero_norm_step == "skip":
+            # DeepSpeed's BF16_Optimizer asserts a non-zero global gradient norm and the 0.1.4 worker
+            # catches that assert: no update, no schedule advance.
             self._optimizer.zero_grad(set_to_none=True)
             lr = base_lr * self.settings.schedule.multiplier(self._global_step)
             return StepOutput(0.0, lr, self._global_step, {"grad_norm": 0.0, "last_lr": lr, "skipped": 1.0})
+        if norm == 0.0:
+            # ZeRO-2/3 step over all-zero gradients: AdamW's momentum (and weight decay) still move the
+            # weights, and the schedule advances.
+            params = [p for p in self._trainer.parameters() if p.requires_grad]
+            for p in params:
+                p.grad = torch.zeros_like(p)
         clip = self.settings.optimizer.grad_clip
-        if clip is not None:
+        if clip is not None and norm > 0.0:
             torch.nn.utils.clip_grads_with_norm_(params, clip, torch.tensor(norm))
         applied = base_lr * self.settings.schedule.multiplier(self._global_step)
         for group in self._optimizer.param_groups:
@@ -416,6 +423,12 @@ class ReferenceBackend(Backend):
                 "sync_weights(cuda_ipc=True) needs a colocated engine (CUDA IPC shares one device)"
             )
         self._state.check_sync(ipc)
+        if self._state.inference == InferenceState.ASLEEP:
+            # only without the state guard: vLLM restores its pre-sleep weights on wake, so the
+            # sync is lost (arctic-platform 0.1.4 checks nothing and reports success)
+            from arctic_rl_core.backends.reference.weight_transfer import TransferReport
+
+            return SyncReport(self._weights_version, TransferReport(0, 0, 0), ipc, low)
         bucket_bytes = 1 if low else max(1, int(self.settings.model.weight_sync_bucket_mb * 1024 * 1024))
         report = transfer_weights(
             self._trainer, self._sampler, bucket_bytes

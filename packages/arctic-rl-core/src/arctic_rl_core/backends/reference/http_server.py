@@ -8,7 +8,9 @@ whose optimizer/schedule/clipping/accumulation keys are honoured (`deepspeed_map
 `log_prob` job with a `ds_config` is a DeepSpeed reference engine (`/forward`, tensor `/log-probs`);
 without one it is vLLM-like (`/log-probs` returns prompt log-probs); both use the frozen initial
 weights. Every data route takes `?job_id=`. Errors come back as JSON `{"detail": ...}`: 400 bad
-input, 404 unknown job, 409 wrong state, 422 unreadable body.
+input, 404 unknown job, 409 wrong state, 422 unreadable body. Where arctic-platform 0.1.4 answers
+differently (it ignores unknown keys, answers a bare 500 where a worker fails, ...) the `Fidelity`
+profile decides (`fidelity.py`; default: as 0.1.4); the state guard (409) is separate and on by default.
 """
 
 from __future__ import annotations
@@ -25,6 +27,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends.protocol import SamplingParams
+from arctic_rl_core.backends.reference.fidelity import (
+    GENERATE_KEYS,
+    LOAD_KEYS,
+    SAVE_KEYS,
+    STEP_KEYS,
+    WEIGHT_SYNC_KEYS,
+    Fidelity,
+    FidelityRefusal,
+    InternalServerError,
+    deepspeed_rejects,
+)
 from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 
 if TYPE_CHECKING:
@@ -88,9 +101,14 @@ class ReferenceServer:
     """Routes of the on-prem server over one reference engine (`application()` builds the aiohttp app)."""
 
     def __init__(
-        self, settings: ReferenceEngineSettings | None = None, *, request_log: Path | None = None
+        self,
+        settings: ReferenceEngineSettings | None = None,
+        *,
+        request_log: Path | None = None,
+        fidelity: Fidelity | None = None,
     ) -> None:
-        self.settings = settings or ReferenceEngineSettings()
+        self.fidelity = fidelity or Fidelity()
+        self.settings = self.fidelity.engine_settings(settings or ReferenceEngineSettings())
         self.state = ServerState()
         self._lock = asyncio.Lock()
         self.request_log = request_log
@@ -123,7 +141,7 @@ class ReferenceServer:
             ("POST", "/weight-norm", self.weight_norm),
         ]
         for method, path, handler in routes:
-            app.router.add_route(method, path, _guarded(handler))
+            app.router.add_route(method, path, _guarded(handler, self.fidelity))
         app.on_cleanup.append(lambda _app: self.close())
         return app
 
@@ -161,8 +179,7 @@ class ReferenceServer:
         for other in self.state.jobs.values():
             if other.job_type == job_type:
                 raise HTTPError(409, f"{job_type.capitalize()} job already running")
-        if body.get("training_config") is not None:
-            raise HTTPError(400, "training_config is not supported by the reference server: send ds_config")
+        self.fidelity.training_config(body)
         seed = body.get("seed")
         seed = 42 if seed is None else seed
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -205,7 +222,9 @@ class ReferenceServer:
         from arctic_rl_core.backends.reference.engine import ReferenceBackend
 
         if self.state.engine is not None:
-            if model_name != self.state.engine_model or seed != self.state.engine_seed:
+            if model_name != self.state.engine_model or not self.fidelity.job_seed(
+                seed, self.state.engine_seed
+            ):
                 raise HTTPError(
                     400,
                     f"model_name={model_name!r} seed={seed} but the running jobs share one reference engine with "
@@ -237,6 +256,9 @@ class ReferenceServer:
         if ds_config is not None:
             if not isinstance(ds_config, Mapping):
                 raise HTTPError(422, "ds_config must be a JSON object")
+            rejected = deepspeed_rejects(ds_config)
+            if rejected is not None:  # 0.1.4: the worker's DeepSpeed raises while the job starts
+                raise InternalServerError(rejected) if self.fidelity.as_0_1_4 else HTTPError(400, rejected)
             overrides = training_overrides(
                 ds_config, dp_size=engine.settings.dp_size, defaults=engine.settings.optimizer
             )
@@ -296,6 +318,8 @@ class ReferenceServer:
 
     async def forward(self, request: web.Request) -> Any:
         job_id = _job_id(request)
+        if self.fidelity.as_0_1_4 and job_id not in self.state.jobs:
+            raise InternalServerError(f"/forward: job {job_id} (0.1.4 reads app.state.jobs[job_id] first)")
         job = self._job(job_id, ("training", "log_prob"))
         if job.job_type == "log_prob" and not job.deepspeed:
             raise HTTPError(
@@ -311,31 +335,16 @@ class ReferenceServer:
     async def step(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         self._job(job_id, "training")
-        body = await _json_body(request, required=False) or {}
-        unknown = sorted(set(body) - {"learning_rate"})
-        if unknown:
-            raise HTTPError(422, f"/step body has unknown keys {unknown}")
-        out = await self.engine.step(body.get("learning_rate"))
+        body = self.fidelity.known_keys("/step", await _json_body(request, required=False) or {}, STEP_KEYS)
+        out = await self.engine.step(self.fidelity.step_learning_rate(body))
         metrics = {"last_lr": out.learning_rate, "grad_norm": out.grad_norm}
         return {"job_id": job_id, "metrics": _per_rank(metrics, self.engine.settings.dp_size), "batch": {}}
 
     async def save(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         job = self._job(job_id, "training")
-        body = await _json_body(request, required=False) or {}
-        allowed = {
-            "checkpoint_id",
-            "checkpoint_type",
-            "path",
-            "step",
-            "export_hf",
-            "save_total_limit",
-            "stage_info",
-        }
-        unknown = sorted(set(body) - allowed)
-        if unknown:
-            raise HTTPError(422, f"/save body has unknown keys {unknown}")
-        if body.get("checkpoint_type", "resumable") != "resumable":
+        body = self.fidelity.known_keys("/save", await _json_body(request, required=False) or {}, SAVE_KEYS)
+        if body.get("checkpoint_type", "resumable") != "resumable" and not self.fidelity.as_0_1_4:
             raise HTTPError(
                 400, f"checkpoint_type={body['checkpoint_type']!r}: the reference saves 'resumable' only"
             )
@@ -356,10 +365,9 @@ class ReferenceServer:
     async def load_checkpoint(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         job = self._job(job_id, "training")
-        body = await _json_body(request, required=False) or {}
-        unknown = sorted(set(body) - {"path", "step"})
-        if unknown:
-            raise HTTPError(422, f"/load-checkpoint body has unknown keys {unknown}")
+        body = self.fidelity.known_keys(
+            "/load-checkpoint", await _json_body(request, required=False) or {}, LOAD_KEYS
+        )
         path = Path(body.get("path") or job.info["checkpoint_path"])
         if body.get("step") is not None:
             path = path / f"checkpoint-{int(body['step'])}"
@@ -372,16 +380,15 @@ class ReferenceServer:
     async def generate(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         job = self._job(job_id, "sampling")
-        body = await _wire_body(request)
-        unknown = sorted(set(body) - {"prompts", "sampling_params", "routing_key", "strict"})
-        if unknown:
-            raise HTTPError(422, f"/generate body has unknown keys {unknown}")
+        body = self.fidelity.known_keys("/generate", await _wire_body(request), GENERATE_KEYS)
         prompts = body.get("prompts")
         if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
             raise HTTPError(
                 422, "prompts must be a list of strings (the on-prem server takes text prompts only)"
             )
-        params, top, stop_ids = vllm_sampling(body.get("sampling_params"), job.max_model_len or 0)
+        params, top, stop_ids = vllm_sampling(
+            body.get("sampling_params"), job.max_model_len or 0, fidelity=self.fidelity
+        )
         sequences, version = await self.engine.sample(
             prompts, params, top_logprobs=top, extra_stop_ids=stop_ids, max_model_len=job.max_model_len
         )
@@ -394,8 +401,8 @@ class ReferenceServer:
                 "prompt_len": len(seq.prompt_ids),
                 "generation_len": len(seq.token_ids),
                 "prefix_cache_len": 0,
-                "weights_version": version,
             }
+            result = self.fidelity.generate_result(result, version)
             if top is not None:
                 result["logprobs"] = [_logprob_entries(entries) for entries in seq.top_logprobs]
             results.append(result)
@@ -458,9 +465,7 @@ class ReferenceServer:
 
     async def _weight_sync(self, payload: Mapping[str, Any]) -> Any:
         """The source training job's weights into the target sampling job (the response names the source)."""
-        unknown = sorted(set(payload) - {"source_sub_job_id", "target_sub_job_ids", "cuda_ipc", "low_memory"})
-        if unknown:
-            raise HTTPError(422, f"weight-sync payload has unknown keys {unknown}")
+        payload = self.fidelity.known_keys("weight-sync payload", payload, WEIGHT_SYNC_KEYS)
         try:
             source, targets = int(payload["source_sub_job_id"]), list(payload["target_sub_job_ids"])
         except (KeyError, TypeError, ValueError):
@@ -566,7 +571,7 @@ class _Wire:
 
 
 def _guarded(
-    handler: Callable[[web.Request], Awaitable[Any]],
+    handler: Callable[[web.Request], Awaitable[Any]], fidelity: Fidelity | None = None
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def route(request: web.Request) -> web.Response:
         from aiohttp import web
@@ -576,14 +581,19 @@ def _guarded(
 
         try:
             result = await handler(request)
+        except (FidelityRefusal, InternalServerError) as err:
+            return _fidelity_response(err)
         except HTTPError as err:
             return web.json_response({"detail": err.detail}, status=err.status)
         except BackendStateError as err:
             return web.json_response({"detail": str(err)}, status=409)
-        except FileNotFoundError as err:
-            return web.json_response({"detail": str(err)}, status=404)
-        except (ValueError, RuntimeError) as err:
-            return web.json_response({"detail": str(err)}, status=400)
+        except (FileNotFoundError, ValueError, RuntimeError) as err:
+            internal = None if fidelity is None else fidelity.internal_error(err)
+            if internal is not None:  # 0.1.4: the worker raised and nothing handles it
+                logger.info("%s %s: %s (answered 500 as 0.1.4)", request.method, request.path, err)
+                return web.Response(status=internal[0], text=internal[1])
+            status = 404 if isinstance(err, FileNotFoundError) else 400
+            return web.json_response({"detail": str(err)}, status=status)
         except Exception as err:  # report, never kill the server
             logger.exception("%s %s failed", request.method, request.path)
             return web.json_response({"detail": f"{type(err).__name__}: {err}"}, status=500)
@@ -592,6 +602,18 @@ def _guarded(
         return web.json_response(result)
 
     return route
+
+
+def _fidelity_response(err: FidelityRefusal | InternalServerError) -> web.Response:
+    """The strict profile's refusal (JSON detail), or 0.1.4's bare 500 where its worker fails."""
+    from aiohttp import web
+
+    from arctic_rl_core.backends.reference.fidelity import INTERNAL_ERROR_BODY
+
+    if isinstance(err, FidelityRefusal):
+        return web.json_response({"detail": err.detail}, status=err.status)
+    logger.info("answered 500 as arctic-platform 0.1.4 does: %s", err)
+    return web.Response(status=500, text=INTERNAL_ERROR_BODY)
 
 
 def _job_id(request: web.Request) -> int:
@@ -630,9 +652,10 @@ async def _wire_body(request: web.Request) -> Any:
 
 
 def vllm_sampling(
-    params: Mapping[str, Any] | None, max_model_len: int
+    params: Mapping[str, Any] | None, max_model_len: int, *, fidelity: Fidelity | None = None
 ) -> tuple[SamplingParams, int | None, frozenset[int]]:
     """A vLLM `sampling_params` dict -> (SamplingParams, logprobs k or None, extra stop token ids)."""
+    fidelity = fidelity or Fidelity()
     params = dict(params or {})
     known = {"n", "max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "logprobs", "stop_token_ids"}
     for key, value in params.items():
@@ -644,14 +667,8 @@ def vllm_sampling(
                     400, f"sampling_params.{key}={value!r} is not supported by the reference sampler"
                 )
             continue
-        raise HTTPError(
-            400, f"sampling_params.{key} is not a vLLM sampling parameter the reference sampler knows"
-        )
-    if params.get("n") not in (None, 1):
-        raise HTTPError(
-            400,
-            f"sampling_params.n={params['n']}: the server returns one output per prompt; replicate prompts",
-        )
+        fidelity.unknown_sampling_key(key)
+    fidelity.sampling_n(params.get("n"))
     max_tokens = params.get("max_tokens", VLLM_DEFAULT_MAX_TOKENS)
     if max_tokens is None:
         max_tokens = max(1, max_model_len)
@@ -756,13 +773,14 @@ async def serve(
     on_ready: Callable[[str, int], None] | None = None,
     stop: asyncio.Event | None = None,
     request_log: Path | None = None,
+    fidelity: Fidelity | None = None,
 ) -> None:
     """Run the server until `stop` is set (or SIGINT/SIGTERM when `stop` is None)."""
     import signal
 
     from aiohttp import web
 
-    server = ReferenceServer(settings, request_log=request_log)
+    server = ReferenceServer(settings, request_log=request_log, fidelity=fidelity)
     runner = web.AppRunner(server.application(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

@@ -97,6 +97,23 @@ class ReferenceEngineSettings(BaseModel):
         description="Use the clip ratios sent in meta.actor_config; False reproduces arctic-platform 0.1.4, "
         "which always uses 0.2/0.2/3.0.",
     )
+    state_guard: bool = Field(
+        default=True,
+        description="Refuse what the real server would silently do wrong in the current sleep/wake state "
+        "(sync into a sleeping sampler, generate while asleep, train while offloaded). False does it anyway, "
+        "as arctic-platform 0.1.4 (which checks nothing).",
+    )
+    zero_norm_step: Literal["skip", "apply"] = Field(
+        default="skip",
+        description="A step whose gradient norm is 0: 'skip' (no update, schedule not advanced: what the 0.1.4 "
+        "worker intends for an old DeepSpeed BF16_Optimizer assert) or 'apply' (DeepSpeed 0.19.8 on every ZeRO "
+        "stage: AdamW's momentum still moves the weights and the schedule advances).",
+    )
+    step_without_gradients: Literal["refuse", "zero_gradients"] = Field(
+        default="refuse",
+        description="step() with no forward_backward since the last step: 'refuse' (an error) or "
+        "'zero_gradients' (as DeepSpeed: a step over all-zero gradients, see zero_norm_step).",
+    )
     num_threads: int | None = Field(
         default=1,
         ge=1,

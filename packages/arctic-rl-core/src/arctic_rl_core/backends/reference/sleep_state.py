@@ -34,8 +34,12 @@ class BackendStateError(RuntimeError):
 
 
 class SleepStateMachine:
-    def __init__(self, *, colocated: bool) -> None:
+    """`guard=False` keeps track of the state but checks nothing (arctic-platform 0.1.4's server
+    checks nothing either): every `check_*` passes and out-of-order wakes/sleeps are applied."""
+
+    def __init__(self, *, colocated: bool, guard: bool = True) -> None:
         self.colocated = colocated
+        self.guard = guard
         self.inference = InferenceState.AWAKE
         self.training = TrainingState.AWAKE
         self.sampler_weights_valid = True
@@ -71,7 +75,7 @@ class SleepStateMachine:
         elif tag_set == {"weights"}:
             if self.inference == InferenceState.ASLEEP:
                 self.inference = InferenceState.WEIGHTS_ONLY
-        elif self.inference == InferenceState.ASLEEP:
+        elif self.inference == InferenceState.ASLEEP and self.guard:
             raise BackendStateError(
                 "wake_inference(['kv_cache']) while the sampler's weights are asleep: wake ['weights'] first "
                 "(order: weights -> sync -> kv_cache -> reset prefix cache)"
@@ -80,6 +84,8 @@ class SleepStateMachine:
             self.inference = InferenceState.AWAKE
 
     def check_generate(self) -> None:
+        if not self.guard:
+            return
         if self.inference != InferenceState.AWAKE:
             raise BackendStateError(
                 f"generate while inference is {self.inference.value}: call wake_inference() (or wake 'kv_cache' "
@@ -96,6 +102,8 @@ class SleepStateMachine:
             )
 
     def check_reset_prefix_cache(self) -> None:
+        if not self.guard:
+            return
         if self.inference != InferenceState.AWAKE:
             raise BackendStateError(
                 f"reset_prefix_cache while inference is {self.inference.value}: wake the KV cache first "
@@ -104,10 +112,13 @@ class SleepStateMachine:
 
     def reset_prefix_cache(self) -> None:
         self.check_reset_prefix_cache()
-        self.prefix_cache_stale = False
+        if self.inference == InferenceState.AWAKE:
+            self.prefix_cache_stale = False
 
     # -- weight sync ----------------------------------------------------------------------------
     def check_sync(self, cuda_ipc: bool) -> None:
+        if not self.guard:
+            return
         if self.inference == InferenceState.ASLEEP:
             raise BackendStateError(
                 "sync_weights into a sleeping sampler: wake_inference(['weights']) first (the sync would be lost)"
@@ -132,7 +143,7 @@ class SleepStateMachine:
             ) from None
         if target == TrainingState.AWAKE:
             raise ValueError("sleep_training(mode='awake'): use wake_training()")
-        if TRAINING_DEPTH[target] < TRAINING_DEPTH[self.training]:
+        if TRAINING_DEPTH[target] < TRAINING_DEPTH[self.training] and self.guard:
             raise BackendStateError(
                 f"sleep_training({mode!r}) while training is already {self.training.value} (deeper): "
                 "wake_training() first"
@@ -143,12 +154,16 @@ class SleepStateMachine:
         self.training = TrainingState.AWAKE
 
     def check_training(self, what: str) -> None:
+        if not self.guard:
+            return
         if self.training != TrainingState.AWAKE:
             raise BackendStateError(
                 f"{what} while training is {self.training.value}: call wake_training() first"
             )
 
     def check_trainer_forward(self) -> None:
+        if not self.guard:
+            return
         if TRAINING_DEPTH[self.training] > TRAINING_DEPTH[TrainingState.NON_LP_ASLEEP]:
             raise BackendStateError(
                 f"forward while training is {self.training.value} (parameters offloaded): call wake_training() first"

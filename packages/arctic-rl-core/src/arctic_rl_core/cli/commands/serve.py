@@ -45,6 +45,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "default: the engine settings' value (colocated)",
     )
     parser.add_argument(
+        "--profile",
+        choices=("arctic-0.1.4", "strict"),
+        default="arctic-0.1.4",
+        help="answer as arctic-platform 0.1.4's server does where a stricter double would refuse (default), "
+        "or 'strict': refuse unknown keys, ignored fields and what 0.1.4 mis-handles, with a 4xx naming them",
+    )
+    parser.add_argument(
+        "--state-guard",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="refuse (409) what the real server would do silently wrong in the current sleep/wake state: "
+        "sync into a sleeping sampler, generate while asleep (default: on; --no-state-guard behaves as 0.1.4)",
+    )
+    parser.add_argument(
         "--request-log",
         default=None,
         metavar="PATH",
@@ -96,6 +110,11 @@ def run(args: argparse.Namespace) -> int:
 
     from pathlib import Path
 
+    from arctic_rl_core.backends.reference.fidelity import Fidelity, ServerProfile
+
     request_log = None if args.request_log is None else Path(args.request_log)
-    asyncio.run(serve(settings, args.host, args.port, on_ready=ready, request_log=request_log))
+    fidelity = Fidelity(profile=ServerProfile(args.profile), state_guard=args.state_guard)
+    asyncio.run(
+        serve(settings, args.host, args.port, on_ready=ready, request_log=request_log, fidelity=fidelity)
+    )
     return 0
