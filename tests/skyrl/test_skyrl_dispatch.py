@@ -117,13 +117,31 @@ def test_checkpoint_round_trip_restores_the_policy(setup, tmp_path):
         dispatch.load_checkpoint("policy", str(tmp_path / "policy"), load_optimizer_states=False)
 
 
+def test_checkpoint_settings_reach_the_backend_save(setup, tmp_path):
+    """checkpoint.export_hf and checkpoint.save_total_limit go with every backend save."""
+    from arctic_rl_core.config.schema import CheckpointSettings
+
+    dispatch, data = setup
+    dispatch.checkpoint = CheckpointSettings(export_hf=True, save_total_limit=1)
+    data["action_log_probs"] = _logprobs(dispatch, "policy", data)
+    data["base_action_log_probs"] = _logprobs(dispatch, "ref", data)
+    data["advantages"] = torch.where(data["loss_mask"] > 0, 1.0, 0.0)
+    for _ in range(2):
+        dispatch.forward_backward("policy", data)
+        dispatch.optim_step("policy")
+        dispatch.save_checkpoint("policy", str(tmp_path / "policy"))
+    backend_dir = tmp_path / "policy" / "backend"
+    assert sorted(p.name for p in backend_dir.iterdir() if p.is_dir()) == ["checkpoint-2"]
+    assert (backend_dir / "checkpoint-2" / "hf" / "config.json").is_file()
+
+
 def test_what_the_dispatch_does_not_serve_is_an_error_naming_the_fix(setup):
     dispatch, data = setup
     with pytest.raises(ValueError, match=r"trainer\.critic\.model\.path"):
         dispatch.forward("critic", data)
     with pytest.raises(NotImplementedError, match="loss_fn"):
         dispatch.forward_backward("policy", data, loss_fn="cross_entropy")
-    with pytest.raises(NotImplementedError, match="hf_save_interval=-1"):
+    with pytest.raises(NotImplementedError, match=r"hf_save_interval=-1 and checkpoint\.export_hf=true"):
         dispatch.save_hf_model("policy", "/tmp/x", None)
     with pytest.raises(ValueError, match="do not split"):
         ArcticWorkerDispatch.stage_data(_with_rows_multiple(dispatch, 3), "policy", data, [(0, 4)])

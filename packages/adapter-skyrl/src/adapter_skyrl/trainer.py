@@ -20,6 +20,7 @@ from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
 from adapter_skyrl.config import check_supported, to_arctic_config
 from adapter_skyrl.dispatch import ArcticWorkerDispatch
 from adapter_skyrl.generator import ArcticGenerator
+from adapter_skyrl.skyrl_internals import no_inference_servers
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
@@ -132,8 +133,7 @@ class ArcticPPOExp(BasePPOExp):
         self.train_dataset = self.get_train_dataset()
         self.eval_dataset = self.get_eval_dataset()
         self.colocate_pg = None
-        self._server_groups = self._prefill_server_groups = self._decode_server_groups = None
-        self._inference_router = None
+        no_inference_servers(self)
         # The schedule horizon needs the dataloader length: recompute with the real one.
         steps_per_epoch = len(self.train_dataset) // cfg.trainer.train_batch_size
         self.arctic_cfg = to_arctic_config(cfg, steps_per_epoch=steps_per_epoch)
@@ -235,7 +235,12 @@ class ArcticPPOExp(BasePPOExp):
 
         spec = PayloadSpec.from_config(self.arctic_cfg, pad_token_id=int(self.tokenizer.pad_token_id))
         return ArcticWorkerDispatch(
-            self.cfg, self.backend, spec, WeightSyncPolicy.from_config(self.arctic_cfg), trace=self.trace
+            self.cfg,
+            self.backend,
+            spec,
+            WeightSyncPolicy.from_config(self.arctic_cfg),
+            trace=self.trace,
+            checkpoint=self.arctic_cfg.checkpoint,
         )
 
     def _setup_trainer(self) -> ArcticPPOTrainer:

@@ -84,23 +84,19 @@ def leaves(config: Any) -> dict[str, Any]:
     """Every leaf of a verl config by dotted path, with its RAW value (an interpolation stays
     its `${...}` text, so a field that follows another compares equal to its default). An empty
     mapping is a leaf; lists are leaves."""
-    from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf import OmegaConf
 
     found: dict[str, Any] = {}
 
-    def walk(node: DictConfig, prefix: str) -> None:
-        for key in node.keys():  # noqa: SIM118 (DictConfig iteration resolves values)
-            child = node._get_node(key)
+    def walk(node: Any, prefix: str) -> None:
+        for key, value in node.items():
             path = f"{prefix}.{key}" if prefix else str(key)
-            special = child._is_none() or child._is_interpolation()
-            if isinstance(child, DictConfig) and not special and len(child):
-                walk(child, path)
-            elif isinstance(child, DictConfig | ListConfig) and not special:
-                found[path] = OmegaConf.to_container(child, resolve=False)
+            if isinstance(value, dict) and value:
+                walk(value, path)
             else:
-                found[path] = child._value()
+                found[path] = value
 
-    walk(config, "")
+    walk(OmegaConf.to_container(config, resolve=False), "")
     return found
 
 

@@ -20,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from adapter_verl.verl_internals import turn_off_ray_uv_hook_constant
+
 RAY_UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
 EXIT_BAD_SETTINGS = 2
 
@@ -149,9 +151,7 @@ def keep_ray_off_uv_run() -> str | None:
             "start the Ray cluster from the locked environment"
         )
     os.environ[RAY_UV_HOOK_ENV] = "0"
-    constants = sys.modules.get("ray._private.ray_constants")
-    if constants is not None:  # Ray reads the variable when it is imported: already done here
-        constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
+    turn_off_ray_uv_hook_constant()  # Ray reads the variable when it is imported: maybe done here
     return (
         f"adapter_verl: {RAY_UV_HOOK_ENV}=0 (verl passes runtime_env working_dir=None, which Ray's "
         "uv-run hook rejects; Ray workers run the cluster's Python environment)"

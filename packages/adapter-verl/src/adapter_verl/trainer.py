@@ -18,6 +18,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from adapter_verl.plugin import TRAINER_MODE
+from adapter_verl.verl_internals import add_step_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +43,7 @@ class CpuResourcePoolManager(ResourcePoolManager):
         self._check_resource_available()
 
     def _check_resource_available(self) -> None:
-        available_cpus = sum(
-            node.get("CPU", 0) for node in ray._private.state.available_resources_per_node().values()
-        )
+        available_cpus = ray.available_resources().get("CPU", 0)
         required = self.get_n_gpus() * self.max_colocate_count
         if available_cpus < required:
             raise ValueError(
@@ -113,7 +112,7 @@ class ArcticTrainer(PPOTrainerSync):
         reported = {}
         for per_rank in self.actor_rollout_wg.sync_metrics():
             reported.update(per_rank or {})
-        self._pending_sync_metrics = {**(getattr(self, "_pending_sync_metrics", None) or {}), **reported}
+        add_step_metrics(self, reported)
 
     def _init_resource_pool_mgr(self) -> None:
         """Runs in `_setup` after the dataloader (so the step count is known) and before any

@@ -465,10 +465,21 @@ class ReferenceBackend(Backend):
         )
 
     # -- checkpoints ----------------------------------------------------------------------------
-    async def save_checkpoint(self, path: str, step: int) -> str:
+    async def save_checkpoint(
+        self, path: str, step: int, *, export_hf: bool = False, save_total_limit: int | None = None
+    ) -> str:
+        from arctic_rl_core.backends.reference.checkpoint import (
+            check_save_total_limit,
+            prune_checkpoint_dirs,
+            write_text_atomic,
+        )
+
+        check_save_total_limit(save_total_limit)
         directory = Path(path) / f"checkpoint-{int(step)}"
-        await self.save_to(directory)
-        (Path(path) / "latest").write_text(str(int(step)), encoding="utf-8")
+        await self.save_to(directory, export_hf=export_hf)
+        write_text_atomic(Path(path) / "latest", str(int(step)))
+        if save_total_limit:
+            prune_checkpoint_dirs(Path(path), save_total_limit)
         return str(directory)
 
     async def load_checkpoint(self, path: str, step: int) -> None:
