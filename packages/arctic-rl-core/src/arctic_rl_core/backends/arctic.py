@@ -120,12 +120,24 @@ class ArcticBackend(Backend):
     def from_config(cls, cfg: ArcticRLConfig, *, state_ledger: StateLedger | None = None) -> ArcticBackend:
         """`create(cfg.to_client_config())` for backend.kind ray | http | cortex, after putting the
         plan's worker environment (`backend.worker_env`, ARCTIC_INFERENCE_ENABLED) where the
-        server's workers inherit it (`arctic_compat.apply_worker_env`)."""
+        server's workers inherit it (`arctic_compat.apply_worker_env`). With
+        loss.loss_fn=arctic_rl_core on an HTTP server, one probe call then checks that the server can
+        import the loss (`loss_probe`) and fails fast, naming the fix."""
         from arctic_rl_core.config.plan import worker_env
 
         client_config = cfg.to_client_config()
         arctic_compat.apply_worker_env(client_config, worker_env(cfg))
-        return cls.create(client_config, state_ledger=state_ledger)
+        backend = cls.create(client_config, state_ledger=state_ledger)
+        if cfg.backend.kind == "http" and cfg.loss.loss_fn == "arctic_rl_core":
+            from arctic_rl_core import dispatch
+            from arctic_rl_core.backends.loss_probe import check_server_imports_losses
+
+            try:
+                dispatch.run(check_server_imports_losses(backend, cfg))
+            except BaseException:
+                dispatch.run(backend.shutdown())
+                raise
+        return backend
 
     @classmethod
     def _construct(cls, client_config: Any, state_ledger: StateLedger | None = None) -> ArcticBackend:

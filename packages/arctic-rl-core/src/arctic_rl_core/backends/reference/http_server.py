@@ -372,7 +372,15 @@ class ReferenceServer:
         batch: dict[str, Any] = {"logprobs": out.logprobs_B_S}
         if out.entropy_B_S is not None:
             batch["entropy"] = out.entropy_B_S
-        return _Wire({"job_id": job_id, "batch": batch, "metrics": {}, "avg_loss": 0.0})
+        # a forward that names a loss runs it without grad and reports it, as the 0.1.4 worker does
+        return _Wire(
+            {
+                "job_id": job_id,
+                "batch": batch,
+                "metrics": dict(out.metrics),
+                "avg_loss": out.metrics.get("loss", 0.0),
+            }
+        )
 
     async def step(self, request: web.Request) -> Any:
         job_id = _job_id(request)
