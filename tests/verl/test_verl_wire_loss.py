@@ -22,9 +22,13 @@ VERL = [
     "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
     "actor_rollout_ref.actor.clip_ratio_low=0.0003",
     "actor_rollout_ref.actor.clip_ratio_high=0.0004",
-    # one GPU (verl's default is 8) and TP 1 (verl's default is 2)
+    # one training GPU (verl's default is 8), TP 1 (verl's default is 2), and sampling on its own GPU
+    # (verl's hybrid engine, its default, is a colocated Arctic run)
     "trainer.n_gpus_per_node=1",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "actor_rollout_ref.hybrid_engine=false",
+    "actor_rollout_ref.rollout.nnodes=1",
+    "actor_rollout_ref.rollout.n_gpus_per_node=1",
 ]
 
 
