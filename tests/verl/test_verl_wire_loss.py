@@ -41,9 +41,7 @@ def test_verl_gspo_runs_on_the_server_through_the_wire(wire, tmp_path):  # noqa:
         for o in wire.overrides()
         if not o.startswith("model.name=")
     ]
-    config = compose(
-        with_arctic_defaults([*VERL, *core, f"trainer.default_local_dir={tmp_path}"])[0]
-    )
+    config = compose(with_arctic_defaults([*VERL, *core, f"trainer.default_local_dir={tmp_path}"])[0])
     cfg = arctic_config_from_verl(config, 2)
     assert (cfg.backend.kind, cfg.loss.loss_fn, cfg.loss.policy_loss) == ("http", "arctic_rl_core", "gspo")
     run = wire_grpo_steps(cfg)
