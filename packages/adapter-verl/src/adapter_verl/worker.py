@@ -318,7 +318,7 @@ class ArcticActorRolloutRefWorker(Worker):
             )
         )
         self._trace.write(
-            {"op": "save_checkpoint", "path": local_path, "backend_path": root, "step": global_step}
+            {"op": "save_checkpoint", "path": root, "verl_path": local_path, "step": global_step}
         )
         return saved
 
@@ -331,7 +331,7 @@ class ArcticActorRolloutRefWorker(Worker):
         step = _step_of(local_path)
         root = backend_checkpoint_root(local_path)
         self._run(self._backend.load_checkpoint(root, step))
-        self._trace.write({"op": "load_checkpoint", "path": local_path, "backend_path": root, "step": step})
+        self._trace.write({"op": "load_checkpoint", "path": root, "verl_path": local_path, "step": step})
         return None
 
     # Stock methods verl may call around training; nothing to move on a forwarder.
