@@ -152,3 +152,42 @@ def _with_rows_multiple(dispatch, rows: int):
 
     dispatch.spec = dataclasses.replace(dispatch.spec, grad_accum_steps=rows)
     return dispatch
+
+
+def test_rollout_correction_weights_reach_the_wire_and_change_the_loss(setup):
+    """SkyRL's token TIS (`off_policy_correction.tis_ratio_type=token`): the adapter sends SkyRL's own
+    capped pi_old / pi_rollout as `rollout_is_weights`, and the server's loss multiplies by them."""
+    dispatch, data = setup
+    backend = dispatch.backend
+    sent = []
+    original = backend.forward_backward
+
+    async def spy(payload):
+        sent.append(payload)
+        return await original(payload)
+
+    backend.forward_backward = spy
+    data["action_log_probs"] = _logprobs(dispatch, "policy", data)
+    data["base_action_log_probs"] = _logprobs(dispatch, "ref", data)
+    data["advantages"] = torch.where(data["loss_mask"] > 0, torch.tensor([[1.0], [-1.0], [1.0], [-1.0]]), 0.0)
+    # the sampler's log-probs lower by 0.5 on the first two rows: pi_old / pi_rollout = e^0.5 = 1.65 -> capped
+    shifted = data["rollout_logprobs"].clone()
+    shifted[:2] -= 0.5
+    data["rollout_logprobs"] = shifted
+    plain = dispatch.forward_backward("policy", data).metrics["policy_loss"]
+    algo = dispatch.cfg.trainer.algorithm
+    algo.off_policy_correction.tis_ratio_type = "token"
+    algo.off_policy_correction.token_tis_ratio_clip_high = 1.2
+    try:
+        weighted = dispatch.forward_backward("policy", data).metrics["policy_loss"]
+    finally:
+        algo.off_policy_correction.tis_ratio_type = None
+    assert "rollout_is_weights" not in sent[0].batch
+    weights = torch.as_tensor(sent[1].batch["rollout_is_weights"])
+    mask = torch.as_tensor(sent[1].batch["response_mask"]) > 0
+    first_two = torch.arange(4)[:, None] < 2
+    capped = weights[mask & first_two]
+    assert capped.numel() > 0 and torch.allclose(capped, torch.full_like(capped, 1.2))
+    rest = weights[mask & ~first_two]
+    assert torch.allclose(rest, torch.ones_like(rest), atol=1e-3)  # same weights sampled: ratio 1
+    assert weighted != pytest.approx(plain, rel=1e-6)

@@ -224,7 +224,7 @@ def test_colocated_reference_engine_sleeps_and_wakes_through_the_core_policy(tmp
     exp = _run(
         [
             f"data.train_data=['{data}']",
-            "trainer.arctic_rl.placement.colocate=true",
+            "trainer.placement.colocate_all=true",  # SkyRL's switch: colocated Arctic jobs
             "trainer.max_training_steps=2",
             "trainer.ckpt_interval=0",
             f"trainer.ckpt_path={tmp_path / 'ckpt'}",

@@ -133,7 +133,7 @@ def test_wire_colocated_run_sleeps_and_wakes_every_step(wire, model_dir, learnab
         model_dir,
         learnable_jsonl,
         tmp_path,
-        "trainer.arctic_rl.placement.colocate=true",
+        "trainer.placement.colocate_all=true",  # SkyRL's switch: colocated Arctic jobs
         "trainer.ckpt_interval=0",
         "trainer.resume_mode=none",
     )

@@ -90,7 +90,11 @@ def test_demo_server_flags_compose_into_verls_config(tmp_path, colocate):
     overrides, _ = with_arctic_defaults(
         verl_overrides(options, train_file=tmp_path / "t.parquet", model_path=model, steps_per_epoch=4)
     )
-    cfg = arctic_config_from_verl(compose(overrides), 2)
+    config = compose(overrides)
+    cfg = arctic_config_from_verl(config, 2)
     assert (cfg.backend.kind, cfg.backend.host, cfg.backend.port) == ("http", "127.0.0.1", 8123)
     assert cfg.placement.colocate is colocate and cfg.model.name == str(Path(model).resolve())
-    assert cfg.checkpoint.path == str((tmp_path / "server_checkpoints").resolve())
+    assert config.actor_rollout_ref.hybrid_engine is colocate  # verl's own field says it
+    # verl's checkpoint folder is the Arctic training job's (adapter_verl.field_table)
+    assert cfg.checkpoint.path == str(Path(config.trainer.default_local_dir).resolve())
+    assert cfg.checkpoint.path.startswith(str(tmp_path.resolve()))

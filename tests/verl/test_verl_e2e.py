@@ -74,8 +74,11 @@ def _overrides(root: Path, total_steps: int) -> list[str]:
         "ray_kwargs.ray_init.num_cpus=8",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         *(f"+remote_backend.core.backend.reference.{k}={v}" for k, v in REFERENCE_MODEL.items()),
-        # training and sampling share the devices: every step sleeps/wakes them through the policy
-        "+remote_backend.core.placement.colocate=true",
+        # training and sampling share the devices (verl's hybrid engine, its default): every step
+        # sleeps/wakes them through the policy
+        "actor_rollout_ref.hybrid_engine=true",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "remote_backend.core.backend.kind=reference",
         f"remote_backend.trace_dir={root / f'trace{total_steps}'}",
     ]
 

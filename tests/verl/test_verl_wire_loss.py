@@ -22,6 +22,13 @@ VERL = [
     "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
     "actor_rollout_ref.actor.clip_ratio_low=0.0003",
     "actor_rollout_ref.actor.clip_ratio_high=0.0004",
+    # one training GPU (verl's default is 8), TP 1 (verl's default is 2), and sampling on its own GPU
+    # (verl's hybrid engine, its default, is a colocated Arctic run)
+    "trainer.n_gpus_per_node=1",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "actor_rollout_ref.hybrid_engine=false",
+    "actor_rollout_ref.rollout.nnodes=1",
+    "actor_rollout_ref.rollout.n_gpus_per_node=1",
 ]
 
 
@@ -34,9 +41,7 @@ def test_verl_gspo_runs_on_the_server_through_the_wire(wire, tmp_path):  # noqa:
         for o in wire.overrides()
         if not o.startswith("model.name=")
     ]
-    config = compose(
-        with_arctic_defaults([*VERL, *core, f"++remote_backend.core.checkpoint.path={tmp_path}"])[0]
-    )
+    config = compose(with_arctic_defaults([*VERL, *core, f"trainer.default_local_dir={tmp_path}"])[0])
     cfg = arctic_config_from_verl(config, 2)
     assert (cfg.backend.kind, cfg.loss.loss_fn, cfg.loss.policy_loss) == ("http", "arctic_rl_core", "gspo")
     run = wire_grpo_steps(cfg)

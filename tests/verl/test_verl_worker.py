@@ -326,3 +326,27 @@ def test_concurrent_requests_share_backend_calls_without_mixing_results(session,
     sizes = [r["batch_size"] for r in read_trace(session.settings.trace_dir) if r["op"] == "generate"][-5:]
     assert sizes == [1, 1, 1, 1, 1]
     assert [o.token_ids for o in batched] == [o.token_ids for o in alone]
+
+
+def test_rollout_correction_weights_reach_the_wire_at_response_positions():
+    """verl's `algorithm.rollout_correction.rollout_is` writes per-token `rollout_is_weights` rows;
+    the forwarder carries them into the one wire payload, where the server loss reads them."""
+    from adapter_verl.worker import samples_from_tensordict
+    from arctic_rl_core.wire import PayloadSpec, build_train_payload
+
+    data = _batch(64)
+    jagged = [torch.linspace(0.5, 1.5, r) for r in RESPONSE_LENS]
+    for name in ("old_log_probs", "advantages"):
+        data[name] = torch.nested.as_nested_tensor(
+            [torch.zeros(r) for r in RESPONSE_LENS], layout=torch.jagged
+        )
+    data["rollout_is_weights"] = torch.nested.as_nested_tensor(jagged, layout=torch.jagged)
+    samples = samples_from_tensordict(data, with_training_fields=True)
+    assert [list(s.rollout_is_weights) for s in samples] == [w.tolist() for w in jagged]
+    spec = PayloadSpec(
+        pad_token_id=0, max_prompt_len=MAX_PROMPT, max_response_len=MAX_RESPONSE, rollout_n=2, temperature=1.0
+    )
+    batch = build_train_payload(samples, spec).batch
+    weights = torch.as_tensor(batch["rollout_is_weights"])
+    for b, (r, w) in enumerate(zip(RESPONSE_LENS, jagged, strict=True)):
+        torch.testing.assert_close(weights[b, MAX_PROMPT : MAX_PROMPT + r], w, rtol=0, atol=0)

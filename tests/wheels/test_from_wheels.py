@@ -224,6 +224,9 @@ VERL_OVERRIDES = [
     "trainer.default_local_dir=verl_ckpt",
     "ray_kwargs.ray_init.num_cpus=4",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    # verl's rollout TP defaults to 2; the adapter's default backend is the Arctic server on Ray
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "remote_backend.core.backend.kind=reference",
     *(f"+remote_backend.core.backend.reference.{k}={v}" for k, v in TINY_MODEL.items()),
 ]
 

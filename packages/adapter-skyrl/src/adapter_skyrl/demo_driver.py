@@ -81,7 +81,10 @@ def skyrl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[s
     from arctic_rl_core.demo.backend import grpo_backend_settings, override_value
 
     settings = grpo_backend_settings(options, model_path=model_path)
-    overrides = [f"trainer.arctic_rl.{key}={override_value(value)}" for key, value in settings.items()]
+    # Colocation is SkyRL's own switch (colocate_all); the rest are core groups under trainer.arctic_rl.
+    colocate = settings.pop("placement.colocate", False)
+    overrides = [f"trainer.placement.colocate_all={override_value(colocate)}"]
+    overrides += [f"trainer.arctic_rl.{key}={override_value(value)}" for key, value in settings.items()]
     if options.server is not None:
         overrides.append(f"trainer.policy.model.path={model_path.resolve()}")
     return overrides

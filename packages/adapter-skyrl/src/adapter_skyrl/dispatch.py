@@ -21,7 +21,12 @@ from skyrl.backends.skyrl_train.distributed.dispatch import WorkerOutput
 from skyrl.backends.skyrl_train.workers.worker_dispatch import WorkerDispatch
 
 from adapter_skyrl.loop_bridge import on_backend_loop
-from adapter_skyrl.samples import response_lengths, to_rollout_samples, to_skyrl_rows
+from adapter_skyrl.samples import (
+    response_lengths,
+    rollout_correction_weights,
+    to_rollout_samples,
+    to_skyrl_rows,
+)
 from adapter_skyrl.skyrl_internals import no_actor_groups
 
 if TYPE_CHECKING:
@@ -200,7 +205,10 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self._ensure_training()
         start = time.perf_counter()
         with_ref = bool(self.spec.use_kl_loss)
-        samples = to_rollout_samples(data, with_advantages=True, with_old=True, with_ref=with_ref)
+        weights = rollout_correction_weights(data, self.cfg.trainer.algorithm)
+        samples = to_rollout_samples(
+            data, with_advantages=True, with_old=True, with_ref=with_ref, is_weights_B_R=weights
+        )
         payload = build_train_payload(samples, self.spec)
         self._record("forward_backward", payload)
         out = self._run(self.backend.forward_backward(payload))

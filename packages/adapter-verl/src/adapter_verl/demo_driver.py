@@ -97,8 +97,8 @@ def verl_overrides(
         # logical CPUs for verl's actors (trainer, forwarder, rollout server, reward, TransferQueue)
         "ray_kwargs.ray_init.num_cpus=8",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         *verl_backend_overrides(options, model_path=model_path),
-        f"+remote_backend.core.determinism.seed={options.seed}",
     ]
 
 
@@ -108,8 +108,21 @@ def verl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[st
     from arctic_rl_core.demo.backend import grpo_backend_settings, override_value
 
     settings = grpo_backend_settings(options, model_path=model_path)
-    # `++`: add or override (the adapter's `remote_backend=arctic` config already sets backend.kind)
-    return [f"++remote_backend.core.{key}={override_value(value)}" for key, value in settings.items()]
+    overrides: list[str] = []
+    for key, value in settings.items():
+        if key == "placement.colocate":  # verl's own field: the hybrid engine
+            overrides.append(f"actor_rollout_ref.hybrid_engine={override_value(value)}")
+            if not value:  # sampling on its own (simulated) GPU: verl's standalone rollout pool
+                overrides += [
+                    "actor_rollout_ref.rollout.nnodes=1",
+                    "actor_rollout_ref.rollout.n_gpus_per_node=1",
+                ]
+        elif key == "checkpoint.path":  # verl's own field: trainer.default_local_dir (set above)
+            continue
+        else:
+            # `++`: add or override (the adapter's `remote_backend=arctic` config already sets backend.kind)
+            overrides.append(f"++remote_backend.core.{key}={override_value(value)}")
+    return overrides
 
 
 def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:

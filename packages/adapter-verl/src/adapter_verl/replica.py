@@ -83,6 +83,7 @@ class ArcticRolloutServer:
         # the on-prem Arctic server takes text prompts only (Cortex and the reference take ids)
         self.text_prompts = self._arctic_config.backend.kind in TEXT_PROMPT_BACKENDS
         self._model_path = info.settings.model_path
+        self._trust_remote_code = info.settings.trust_remote_code
 
     def _prompt(self, prompt_ids: list[int]) -> list[int] | str:
         if not self.text_prompts:
@@ -90,7 +91,7 @@ class ArcticRolloutServer:
         if self._tokenizer is None:
             from verl.utils import hf_tokenizer
 
-            self._tokenizer = hf_tokenizer(self._model_path, trust_remote_code=False)
+            self._tokenizer = hf_tokenizer(self._model_path, trust_remote_code=self._trust_remote_code)
         return self._tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
 
     async def _connected(self) -> Backend:

@@ -60,6 +60,8 @@ def samples_from_tensordict(data: TensorDict, *, with_training_fields: bool) -> 
     ref = _rows(data, "ref_log_prob") if with_training_fields else None
     adv = _rows(data, "advantages") if with_training_fields else None
     rollout_lp = _rows(data, "rollout_log_probs") if with_training_fields else None
+    # verl's algorithm.rollout_correction.rollout_is: per-token weights the server loss multiplies in
+    is_weights = _rows(data, "rollout_is_weights") if with_training_fields else None
 
     def floats(rows: list[torch.Tensor] | None, i: int) -> list[float] | None:
         return None if rows is None else rows[i].to(torch.float32).tolist()
@@ -75,6 +77,7 @@ def samples_from_tensordict(data: TensorDict, *, with_training_fields: bool) -> 
                 old_logprobs=floats(old, i),
                 ref_logprobs=floats(ref, i),
                 rollout_logprobs=floats(rollout_lp, i),
+                rollout_is_weights=floats(is_weights, i),
             )
         )
     return samples
@@ -131,7 +134,9 @@ class ArcticActorRolloutRefWorker(Worker):
     def _pad_token_id(self) -> int:
         from verl.utils import hf_tokenizer
 
-        tokenizer = hf_tokenizer(self.config.model.path, trust_remote_code=False)
+        tokenizer = hf_tokenizer(
+            self.config.model.path, trust_remote_code=bool(self.config.model.get("trust_remote_code", False))
+        )
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if pad is None:
             raise ValueError(f"tokenizer at {self.config.model.path} has neither a pad nor an eos token id")
@@ -313,7 +318,7 @@ class ArcticActorRolloutRefWorker(Worker):
             )
         )
         self._trace.write(
-            {"op": "save_checkpoint", "path": local_path, "backend_path": root, "step": global_step}
+            {"op": "save_checkpoint", "path": root, "verl_path": local_path, "step": global_step}
         )
         return saved
 
@@ -326,7 +331,7 @@ class ArcticActorRolloutRefWorker(Worker):
         step = _step_of(local_path)
         root = backend_checkpoint_root(local_path)
         self._run(self._backend.load_checkpoint(root, step))
-        self._trace.write({"op": "load_checkpoint", "path": local_path, "backend_path": root, "step": step})
+        self._trace.write({"op": "load_checkpoint", "path": root, "verl_path": local_path, "step": step})
         return None
 
     # Stock methods verl may call around training; nothing to move on a forwarder.

@@ -338,6 +338,13 @@ class LossSettings(_Group):
     temperature: float = Field(
         default=1.0, gt=0, description="Sampling temperature; the training forward divides logits by it."
     )
+    use_kl_in_reward: bool = Field(
+        default=False,
+        description=(
+            "The framework subtracts a KL penalty from the rewards (no KL term in the loss); the reference "
+            "log-probs come from the log-prob job (Arctic backends: placement.log_prob_gpus >= 1)."
+        ),
+    )
 
     def family_params(self) -> dict[str, float]:
         """The family knobs that are set (meta.policy_loss_config keys)."""

@@ -196,13 +196,14 @@ def _cortex_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
             "Cortex always runs training and sampling as separate sub-jobs",
             "set placement.colocate=false for backend.kind=cortex",
         )
-    if cfg.loss.use_kl_loss:
-        yield _issue(
-            "loss.use_kl_loss",
-            True,
-            "Cortex has no forward pass, so there are no reference log-probs for a KL term",
-            "set loss.use_kl_loss=false, or use the ray/http backend",
-        )
+    for name in ("use_kl_loss", "use_kl_in_reward"):
+        if getattr(cfg.loss, name):
+            yield _issue(
+                f"loss.{name}",
+                True,
+                "Cortex has no forward pass, so there are no reference log-probs for a KL term",
+                f"set loss.{name}=false, or use the ray/http backend",
+            )
     if cfg.placement.log_prob_gpus:
         yield _issue(
             "placement.log_prob_gpus",
@@ -331,18 +332,29 @@ def _log_prob_job(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     if not cfg.is_arctic or cfg.backend.kind == "cortex":
         return
     place = cfg.placement
-    if cfg.loss.use_kl_loss and place.log_prob_gpus == 0:
+    loss = cfg.loss
+    wants = (
+        "loss.use_kl_loss" if loss.use_kl_loss else "loss.use_kl_in_reward" if loss.use_kl_in_reward else None
+    )
+    if loss.use_kl_loss and loss.use_kl_in_reward:
+        yield _issue(
+            "loss.use_kl_in_reward",
+            True,
+            "a KL penalty both in the reward and in the loss counts the KL twice",
+            "keep one of loss.use_kl_loss and loss.use_kl_in_reward",
+        )
+    if wants and place.log_prob_gpus == 0:
         yield _issue(
             "placement.log_prob_gpus",
             0,
-            "loss.use_kl_loss=true needs reference log-probs, served by the log-prob job",
-            "set placement.log_prob_gpus >= 1 (e.g. equal to training_gpus when colocated), or use_kl_loss=false",
+            f"{wants}=true needs reference log-probs, served by the log-prob job",
+            f"set placement.log_prob_gpus >= 1 (e.g. equal to training_gpus when colocated), or {wants}=false",
         )
-    if not cfg.loss.use_kl_loss and place.log_prob_gpus > 0:
+    if not wants and place.log_prob_gpus > 0:
         yield _issue(
             "placement.log_prob_gpus",
             place.log_prob_gpus,
-            "nothing uses the reference log-prob job when loss.use_kl_loss=false",
+            "nothing uses the reference log-prob job when loss.use_kl_loss and loss.use_kl_in_reward are false",
             "set placement.log_prob_gpus=0, or loss.use_kl_loss=true",
         )
 
