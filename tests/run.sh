@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one test command: lock check, lint + format check + import rules, then every suite in its own environment.
-#   bash tests/run.sh                 # everything: lint core skyrl verl parity
+#   bash tests/run.sh                 # everything: lint core skyrl verl parity wheels
 #   bash tests/run.sh core skyrl      # a subset, in that order
 # Environments are created under .venvs/ from uv.lock (--locked: a stale lock fails).
 set -uo pipefail
@@ -15,9 +15,12 @@ else
   uv=(python3 -m uv)
 fi
 export UV_LINK_MODE=${UV_LINK_MODE:-hardlink}
+# the uv binary, for tests that run uv themselves (tests/wheels)
+ARCTIC_RL_TEST_UV=$(python3 -c 'import uv; print(uv.find_uv_bin())')
+export ARCTIC_RL_TEST_UV
 
 suites=("$@")
-[ ${#suites[@]} -eq 0 ] && suites=(lint core skyrl verl parity)
+[ ${#suites[@]} -eq 0 ] && suites=(lint core skyrl verl parity wheels)
 # tests/parity compares traces that the skyrl and verl suites write (under .test-results/parity/):
 # in a run with all three, a missing trace fails instead of skipping.
 if [[ " ${suites[*]} " == *" skyrl "* && " ${suites[*]} " == *" verl "* && " ${suites[*]} " == *" parity "* ]]; then
@@ -77,7 +80,10 @@ for suite in "${suites[@]}"; do
     parity)
       sync_env core --extra core || { failed+=("sync-core"); continue; }
       run_suite parity core tests/parity ;;
-    *) echo "unknown suite '$suite' (lint, core, skyrl, verl, parity)"; exit 2 ;;
+    wheels)  # wheels built from the checkout, installed into stock SkyRL / verl outside the workspace
+      sync_env core --extra core || { failed+=("sync-core"); continue; }
+      run_suite wheels core tests/wheels ;;
+    *) echo "unknown suite '$suite' (lint, core, skyrl, verl, parity, wheels)"; exit 2 ;;
   esac
 done
 

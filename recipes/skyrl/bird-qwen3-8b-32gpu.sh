@@ -20,6 +20,7 @@ set -euo pipefail
 RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$RECIPE_DIR/../.."
 source recipes/_launcher.sh
+source recipes/worker-env.sh colocated  # the Arctic server workers' environment (inherited)
 
 : "${BIRD_DIR:?set BIRD_DIR to the BIRD root (holding train/ and dev/)}"
 export DATA_DIR="${DATA_DIR:-$HOME/arctic-rl/data/bird}"

@@ -15,6 +15,7 @@ set -euo pipefail
 RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$RECIPE_DIR/../.."
 source recipes/_launcher.sh
+source recipes/worker-env.sh colocated  # the Arctic server workers' environment (inherited)
 
 if [[ -z ${BIRD_DIR:-} ]]; then
   export BIRD_DIR="$HOME/arctic-rl/data/bird-sample-raw"

@@ -14,6 +14,7 @@ set -euo pipefail
 RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$RECIPE_DIR/../.."
 source recipes/_launcher.sh
+source recipes/worker-env.sh separate  # the Arctic server workers' environment (inherited)
 
 export GSM8K_DIR="${GSM8K_DIR:-$HOME/arctic-rl/data/gsm8k-raw}"
 export DATA_DIR="${DATA_DIR:-$HOME/arctic-rl/data/skyrl-gsm8k}"

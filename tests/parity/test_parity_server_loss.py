@@ -48,6 +48,7 @@ SERVER = _extract(
         "compute_packing_info_for_batch",
         "padded_tensor_2d_to_unpadded_tensor_1d",
         "padded_tensor_2d_dict_to_unpadded_tensor_1d_dict",
+        "padded_tensor_2d_full_to_unpadded_tensor_1d_response",
     },
 )
 
@@ -205,3 +206,37 @@ def test_bad_settings_fail_naming_the_key():
             {},
             "cpu",
         )
+
+
+@pytest.mark.parametrize("family", ["dual_clip", "gspo", "sapo"])
+def test_zorro_layout_gives_the_same_loss(family):
+    """With meta.zorro_train_enable the server keeps only response tokens of the per-token tensors
+    (`padded_tensor_2d_full_to_unpadded_tensor_1d_response`) and its patched model returns
+    response-aligned log-probs; the loss is the packed-layout loss, bit for bit."""
+    payload = build_train_payload(_samples(4), _spec(family, "seq-mean-token-mean"))
+    lp_B_S, entropy_B_S = _model_outputs(payload, 4)
+    fn = resolve_fn(dict(LOSS_FNS), SERVER_LOSS_FN)
+    meta = dict(payload.meta, dp_size=1)
+
+    packed = SERVER["compute_packing_info_for_batch"]({k: v.clone() for k, v in payload.batch.items()})
+    mask_2d = packed["attention_mask"].bool()
+    zorro = dict(packed)
+    for key, value in packed.items():
+        if key not in ("input_ids", "position_ids", "attention_mask") and value.shape == mask_2d.shape:
+            zorro[key] = SERVER["padded_tensor_2d_full_to_unpadded_tensor_1d_response"](value, mask_2d, P)
+    aligned = (
+        torch.roll(lp_B_S, shifts=1, dims=1),
+        torch.roll(entropy_B_S, shifts=1, dims=1),
+    )  # token j at P+j
+    zorro_outputs = {
+        key: values[:, P:][mask_2d[:, P:]].unsqueeze(0)
+        for key, values in zip(("logprobs", "entropy"), aligned, strict=True)
+    }
+    torch.manual_seed(0)
+    zorro_loss, _ = fn(zorro_outputs, zorro, dict(meta, zorro_train_enable=True), {}, "cpu")
+
+    packed = SERVER["padded_tensor_2d_dict_to_unpadded_tensor_1d_dict"](packed, mask_2d)
+    outputs = {"logprobs": lp_B_S[mask_2d].unsqueeze(0), "entropy": entropy_B_S[mask_2d].unsqueeze(0)}
+    torch.manual_seed(0)
+    packed_loss, _ = fn(outputs, packed, meta, {}, "cpu")
+    torch.testing.assert_close(zorro_loss, packed_loss, rtol=0, atol=0)

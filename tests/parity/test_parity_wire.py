@@ -73,10 +73,13 @@ def test_the_comparison_covers_every_payload_field_and_k_steps(traces):
     train = [c for c in calls if c.op == "forward_backward"]
     fields = {name for c in train for (_, name) in c.tensors}
     assert {
-        "input_ids", "attention_mask", "position_ids", "prompts", "response_mask", "loss_mask",
-        "advantages", "old_log_probs", "ref_log_prob",
+        "input_ids", "attention_mask", "prompts", "response_mask", "advantages", "old_log_probs",
+        "ref_log_prob",
     } <= fields  # fmt: skip
+    # the lean wire: nothing the server does not read (it rebuilds position_ids; verl_grpo reads no loss_mask)
+    assert not fields & {"position_ids", "loss_mask"}
     for call in train:
+        assert call.tensors[(0, "prompts")].numel() == 0  # [B, P, 0]: only its width travels
         assert call.tensors[(0, "advantages")].abs().sum() > 0
         assert call.tensors[(0, "ref_log_prob")].abs().sum() > 0
     assert [c.op for c in calls][-1] == "weights"

@@ -117,3 +117,39 @@ def assert_run_directory(run_dir: Path, framework: str, *, step_override: str) -
         assert summary[phase]["train"]["sampled"]["total"] == 32
     assert set(summary["seconds"]) >= {"grpo", "eval_after", "total"}
     return config
+
+
+def run_against_server(framework: str, run_dir: Path, server_url: str, *, colocate: bool) -> dict[str, Any]:
+    """The demo's GRPO phase against an Arctic on-prem HTTP API (`--server URL [--colocate]`, as
+    the command line passes them), 2 steps; returns the run's summary after the shared checks:
+    every step's rollouts come from the previous step's synced weights and the reported weights
+    version advances every step, on the server's own counter (it starts at 0)."""
+    argv = ["--framework", framework, "--out", str(run_dir), "--steps", "2", "--server", server_url]
+    args = _parsed([*argv, *(["--colocate"] if colocate else [])])
+    options = demo_run.resolve_options(args)
+    assert (options.server, options.colocate) == (server_url, colocate)
+    tiny = tiny_options(framework, run_dir, server=server_url, colocate=colocate, eval_samples=0)
+    assert demo_run.run_demo(tiny) == 0
+    log = MetricsLog(run_dir)
+    (placement,) = log.records("backend")
+    assert placement["where"] == f"Arctic on-prem server at {server_url} (arctic-platform client)"
+    assert_real_grpo_steps(run_dir)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    backend = config["arctic_rl"]["backend"]
+    assert (backend["kind"], f"http://{backend['host']}:{backend['port']}") == ("http", server_url)
+    assert config["arctic_rl"]["placement"]["colocate"] is colocate
+    assert config["arctic_rl"]["model"]["name"] == str((run_dir / "warm_start" / "hf").resolve())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["server"], summary["colocate"]) == (server_url, colocate)
+    assert summary["rollout_weights_version"] == [0, 1] and summary["weights_version"] == [1, 2]
+    after = {r["split"]: r for r in log.records("eval") if r["phase"] == "after"}
+    assert after["heldout"]["total"] == 10 and after["train"]["total"] == 16
+    return summary
+
+
+def _parsed(argv: list[str]) -> Any:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    demo_run.add_arguments(parser)
+    return parser.parse_args(argv)

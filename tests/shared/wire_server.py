@@ -59,16 +59,19 @@ class WireServer:
         return f"http://{self.host}:{self.port}"
 
     # -- configs pointing here ------------------------------------------------------------------
-    def overrides(self, prefix: str = "") -> list[str]:
-        """`key=value` settings of a core config (under `prefix`) for backend.kind=http here."""
-        return [
+    def overrides(self, prefix: str = "", *, model: bool = True) -> list[str]:
+        """`key=value` settings of a core config (under `prefix`) for backend.kind=http here, and
+        (`model`) the model it serves; a framework that names the model itself (SkyRL's
+        `trainer.policy.model.path`, verl's `actor_rollout_ref.model.path`) passes model=False and
+        points that at a directory from `tiny_model_dir`."""
+        settings = [
             f"{prefix}backend.kind=http",
             f"{prefix}backend.host={self.host}",
             f"{prefix}backend.port={self.port}",
             f"{prefix}backend.job_ready_timeout_s=60",
             f"{prefix}backend.request_timeout_s=300",
-            f"{prefix}model.name={REFERENCE_MODEL_NAME}",
         ]
+        return [*settings, f"{prefix}model.name={REFERENCE_MODEL_NAME}"] if model else settings
 
     def core_config(self, *overrides: str) -> Any:
         """An `ArcticRLConfig` for this server; `overrides` (key=value) are applied after."""
@@ -119,11 +122,12 @@ class WireServer:
         return ids
 
 
-def _command(extra: Sequence[str]) -> list[str]:
+def _command(extra: Sequence[str], file_root: Path) -> list[str]:
     # The entry point next to this interpreter when installed (what a user runs), else the module.
     script = Path(sys.executable).with_name("arctic-rl")
     head = [str(script)] if script.exists() else [sys.executable, "-m", "arctic_rl_core.cli.main"]
-    return [*head, "serve", "--reference", "--host", "127.0.0.1", "--port", "0", *extra]
+    serve = ["serve", "--reference", "--host", "127.0.0.1", "--port", "0", "--file-root", str(file_root)]
+    return [*head, *serve, *extra]
 
 
 def _wait_listening(process: subprocess.Popen, log_path: Path, deadline: float) -> tuple[str, int]:
@@ -146,14 +150,17 @@ def serve_reference(
     args: Sequence[str] = (),
     startup_timeout_s: float = STARTUP_TIMEOUT_S,
     env: dict[str, str] | None = None,
+    file_root: Path | None = None,
 ) -> Iterator[WireServer]:
-    """Run `arctic-rl serve --reference [args]` on a free loopback port while the block runs."""
+    """Run `arctic-rl serve --reference [args]` on a free loopback port while the block runs. The
+    server reads and writes files only under `file_root` (default: the parent of `log_dir`, which
+    under pytest is the session's base folder, so every test's `tmp_path` is inside it)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"arctic-rl-serve-{os.getpid()}-{time.monotonic_ns()}.log"
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            _command(args),
+            _command(args, file_root if file_root is not None else log_dir.parent),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -197,6 +204,15 @@ def _stop(process: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
         process.wait(timeout=STOP_TIMEOUT_S)
+
+
+def tiny_model_dir(directory: Path, seed: int, **model: Any) -> Path:
+    """A tiny reference model (and the bundled tokenizer) saved as a local Hugging Face directory:
+    the framework's tokenizer loads from it and the server serves it when a job names it."""
+    from arctic_rl_core.backends.reference.model import save_model_dir
+    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+
+    return save_model_dir(directory, ReferenceModelConfig(**model), seed)
 
 
 # -- pytest fixtures (import into a conftest.py) -------------------------------------------------

@@ -86,3 +86,12 @@ def test_the_adapter_registers_its_demo_driver():
 
     assert registered_frameworks() == ["skyrl"]
     assert load_driver("skyrl") is run_grpo
+
+
+@pytest.mark.parametrize("colocate", [False, True], ids=["separate", "colocated"])
+def test_demo_drives_an_arctic_server_through_the_real_client(wire, tmp_path, colocate):
+    """`arctic-rl demo --server URL [--colocate]` against `arctic-rl serve --reference` in its own
+    process: GRPO through SkyRL and `ArcticBackend` over HTTP, the accuracy after it on the server."""
+    from demo_checks import run_against_server
+
+    run_against_server("skyrl", tmp_path / "run", wire.url, colocate=colocate)

@@ -94,7 +94,8 @@ def test_recipe_overrides_validate_through_the_skyrl_adapter(launcher: Path, tmp
     assert str(data_dir).startswith(str(home / "data"))
     prep = [c for c in commands if c is not commands[-1]]
     assert prep and any(str(data_dir) in arg for c in prep for arg in c), prep
-    assert arctic.checkpoint.path == str(home / "ckpt" / f"skyrl-{launcher.stem}" / "arctic")
+    # SkyRL's trainer.ckpt_path is the Arctic training job's checkpoint directory too
+    assert arctic.checkpoint.path == str(home / "ckpt" / f"skyrl-{launcher.stem}" / "skyrl")
     assert cfg.environment.env_class == want["env_class"] and want["env_class"] in registry
 
 
@@ -107,7 +108,7 @@ def test_extra_arguments_and_environment_reach_the_config(launcher: Path, tmp_pa
     cfg = parse_cli(overrides)
     assert cfg.trainer.max_training_steps == 50  # appended after the file: the user's value wins
     arctic = to_arctic_config(cfg, steps_per_epoch=100)
-    assert arctic.model.name == "/models/my-qwen" and arctic.checkpoint.path == "/ck/arctic"
+    assert arctic.model.name == "/models/my-qwen" and arctic.checkpoint.path == "/ck/skyrl"
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda p: p.stem)
@@ -139,7 +140,7 @@ def test_a_shape_that_does_not_divide_names_the_skyrl_field(tmp_path: Path):
     # 24 training GPUs x 8 rows per micro-step do not divide the 1024 rows of a step
     cfg = parse_cli(
         training_overrides(
-            dry_run(launcher, tmp_path, "trainer.arctic_rl.placement.training_gpus=24"), "adapter_skyrl.main"
+            dry_run(launcher, tmp_path, "trainer.placement.policy_num_nodes=3"), "adapter_skyrl.main"
         )
     )
     with pytest.raises(ConfigError) as info:
@@ -147,13 +148,14 @@ def test_a_shape_that_does_not_divide_names_the_skyrl_field(tmp_path: Path):
     assert [issue.path for issue in info.value.issues] == [
         "trainer.micro_train_batch_size_per_gpu (core batch.micro_batch_size_per_gpu)"
     ]
+    assert "ZoRRo" not in str(info.value)  # the micro-batch is ZoRRo's whole groups; the GPUs do not divide
 
 
-def test_an_unhonourable_skyrl_setting_fails_before_the_core(tmp_path: Path):
+def test_an_unhonourable_skyrl_setting_fails_naming_it(tmp_path: Path):
     cfg = parse_cli(
         training_overrides(
-            dry_run(LAUNCHERS[0], tmp_path, "trainer.placement.colocate_all=true"), "adapter_skyrl.main"
+            dry_run(LAUNCHERS[0], tmp_path, "trainer.policy.model.lora.rank=8"), "adapter_skyrl.main"
         )
     )
-    with pytest.raises(UnsupportedSkyRLSettingError, match="colocate_all=True"):
+    with pytest.raises(UnsupportedSkyRLSettingError, match=r"lora\.rank = 8"):
         check_supported(cfg)

@@ -1,4 +1,5 @@
-"""The trainer.arctic_rl.* extension, SkyRL's strict parse, and rejection of unhonourable settings."""
+"""SkyRL's own fields drive the Arctic run: the trainer.arctic_rl.* extension, SkyRL's strict parse,
+the translation through the field table, and every problem at once with field, value and fix."""
 
 from __future__ import annotations
 
@@ -10,31 +11,22 @@ from adapter_skyrl.config import (
     UnsupportedSkyRLSettingError,
     check_supported,
     parse_cli,
-    skyrl_owned_values,
     strip_override_entrypoint,
+    to_arctic_config,
     total_training_steps,
-    training_horizon,
+    translate,
 )
 
-# The smallest set of SkyRL overrides the Arctic path accepts.
-SUPPORTED = [
-    "trainer.placement.colocate_all=false",
-    "generator.inference_engine.enable_ray_prometheus_stats=false",
-    "trainer.algorithm.policy_loss_type=dual_clip",
-]
+SUPPORTED = ["trainer.algorithm.policy_loss_type=dual_clip"]
+REFERENCE = [*SUPPORTED, "trainer.arctic_rl.backend.kind=reference"]
 
 
 def test_override_entrypoint_is_stripped_and_arctic_groups_parse():
-    argv = [
-        "trainer.override_entrypoint=adapter_skyrl.main",
-        *SUPPORTED,
-        "trainer.arctic_rl.backend.kind=reference",
-    ]
+    argv = ["trainer.override_entrypoint=adapter_skyrl.main", *REFERENCE]
     assert strip_override_entrypoint(argv) == argv[1:]
     cfg = parse_cli(argv)
     assert isinstance(cfg, ArcticSkyRLConfig)
     assert cfg.trainer.arctic_rl == {"backend": {"kind": "reference"}}
-    assert cfg.trainer.placement.colocate_all is False
     check_supported(cfg)  # no error
     again = pickle.loads(pickle.dumps(cfg))  # Ray ships configs between processes
     assert type(again) is ArcticSkyRLConfig and again.trainer.arctic_rl == cfg.trainer.arctic_rl
@@ -45,66 +37,166 @@ def test_unknown_skyrl_fields_are_still_rejected_by_the_strict_parse():
         parse_cli([*SUPPORTED, "trainer.not_a_field=1"])
 
 
-def test_stock_defaults_are_rejected_all_at_once_with_remedies():
-    with pytest.raises(UnsupportedSkyRLSettingError) as info:
-        check_supported(parse_cli([]))
-    problems = info.value.problems
-    assert len(problems) == 2  # SkyRL's default policy_loss_type=regular runs (arctic_rl_core.losses)
-    assert problems[0].startswith(
-        "trainer.placement.colocate_all=True: set trainer.placement.colocate_all=false"
-    )
-    assert "enable_ray_prometheus_stats=True" in problems[1]
+@pytest.mark.parametrize("extension", [[], ["trainer.arctic_rl={}"]])
+def test_no_arctic_keys_or_an_empty_mapping_work(extension):
+    arctic = to_arctic_config(parse_cli([*SUPPORTED, *extension]), steps_per_epoch=4)
+    assert arctic.backend.kind == "ray"
+
+
+def test_default_backend_is_the_arctic_server_on_ray_and_the_reference_engine_only_when_named():
+    arctic = to_arctic_config(parse_cli(SUPPORTED), steps_per_epoch=4)
+    assert arctic.backend.kind == "ray" and arctic.is_arctic
+    assert arctic.model.name == "Qwen/Qwen2.5-1.5B-Instruct"  # SkyRL's trainer.policy.model.path
+    # the seed's optimisations are on with the Arctic backend
+    assert (arctic.zorro.enable, arctic.kernels.use_liger, arctic.arctic_inference.fca) == (True, True, True)
+    reference = to_arctic_config(parse_cli(REFERENCE), steps_per_epoch=4)
+    assert reference.backend.kind == "reference" and reference.model.name is None
+    assert reference.zorro.enable is False
+
+
+def test_stock_defaults_pass_with_skyrls_own_loss():
+    result = translate(parse_cli([]), steps_per_epoch=4)
+    assert result.issues == []
+    assert (result.arctic.loss.loss_fn, result.arctic.loss.policy_loss) == ("arctic_rl_core", "ppo_clip")
 
 
 @pytest.mark.parametrize(
     ("override", "path", "remedy"),
     [
-        ("trainer.critic.model.path=/m", "trainer.critic.model.path", "no critic"),
-        ("trainer.algorithm.advantage_estimator=gae", "trainer.algorithm.advantage_estimator", "critic-free"),
+        ("trainer.critic.model.path=/m", "trainer.critic.model.path", "unset trainer.critic.model.path"),
+        ("trainer.algorithm.advantage_estimator=gae", "trainer.algorithm.advantage_estimator", "grpo"),
         ("trainer.algorithm.policy_loss_type=rollout_is", "trainer.algorithm.policy_loss_type", "dual_clip"),
-        ("trainer.algorithm.cispo.cispo_anchor=rollout", "trainer.algorithm.cispo.cispo_anchor", "old"),
         ("trainer.algorithm.loss_reduction=prompt_mean", "trainer.algorithm.loss_reduction", "token_mean"),
         (
-            "trainer.algorithm.loss_reduction=token_mean_legacy",
-            "trainer.algorithm.loss_reduction",
-            "aggregates",
+            "trainer.algorithm.off_policy_correction.sequence_mask_metric=product",
+            "sequence_mask_metric",
+            "masks",
         ),
-        ("trainer.algorithm.off_policy_correction.tis_ratio_type=token", "tis_ratio_type", "off-policy"),
-        ("trainer.policy.model.lora.rank=8", "trainer.policy.model.lora.rank", "rank=0"),
+        ("trainer.policy.model.lora.rank=8", "trainer.policy.model.lora.rank", "TrainingConfig.peft"),
         ("trainer.update_ref_every_epoch=true", "trainer.update_ref_every_epoch", "fixed"),
-        ("trainer.hf_save_interval=5", "trainer.hf_save_interval", "hf_save_interval=-1"),
+        ("trainer.hf_save_interval=5", "trainer.hf_save_interval", "checkpoint.export_hf=true"),
         ("trainer.policy.torch_profiler_config.enable=true", "torch_profiler_config.enable", "false"),
         ("trainer.fully_async.enabled=true", "trainer.fully_async.enabled", "synchronous"),
         ("generator.max_turns=3", "generator.max_turns", "single-turn"),
         ("generator.sampling_params.min_p=0.1", "generator.sampling_params.min_p", "min_p"),
+        ("generator.eval_sampling_params.min_p=0.1", "generator.eval_sampling_params.min_p", "min_p"),
         ("generator.sampling_params.repetition_penalty=1.1", "repetition_penalty", "repetition"),
         ("generator.sampling_params.logprobs=5", "generator.sampling_params.logprobs", "sampled token"),
         ("trainer.algorithm.kl_estimator_type=k9", "trainer.algorithm.kl_estimator_type", "k3"),
         ("trainer.algorithm.kl_ctrl.type=adaptive", "kl_ctrl.type", "fixed"),
-        ("trainer.policy_mini_batch_size=3", "trainer.policy_mini_batch_size", "divide"),
+        ("trainer.policy_mini_batch_size=3", "trainer.policy_mini_batch_size", "divides"),
+        ("trainer.strategy=megatron", "trainer.strategy", "DeepSpeed"),
+        (
+            "generator.inference_engine.data_parallel_size=2",
+            "inference_engine.data_parallel_size",
+            "num_engines",
+        ),
         (
             "trainer.arctic_rl.optimizer.lr=0.1",
-            "trainer.arctic_rl.optimizer",
-            "trainer.policy.optimizer_config",
+            "trainer.arctic_rl.optimizer.lr",
+            "trainer.policy.optimizer_config.lr",
         ),
-        ("trainer.arctic_rl.loss.kl_loss_coef=0.1", "trainer.arctic_rl.loss", "trainer.algorithm"),
+        (
+            "trainer.arctic_rl.loss.kl_loss_coef=0.1",
+            "trainer.arctic_rl.loss.kl_loss_coef",
+            "trainer.algorithm",
+        ),
         ("trainer.arctic_rl.batch.rollouts_per_prompt=2", "trainer.arctic_rl.batch", "n_samples_per_prompt"),
+        (
+            "trainer.arctic_rl.placement.training_gpus=8",
+            "trainer.arctic_rl.placement",
+            "policy_num_gpus_per_node",
+        ),
+        (
+            "trainer.arctic_rl.placement.colocate=false",
+            "trainer.arctic_rl.placement.colocate",
+            "colocate_all",
+        ),
         ("trainer.policy.optimizer_config.scheduler=linear", "optimizer_config.scheduler", "cosine"),
+        ("trainer.arctic_rl.zorro.enabel=true", "trainer.arctic_rl.zorro.enabel", "zorro.enable"),
     ],
 )
 def test_each_unhonourable_setting_names_field_value_and_fix(override, path, remedy):
-    cfg = parse_cli([*SUPPORTED, "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=2", override])
+    cfg = parse_cli([*REFERENCE, "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=2", override])
     with pytest.raises(UnsupportedSkyRLSettingError) as info:
-        check_supported(cfg)
+        check_supported(cfg, steps_per_epoch=4)
     assert len(info.value.problems) == 1, info.value.problems
     (problem,) = info.value.problems
     assert path in problem and remedy in problem, problem
 
 
-def test_skyrl_fields_map_to_core_names_with_real_skyrl_names():
+def test_every_problem_at_once():
+    cfg = parse_cli(
+        [
+            "trainer.policy.model.path=Qwen/Qwen3-0.6B",
+            "trainer.policy.model.lora.rank=8",  # a SkyRL setting
+            "trainer.arctic_rl.zorro.enabel=true",  # a core key typo
+            "trainer.arctic_rl.deepspeed.offload_param=true",  # core validation: needs ZeRO-3
+            "trainer.arctic_rl.arctic_inference_config={zorro_inference:{enable:true}}",  # a changed seed key
+        ]
+    )
+    with pytest.raises(UnsupportedSkyRLSettingError) as info:
+        check_supported(cfg, steps_per_epoch=4)
+    paths = sorted(issue.path for issue in info.value.issues)
+    assert paths == [
+        "trainer.arctic_rl.arctic_inference_config",
+        "trainer.arctic_rl.deepspeed.offload_param",
+        "trainer.arctic_rl.zorro.enabel",
+        "trainer.policy.model.lora.rank",
+    ]
+    assert "parameter offload needs ZeRO stage 3" in str(info.value)
+
+
+def test_skyrl_fields_drive_placement_engines_kernels_and_budgets():
     cfg = parse_cli(
         [
             *SUPPORTED,
+            "trainer.placement.policy_num_gpus_per_node=8",
+            "trainer.placement.policy_num_nodes=4",
+            "trainer.placement.ref_num_gpus_per_node=8",
+            "trainer.placement.ref_num_nodes=4",
+            "generator.inference_engine.num_engines=8",
+            "generator.inference_engine.tensor_parallel_size=4",
+            "generator.inference_engine.gpu_memory_utilization=0.5",
+            "generator.inference_engine.max_num_seqs=64",
+            "generator.inference_engine.enable_prefix_caching=false",
+            "generator.inference_engine.max_num_batched_tokens=16384",
+            "generator.inference_engine.enforce_eager=true",
+            "trainer.gradient_checkpointing=false",
+            "trainer.policy.fsdp_config.cpu_offload=true",
+            "trainer.max_tokens_per_microbatch=20000",
+            "trainer.seed=7",
+            "trainer.ckpt_path=/shared/ckpt",
+            "trainer.train_batch_size=64",
+            "trainer.policy_mini_batch_size=32",
+            "generator.n_samples_per_prompt=8",
+            "trainer.max_prompt_length=1024",
+            "generator.max_input_length=1024",
+            "generator.sampling_params.max_generate_length=2048",
+            "trainer.arctic_rl.kernels.attn_implementation=flash_attention_3",
+        ]
+    )
+    arctic = to_arctic_config(cfg, steps_per_epoch=10)
+    place = arctic.placement
+    assert (place.training_gpus, place.sampling_gpus, place.sampling_tensor_parallel_size) == (32, 32, 4)
+    assert (place.log_prob_gpus, place.colocate) == (32, True)
+    assert arctic.shape.num_sampling_engines == 8 and arctic.shape.data_parallel_size == 32
+    vllm = arctic.vllm
+    assert (vllm.gpu_memory_utilization, vllm.max_num_seqs, vllm.enable_prefix_caching) == (0.5, 64, False)
+    assert (vllm.max_num_batched_tokens, vllm.enforce_eager) == (16384, True)
+    assert arctic.kernels.attn_implementation == "flash_attention_3"
+    assert arctic.kernels.gradient_checkpointing is False
+    assert arctic.deepspeed.offload_optimizer is True
+    assert arctic.batch.max_token_len_per_gpu == 20000
+    assert arctic.determinism.seed == 7 and arctic.checkpoint.path == "/shared/ckpt"
+    # ZoRRo (on by default): micro-batches of whole prompt groups
+    assert arctic.batch.micro_batch_size_per_gpu == 8
+
+
+def test_skyrl_batch_optimizer_and_loss_fields_map_with_their_transforms():
+    cfg = parse_cli(
+        [
+            *REFERENCE,
             "trainer.train_batch_size=8",
             "trainer.policy_mini_batch_size=4",
             "trainer.update_epochs_per_batch=2",
@@ -113,93 +205,97 @@ def test_skyrl_fields_map_to_core_names_with_real_skyrl_names():
             "generator.n_samples_per_prompt=4",
             "trainer.policy.optimizer_config.adam_betas=[0.8,0.95]",
             "trainer.policy.optimizer_config.lr=3e-5",
-            "trainer.algorithm.eps_clip_low=0.2",
-            "trainer.algorithm.eps_clip_high=0.28",
+            "trainer.policy.optimizer_config.num_warmup_steps=2",
             "trainer.algorithm.loss_reduction=sequence_mean",
             "trainer.algorithm.use_entropy_loss=true",
             "trainer.algorithm.entropy_loss_coef=0.02",
             "generator.sampling_params.temperature=0.7",
+            "trainer.algorithm.temperature=null",
+            "trainer.flash_attn=false",
+            "trainer.micro_train_batch_size_per_gpu=2",
         ]
     )
-    # 10 batches per epoch x 3 epochs capped at 5 global steps; 2 mini-batches x 2 update epochs each.
     assert total_training_steps(cfg, steps_per_epoch=10) == 5
-    assert training_horizon(cfg, steps_per_epoch=10) == 5 * 2 * 2
-    values = skyrl_owned_values(cfg, steps_per_epoch=10)
-    assert values["optimizer.betas"] == (0.8, 0.95)
-    assert values["optimizer.lr"] == 3e-5
-    assert values["optimizer.total_training_steps"] == 5
-    assert values["optimizer.scheduler"] == "constant"  # SkyRL's constant_with_warmup
-    assert (values["loss.clip_ratio_low"], values["loss.clip_ratio_high"]) == (0.2, 0.28)
-    assert values["loss.loss_agg_mode"] == "seq-mean-token-mean"
-    assert values["loss.entropy_coeff"] == 0.02
-    assert values["loss.temperature"] == 0.7
-    assert values["loss.kl_loss_type"] == "k3" and values["loss.use_kl_loss"] is True
-    assert values["batch.rollouts_per_prompt"] == 4 and values["batch.epochs"] == 2
-    assert values["batch.mini_batch_prompts"] == 4 and values["batch.prompts_per_step"] == 8
+    arctic = to_arctic_config(cfg, steps_per_epoch=10)
+    assert arctic.optimizer.betas == (0.8, 0.95) and arctic.optimizer.lr == 3e-5
+    assert arctic.optimizer.total_training_steps == 5 and arctic.optimizer.scheduler == "constant"
+    # 5 global steps x 2 mini-batches x 2 update epochs = 20 optimizer steps; 2 of them warm up
+    assert (arctic.shape.training_horizon, arctic.shape.warmup_steps) == (20, 2)
+    assert arctic.loss.loss_agg_mode == "seq-mean-token-mean" and arctic.loss.entropy_coeff == 0.02
+    assert arctic.loss.temperature == 0.7 and arctic.loss.kl_loss_type == "k3"
+    assert arctic.kernels.attn_implementation == "sdpa"  # trainer.flash_attn=false
+    assert arctic.batch.micro_batch_size_per_gpu == 2  # no ZoRRo on the reference backend: as is
 
 
-def test_arctic_only_fields_of_skyrl_owned_groups_stay_settable():
-    cfg = parse_cli(
-        [*SUPPORTED, "trainer.arctic_rl.optimizer.eps=1e-6", "trainer.arctic_rl.loss.loss_fn=sft"]
-    )
-    with pytest.raises(UnsupportedSkyRLSettingError) as info:
-        check_supported(cfg)
-    assert info.value.problems == [
-        "trainer.arctic_rl.loss.loss_fn: SkyRL owns this setting; set trainer.algorithm.policy_loss_type instead"
-    ]
-
-
-def test_to_arctic_config_builds_the_core_schema_from_skyrl_fields():
-    from adapter_skyrl.config import to_arctic_config
-
+def test_flash_attn_and_the_attention_implementation_must_agree():
     cfg = parse_cli(
         [
-            *SUPPORTED,
-            "trainer.arctic_rl.backend.kind=reference",
-            "trainer.arctic_rl.backend.reference.num_layers=1",
-            "trainer.arctic_rl.optimizer.eps=1e-6",
-            "trainer.train_batch_size=4",
-            "trainer.policy_mini_batch_size=2",
-            "generator.n_samples_per_prompt=2",
-            "trainer.policy.optimizer_config.num_warmup_steps=2",
+            *REFERENCE,
+            "trainer.flash_attn=false",
+            "trainer.arctic_rl.kernels.attn_implementation=flash_attention_3",
         ]
     )
-    arctic = to_arctic_config(cfg, steps_per_epoch=5)
-    assert arctic.backend.kind == "reference" and arctic.backend.reference.num_layers == 1
-    assert arctic.optimizer.eps == 1e-6 and arctic.optimizer.weight_decay == 0.01  # SkyRL's default
-    assert arctic.model.name is None  # the reference engine builds its own model
-    shape = arctic.shape
-    # 5 global steps x 2 mini-batches: SkyRL's policy_num_training_steps; warmup in optimizer steps.
-    assert (shape.training_horizon, shape.warmup_steps) == (10, 2)
-    assert (shape.train_batch_size, shape.mini_batches_per_step, shape.gradient_accumulation_steps) == (
-        4,
-        2,
-        4,
+    with pytest.raises(UnsupportedSkyRLSettingError, match=r"trainer.flash_attn=true"):
+        check_supported(cfg)
+
+
+def test_kl_in_reward_gets_a_log_prob_job_or_is_rejected():
+    cfg = parse_cli(
+        [*SUPPORTED, "trainer.algorithm.use_kl_loss=false", "trainer.algorithm.use_kl_in_reward=true"]
     )
-    assert arctic.loss.kl_loss_type == "k3" and arctic.loss.use_kl_loss is True
-
-
-def test_core_config_errors_name_the_skyrl_field_to_change():
-    from adapter_skyrl.config import to_arctic_config
-    from arctic_rl_core.config import ConfigError
-
-    http = [
-        *SUPPORTED,
-        "trainer.arctic_rl.backend.kind=http",
-        "trainer.arctic_rl.backend.server_has_arctic_rl_core=false",  # only the built-in verl_grpo
-        "trainer.arctic_rl.placement.log_prob_gpus=1",
-        "trainer.policy.model.path=Qwen/Qwen3-0.6B",
-    ]
-    cfg = parse_cli([*http, "trainer.algorithm.eps_clip_high=0.28"])
-    with pytest.raises(ConfigError) as info:
-        to_arctic_config(cfg, steps_per_epoch=5)
-    paths = sorted(issue.path for issue in info.value.issues)
-    assert paths == [
-        "trainer.algorithm.eps_clip_high (core loss.clip_ratio_high)",
-        "trainer.arctic_rl.checkpoint.path",
-    ]
-    assert "in SkyRL: set trainer.algorithm.eps_clip_high" in str(info.value)
-    fixed = parse_cli(
-        [*http, "trainer.algorithm.eps_clip_high=0.2", "trainer.arctic_rl.checkpoint.path=/ckpt"]
+    arctic = to_arctic_config(cfg, steps_per_epoch=4)
+    assert arctic.loss.use_kl_in_reward is True and arctic.loss.use_kl_loss is False
+    assert arctic.placement.log_prob_gpus == 1  # SkyRL's ref placement: 1 node x 1 GPU
+    assert arctic.plan()["jobs"]["log_prob"]["job_type"] == "log_prob"
+    cortex = parse_cli(
+        [
+            *SUPPORTED,
+            "trainer.algorithm.use_kl_loss=false",
+            "trainer.algorithm.use_kl_in_reward=true",
+            "trainer.placement.colocate_all=false",
+            "trainer.arctic_rl.backend.kind=cortex",
+            "trainer.arctic_rl.backend.cortex.base_url=http://cortex.invalid",
+        ]
     )
-    assert to_arctic_config(fixed, steps_per_epoch=5).model.name == "Qwen/Qwen3-0.6B"
+    with pytest.raises(UnsupportedSkyRLSettingError) as info:
+        check_supported(cortex, steps_per_epoch=4)
+    problems = "\n".join(info.value.problems)
+    assert "trainer.algorithm.use_kl_in_reward / " not in problems  # named by the SkyRL field alone
+    assert "Cortex has no forward pass" in problems and "trainer.algorithm.use_kl_in_reward" in problems
+
+
+def test_settings_that_do_not_apply_are_listed_not_dropped():
+    cfg = parse_cli(
+        [*REFERENCE, "trainer.policy.fsdp_config.fsdp_size=4", "trainer.critic.optimizer_config.lr=1e-4"]
+    )
+    result = translate(cfg, steps_per_epoch=4)
+    assert result.issues == []
+    listed = {s.field: s.value for s in result.not_applied}
+    assert listed == {"trainer.policy.fsdp_config.fsdp_size": 4, "trainer.critic.optimizer_config.lr": 1e-4}
+
+
+def test_rollout_correction_settings_are_accepted_for_the_wire():
+    for override in (
+        "trainer.algorithm.off_policy_correction.tis_ratio_type=token",
+        "trainer.algorithm.use_tis=true",
+    ):
+        assert translate(parse_cli([*REFERENCE, override]), steps_per_epoch=4).issues == []
+
+
+def test_sequence_parallelism_is_skyrls_field_and_the_core_says_what_the_server_cannot_do():
+    with pytest.raises(UnsupportedSkyRLSettingError) as info:
+        check_supported(
+            parse_cli(
+                [
+                    *SUPPORTED,
+                    "trainer.policy.sequence_parallel_size=2",
+                    "trainer.placement.policy_num_gpus_per_node=2",
+                    "trainer.algorithm.use_kl_loss=false",
+                ]
+            ),
+            steps_per_epoch=4,
+        )
+    (issue,) = info.value.issues
+    assert (
+        issue.path == "trainer.policy.sequence_parallel_size (core placement.ulysses_sequence_parallel_size)"
+    )

@@ -117,13 +117,31 @@ def test_checkpoint_round_trip_restores_the_policy(setup, tmp_path):
         dispatch.load_checkpoint("policy", str(tmp_path / "policy"), load_optimizer_states=False)
 
 
+def test_checkpoint_settings_reach_the_backend_save(setup, tmp_path):
+    """checkpoint.export_hf and checkpoint.save_total_limit go with every backend save."""
+    from arctic_rl_core.config.schema import CheckpointSettings
+
+    dispatch, data = setup
+    dispatch.checkpoint = CheckpointSettings(export_hf=True, save_total_limit=1)
+    data["action_log_probs"] = _logprobs(dispatch, "policy", data)
+    data["base_action_log_probs"] = _logprobs(dispatch, "ref", data)
+    data["advantages"] = torch.where(data["loss_mask"] > 0, 1.0, 0.0)
+    for _ in range(2):
+        dispatch.forward_backward("policy", data)
+        dispatch.optim_step("policy")
+        dispatch.save_checkpoint("policy", str(tmp_path / "policy"))
+    backend_dir = tmp_path / "policy" / "backend"
+    assert sorted(p.name for p in backend_dir.iterdir() if p.is_dir()) == ["checkpoint-2"]
+    assert (backend_dir / "checkpoint-2" / "hf" / "config.json").is_file()
+
+
 def test_what_the_dispatch_does_not_serve_is_an_error_naming_the_fix(setup):
     dispatch, data = setup
     with pytest.raises(ValueError, match=r"trainer\.critic\.model\.path"):
         dispatch.forward("critic", data)
     with pytest.raises(NotImplementedError, match="loss_fn"):
         dispatch.forward_backward("policy", data, loss_fn="cross_entropy")
-    with pytest.raises(NotImplementedError, match="hf_save_interval=-1"):
+    with pytest.raises(NotImplementedError, match=r"hf_save_interval=-1 and checkpoint\.export_hf=true"):
         dispatch.save_hf_model("policy", "/tmp/x", None)
     with pytest.raises(ValueError, match="do not split"):
         ArcticWorkerDispatch.stage_data(_with_rows_multiple(dispatch, 3), "policy", data, [(0, 4)])
@@ -134,3 +152,42 @@ def _with_rows_multiple(dispatch, rows: int):
 
     dispatch.spec = dataclasses.replace(dispatch.spec, grad_accum_steps=rows)
     return dispatch
+
+
+def test_rollout_correction_weights_reach_the_wire_and_change_the_loss(setup):
+    """SkyRL's token TIS (`off_policy_correction.tis_ratio_type=token`): the adapter sends SkyRL's own
+    capped pi_old / pi_rollout as `rollout_is_weights`, and the server's loss multiplies by them."""
+    dispatch, data = setup
+    backend = dispatch.backend
+    sent = []
+    original = backend.forward_backward
+
+    async def spy(payload):
+        sent.append(payload)
+        return await original(payload)
+
+    backend.forward_backward = spy
+    data["action_log_probs"] = _logprobs(dispatch, "policy", data)
+    data["base_action_log_probs"] = _logprobs(dispatch, "ref", data)
+    data["advantages"] = torch.where(data["loss_mask"] > 0, torch.tensor([[1.0], [-1.0], [1.0], [-1.0]]), 0.0)
+    # the sampler's log-probs lower by 0.5 on the first two rows: pi_old / pi_rollout = e^0.5 = 1.65 -> capped
+    shifted = data["rollout_logprobs"].clone()
+    shifted[:2] -= 0.5
+    data["rollout_logprobs"] = shifted
+    plain = dispatch.forward_backward("policy", data).metrics["policy_loss"]
+    algo = dispatch.cfg.trainer.algorithm
+    algo.off_policy_correction.tis_ratio_type = "token"
+    algo.off_policy_correction.token_tis_ratio_clip_high = 1.2
+    try:
+        weighted = dispatch.forward_backward("policy", data).metrics["policy_loss"]
+    finally:
+        algo.off_policy_correction.tis_ratio_type = None
+    assert "rollout_is_weights" not in sent[0].batch
+    weights = torch.as_tensor(sent[1].batch["rollout_is_weights"])
+    mask = torch.as_tensor(sent[1].batch["response_mask"]) > 0
+    first_two = torch.arange(4)[:, None] < 2
+    capped = weights[mask & first_two]
+    assert capped.numel() > 0 and torch.allclose(capped, torch.full_like(capped, 1.2))
+    rest = weights[mask & ~first_two]
+    assert torch.allclose(rest, torch.ones_like(rest), atol=1e-3)  # same weights sampled: ratio 1
+    assert weighted != pytest.approx(plain, rel=1e-6)

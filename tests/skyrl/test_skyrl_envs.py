@@ -80,3 +80,36 @@ def test_gsm8k_arctic_env_uses_the_core_reward():
     assert wrong["reward"] == 0.0 and wrong["metadata"]["answer_found"] is True
     rewards, _ = score_rollouts([f"#### {answer}"], [row["prompt"]], ["gsm8k_arctic"], [row])
     assert rewards == [1.0]
+
+
+class EchoEnv:  # replaced below by a BaseTextEnv subclass (skyrl_gym imported lazily)
+    pass
+
+
+def test_environment_skyrl_gym_sections_reach_the_environments():
+    from adapter_skyrl.config import parse_cli
+    from adapter_skyrl.generator import env_config_for
+    from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+    from skyrl_gym.envs.registration import register, registry
+
+    class _Echo(BaseTextEnv):
+        def __init__(self, env_config=None, extras=None):
+            super().__init__()
+            self.value = float(env_config["reward"])
+
+        def step(self, action):
+            return BaseTextEnvStepOutput(observations=[], reward=self.value, done=True, metadata={})
+
+    global EchoEnv
+    EchoEnv = _Echo
+    _Echo.__module__, _Echo.__qualname__, _Echo.__name__ = __name__, "EchoEnv", "EchoEnv"
+    if "arctic_echo_test" not in registry:
+        register(id="arctic_echo_test", entry_point=f"{__name__}:EchoEnv")
+    # SkyRL's own section of an env class is what that environment gets (SkyRLGymGenerator's rule)
+    cfg = parse_cli(["environment.skyrl_gym.text2sql.db_path=/db"])
+    assert env_config_for(cfg.environment.skyrl_gym, "text2sql").db_path == "/db"
+    conv = [[{"role": "user", "content": "q"}]]
+    rewards, _ = score_rollouts(
+        ["x"], conv, ["arctic_echo_test"], [{}], env_configs={"arctic_echo_test": {"reward": 0.25}}
+    )
+    assert rewards == [0.25]

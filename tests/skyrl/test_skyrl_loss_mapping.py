@@ -12,8 +12,7 @@ RAY = [
     "trainer.placement.colocate_all=false",
     "generator.inference_engine.enable_ray_prometheus_stats=false",
     "trainer.arctic_rl.backend.kind=ray",
-    "trainer.arctic_rl.checkpoint.path=/ckpt",
-    "trainer.arctic_rl.placement.log_prob_gpus=1",  # SkyRL's default use_kl_loss=true needs the ref job
+    "trainer.ckpt_path=/ckpt",  # SkyRL's default use_kl_loss=true gets the ref job from its ref placement
     "trainer.policy.model.path=Qwen/Qwen3-0.6B",
 ]
 
@@ -73,7 +72,7 @@ def test_cortex_runs_only_the_builtin_and_says_why():
         "generator.inference_engine.enable_ray_prometheus_stats=false",
         "trainer.arctic_rl.backend.kind=cortex",
         "trainer.arctic_rl.backend.cortex.base_url=http://cortex.invalid",
-        "trainer.arctic_rl.checkpoint.path=/ckpt",
+        "trainer.ckpt_path=/ckpt",
         "trainer.algorithm.use_kl_loss=false",
         "trainer.policy_mini_batch_size=1024",
         "trainer.policy.model.path=Qwen/Qwen3-0.6B",

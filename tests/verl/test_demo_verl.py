@@ -51,7 +51,7 @@ def test_run_directory_holds_config_metrics_plot_checkpoints_and_summary(interru
     run_dir, *_ = interrupted_then_resumed
     config = assert_run_directory(run_dir, "verl", step_override="trainer.total_training_steps=2")
     assert "trainer.v1.trainer_mode=arctic" in config["verl_overrides"]
-    assert (run_dir / "checkpoints" / "global_step_2" / "actor" / "checkpoint-2").is_dir()
+    assert (run_dir / "checkpoints" / "arctic_backend" / "checkpoint-2").is_dir()
     assert len(list((run_dir / "verl_metrics").glob("*.jsonl"))) == 2  # verl's own log, per attempt
 
 
@@ -72,3 +72,29 @@ def test_the_adapter_registers_its_demo_driver():
 
     assert registered_frameworks() == ["verl"]
     assert load_driver("verl") is run_grpo
+
+
+@pytest.mark.parametrize("colocate", [False, True], ids=["separate", "colocated"])
+def test_demo_server_flags_compose_into_verls_config(tmp_path, colocate):
+    """`--server URL [--colocate]`: the demo's verl overrides compose (Hydra) into a run whose core
+    config drives the Arctic on-prem API there, loading the warm-started model."""
+    from pathlib import Path
+
+    from adapter_verl.config import arctic_config_from_verl
+    from adapter_verl.demo_driver import verl_overrides
+    from adapter_verl.main import compose, with_arctic_defaults
+    from arctic_rl_core.demo.options import DemoOptions
+
+    options = DemoOptions(out=str(tmp_path), server="http://127.0.0.1:8123", colocate=colocate, steps=2)
+    model = tmp_path / "warm_start" / "hf"
+    overrides, _ = with_arctic_defaults(
+        verl_overrides(options, train_file=tmp_path / "t.parquet", model_path=model, steps_per_epoch=4)
+    )
+    config = compose(overrides)
+    cfg = arctic_config_from_verl(config, 2)
+    assert (cfg.backend.kind, cfg.backend.host, cfg.backend.port) == ("http", "127.0.0.1", 8123)
+    assert cfg.placement.colocate is colocate and cfg.model.name == str(Path(model).resolve())
+    assert config.actor_rollout_ref.hybrid_engine is colocate  # verl's own field says it
+    # verl's checkpoint folder is the Arctic training job's (adapter_verl.field_table)
+    assert cfg.checkpoint.path == str(Path(config.trainer.default_local_dir).resolve())
+    assert cfg.checkpoint.path.startswith(str(tmp_path.resolve()))

@@ -25,6 +25,9 @@ BASE = [
     "actor_rollout_ref.actor.optim.lr=3e-6",
     "actor_rollout_ref.actor.optim.weight_decay=0.0",
     "actor_rollout_ref.actor.optim.clip_grad=0.5",
+    "trainer.n_gpus_per_node=1",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "remote_backend.core.backend.kind=reference",
 ]
 
 
@@ -40,19 +43,20 @@ def compose():
 
 
 def test_arctic_group_is_found_on_the_package_search_path(compose):
-    cfg = compose("remote_backend.trace_dir=/tmp/trace", "+remote_backend.core.determinism.seed=7")
+    cfg = compose("remote_backend.trace_dir=/tmp/trace", "+remote_backend.core.zorro.enable=true")
     assert cfg.trainer.v1.trainer_mode == "arctic"
     assert cfg.actor_rollout_ref.rollout.name == "arctic"
     assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
     assert cfg.remote_backend.core.backend.kind == "reference"
+    assert compose(base=[]).remote_backend.core.backend.kind == "ray"  # the shipped group's default
     assert cfg.remote_backend.trace_dir == "/tmp/trace"
-    assert cfg.remote_backend.core.determinism.seed == 7
+    assert cfg.remote_backend.core.zorro.enable is True
 
 
 def test_verl_settings_map_into_the_core_schema_by_their_real_names(compose):
     from adapter_verl.config import settings_from_verl
 
-    settings = settings_from_verl(compose("+remote_backend.core.determinism.seed=7"), total_training_steps=5)
+    settings = settings_from_verl(compose("data.seed=7"), total_training_steps=5)
     cfg = settings.arctic_config()
     assert settings.model_path == "/models/tiny"
     assert (cfg.batch.prompts_per_step, cfg.batch.rollouts_per_prompt) == (4, 3)
@@ -91,32 +95,37 @@ def test_settings_arctic_cannot_honour_are_all_rejected_at_once(compose):
     cfg = compose(
         "algorithm.adv_estimator=gae",
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        "actor_rollout_ref.rollout.data_parallel_size=2",
         "actor_rollout_ref.model.lora_rank=8",
         "actor_rollout_ref.actor.policy_loss.loss_mode=dppo_tv",
         "actor_rollout_ref.actor.optim.lr_warmup_steps=5",
         "algorithm.use_kl_in_reward=true",
         "+remote_backend.core.loss.kl_loss_coef=0.1",
         "+remote_backend.core.batch.epochs=3",
+        "+remote_backend.core.vllm.gpu_memory_utilization=0.3",
         "trainer.max_actor_ckpt_to_keep=2",
+        "+remote_backend.core.zorro.enabel=true",  # a core problem in the same round
     )
     with pytest.raises(UnsupportedVerlSettingError) as info:
         settings_from_verl(cfg, total_training_steps=5)
     text = str(info.value)
     for expected in (
         "algorithm.adv_estimator='gae'",
-        "actor_rollout_ref.actor.use_dynamic_bsz=True",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
-        "actor_rollout_ref.model.lora_rank=8",
-        "actor_rollout_ref.actor.policy_loss.loss_mode='dppo_tv'",
-        "actor_rollout_ref.actor.optim.lr_warmup_steps=5",
-        "algorithm.use_kl_in_reward=True",
+        "actor_rollout_ref.actor.use_dynamic_bsz = true",
+        "actor_rollout_ref.rollout.data_parallel_size = 2",
+        "actor_rollout_ref.model.lora_rank = 8: LoRA adapters are not sent to the Arctic server (arctic-platform 0.1.4 has TrainingConfig.peft",
+        'actor_rollout_ref.actor.policy_loss.loss_mode = "dppo_tv": the Arctic server computes',
+        "actor_rollout_ref.actor.optim.lr_warmup_steps = 5",
+        "algorithm.use_kl_in_reward = true: KL in the reward is not on the Arctic path",
         "remote_backend.core.loss.kl_loss_coef=0.1: verl owns it: set actor_rollout_ref.actor.kl_loss_coef",
         "remote_backend.core.batch.epochs=3: verl owns it: set actor_rollout_ref.actor.ppo_epochs",
-        "trainer.max_actor_ckpt_to_keep=2: the backend keeps every checkpoint",
+        "remote_backend.core.vllm.gpu_memory_utilization=0.3: verl owns it: set "
+        "actor_rollout_ref.rollout.gpu_memory_utilization",
+        "trainer.max_actor_ckpt_to_keep = 2",
+        "remote_backend.core.zorro.enabel",
     ):
-        assert expected in text
-    assert len(info.value.problems) == 10
+        assert expected in text, (expected, text)
+    assert len(info.value.problems) == 12, text
 
 
 def test_verl_default_estimator_is_rejected_so_grpo_must_be_explicit(compose):
@@ -131,31 +140,33 @@ def test_verl_default_estimator_is_rejected_so_grpo_must_be_explicit(compose):
 
 
 def test_micro_batch_must_divide_the_mini_batch_rows(compose):
-    from adapter_verl.config import check_supported
+    from adapter_verl.config import resolve
 
-    problems = check_supported(compose("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"))
-    assert problems == [
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4: must divide ppo_mini_batch_size x "
-        "rollout.n = 6 (whole gradient-accumulation steps)"
-    ]
+    problems = resolve(compose("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"), 5).problems
+    assert len(problems) == 1
+    assert problems[0].startswith(
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (core batch.micro_batch_size_per_gpu) = 4"
+    )
+    assert "in verl 0.9.1: set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" in problems[0]
 
 
 def test_core_schema_errors_surface_with_the_core_field(compose):
-    from adapter_verl.config import settings_from_verl
-    from arctic_rl_core.config import ConfigError
+    from adapter_verl.config import UnsupportedVerlSettingError, settings_from_verl
 
-    with pytest.raises(ConfigError, match=r"determinism\.sed"):
+    with pytest.raises(
+        UnsupportedVerlSettingError, match=r"remote_backend\.core\.determinism\.sed = 1: unknown key"
+    ):
         settings_from_verl(compose("+remote_backend.core.determinism.sed=1"), total_training_steps=5)
 
 
 def test_main_adds_only_the_selection_overrides_the_user_did_not_give():
     from adapter_verl.main import with_arctic_defaults
 
-    overrides, added = with_arctic_defaults(["actor_rollout_ref.rollout.tensor_model_parallel_size=1", "x=1"])
-    assert "actor_rollout_ref.rollout.tensor_model_parallel_size=1" not in added
+    overrides, added = with_arctic_defaults(["actor_rollout_ref.rollout.name=arctic", "x=1"])
+    assert "actor_rollout_ref.rollout.name=arctic" not in added
     assert "+remote_backend=arctic" in added and "trainer.v1.trainer_mode=arctic" in added
-    assert overrides[-2:] == ["actor_rollout_ref.rollout.tensor_model_parallel_size=1", "x=1"]
-    assert overrides.count("actor_rollout_ref.rollout.tensor_model_parallel_size=1") == 1
+    assert overrides[-2:] == ["actor_rollout_ref.rollout.name=arctic", "x=1"]
+    assert overrides.count("actor_rollout_ref.rollout.name=arctic") == 1
 
 
 def test_verl_loads_the_core_rewards_by_package_path(compose, tmp_path):

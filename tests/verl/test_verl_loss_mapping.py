@@ -12,8 +12,10 @@ BASE = [
     "actor_rollout_ref.rollout.n=2",
     "actor_rollout_ref.actor.ppo_mini_batch_size=2",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "trainer.n_gpus_per_node=1",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
     "++remote_backend.core.backend.kind=ray",
-    "++remote_backend.core.checkpoint.path=/ckpt",
+    "trainer.default_local_dir=/ckpt",
 ]
 
 
@@ -63,14 +65,18 @@ def test_family_knobs_come_from_verl_fields(core):
 
 
 def test_cortex_runs_only_the_builtin_and_says_why(core):
-    from arctic_rl_core.config import ConfigError
+    from adapter_verl.config import UnsupportedVerlSettingError
 
     cortex = [
         "++remote_backend.core.backend.kind=cortex",
         "++remote_backend.core.backend.cortex.base_url=http://c",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        # Cortex runs training and sampling as separate sub-jobs: verl's standalone rollout pool
+        "actor_rollout_ref.hybrid_engine=false",
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.n_gpus_per_node=1",
     ]
     assert core(*cortex).loss.loss_fn == "verl_grpo"  # vanilla
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(UnsupportedVerlSettingError) as info:
         core(*cortex, "actor_rollout_ref.actor.policy_loss.loss_mode=gspo")
     assert "the built-in verl_grpo loss is dual-clip PPO only" in str(info.value)

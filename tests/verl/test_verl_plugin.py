@@ -105,3 +105,20 @@ def test_external_modules_variable_registers_without_entry_point_discovery():
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["ArcticTrainer", "ArcticRolloutReplica"]
+
+
+def test_importing_the_trainer_module_first_still_registers():
+    # adapter_verl.trainer imports verl's trainer package, whose import hook would import the
+    # half-initialised adapter_verl.trainer again: no error, and the mode is registered
+    out = _run(
+        """
+        import adapter_verl.trainer
+        from adapter_verl.plugin import require_registered
+        from verl.trainer.ppo.v1 import get_trainer_cls
+        require_registered()
+        print(get_trainer_cls("arctic").__name__)
+        """
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "registering trainer mode 'arctic' failed" not in out.stderr, out.stderr[-3000:]
+    assert out.stdout.split()[-1] == "ArcticTrainer"

@@ -199,6 +199,16 @@ def test_checkpoint_round_trip_through_verl_paths(worker, backend, run_dir):
     torch.testing.assert_close(worker.compute_log_prob(probe)["log_probs"].values(), saved, rtol=0, atol=0)
     with pytest.raises(ValueError, match="global_step_<n>"):
         worker.load_checkpoint(str(run_dir / "elsewhere"))
+    # verl's max_ckpt_to_keep (trainer.max_actor_ckpt_to_keep) prunes the backend's checkpoints:
+    # they share one folder, checkpoint-<n>, the server keeps the newest N
+    for step in (4, 5):
+        worker.save_checkpoint(str(run_dir / "ckpt" / f"global_step_{step}" / "actor"), None, step, 2)
+    backend_root = run_dir / "ckpt" / "arctic_backend"
+    assert sorted(p.name for p in backend_root.iterdir() if p.is_dir()) == ["checkpoint-4", "checkpoint-5"]
+    worker.load_checkpoint(str(run_dir / "ckpt" / "global_step_5" / "actor"))
+    assert backend.global_step == saved_step
+    with pytest.raises(FileNotFoundError, match="checkpoint-3"):  # pruned: beyond max_ckpt_to_keep=2
+        worker.load_checkpoint(str(path))
 
 
 def test_rollout_server_reports_weights_version_and_defaults_max_tokens(session, backend, worker):
@@ -251,7 +261,17 @@ def test_sampling_params_the_backend_cannot_honour_are_refused():
         sampling_params_from_verl({"min_p": 0.1}, 8)
 
 
-def test_rollout_server_sends_text_to_text_only_servers_and_checks_the_round_trip(session, backend):
+async def _sampler_on_trained_weights(backend, arctic_cfg) -> None:
+    """What verl's update_weights does before rollouts: the core sync (colocated, the sampler sleeps
+    at level 2 while training, so its weights must come back from the trainer)."""
+    from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
+
+    await sync_after_step(backend, WeightSyncPolicy.from_config(arctic_cfg))
+
+
+def test_rollout_server_sends_text_to_text_only_servers_and_checks_the_round_trip(
+    session, backend, arctic_cfg
+):
     from adapter_verl.replica import ArcticRolloutServer
 
     server = ArcticRolloutServer(replica_rank=1, response_length=MAX_RESPONSE)
@@ -262,7 +282,7 @@ def test_rollout_server_sends_text_to_text_only_servers_and_checks_the_round_tri
     prompt_ids = tokenizer.encode("SELECT name FROM users")
 
     async def scenario():
-        await backend.wake_inference(None)
+        await _sampler_on_trained_weights(backend, arctic_cfg)
         out = await server.generate("t1", prompt_ids=prompt_ids, sampling_params={"max_tokens": 2})
         with pytest.raises(ValueError, match="does not round-trip"):
             # ids no tokenizer would produce for their own decoded text
@@ -275,7 +295,7 @@ def test_rollout_server_sends_text_to_text_only_servers_and_checks_the_round_tri
     assert 1 <= len(out.token_ids) <= 2
 
 
-def test_concurrent_requests_share_backend_calls_without_mixing_results(session, backend):
+def test_concurrent_requests_share_backend_calls_without_mixing_results(session, backend, arctic_cfg):
     from adapter_verl.replica import ArcticRolloutServer
     from adapter_verl.trace import read_trace
 
@@ -283,7 +303,7 @@ def test_concurrent_requests_share_backend_calls_without_mixing_results(session,
     greedy = {"temperature": 0.0, "max_tokens": 4}
 
     async def together(server):
-        await backend.wake_inference(None)
+        await _sampler_on_trained_weights(backend, arctic_cfg)
         return await asyncio.gather(
             *(server.generate(f"c{i}", prompt_ids=p, sampling_params=greedy) for i, p in enumerate(prompts))
         )
@@ -306,3 +326,27 @@ def test_concurrent_requests_share_backend_calls_without_mixing_results(session,
     sizes = [r["batch_size"] for r in read_trace(session.settings.trace_dir) if r["op"] == "generate"][-5:]
     assert sizes == [1, 1, 1, 1, 1]
     assert [o.token_ids for o in batched] == [o.token_ids for o in alone]
+
+
+def test_rollout_correction_weights_reach_the_wire_at_response_positions():
+    """verl's `algorithm.rollout_correction.rollout_is` writes per-token `rollout_is_weights` rows;
+    the forwarder carries them into the one wire payload, where the server loss reads them."""
+    from adapter_verl.worker import samples_from_tensordict
+    from arctic_rl_core.wire import PayloadSpec, build_train_payload
+
+    data = _batch(64)
+    jagged = [torch.linspace(0.5, 1.5, r) for r in RESPONSE_LENS]
+    for name in ("old_log_probs", "advantages"):
+        data[name] = torch.nested.as_nested_tensor(
+            [torch.zeros(r) for r in RESPONSE_LENS], layout=torch.jagged
+        )
+    data["rollout_is_weights"] = torch.nested.as_nested_tensor(jagged, layout=torch.jagged)
+    samples = samples_from_tensordict(data, with_training_fields=True)
+    assert [list(s.rollout_is_weights) for s in samples] == [w.tolist() for w in jagged]
+    spec = PayloadSpec(
+        pad_token_id=0, max_prompt_len=MAX_PROMPT, max_response_len=MAX_RESPONSE, rollout_n=2, temperature=1.0
+    )
+    batch = build_train_payload(samples, spec).batch
+    weights = torch.as_tensor(batch["rollout_is_weights"])
+    for b, (r, w) in enumerate(zip(RESPONSE_LENS, jagged, strict=True)):
+        torch.testing.assert_close(weights[b, MAX_PROMPT : MAX_PROMPT + r], w, rtol=0, atol=0)

@@ -49,7 +49,7 @@ def test_each_seed_optimisation_can_be_turned_off() -> None:
         False,
     )
     plan = cfg.plan()
-    assert plan["env"] == {"sampling_workers": {}}
+    assert plan["env"]["sampling_workers"] == {} and plan["env"]["workers"] == {}
     assert "zorro_train_enable" not in plan["client"]["training"]["ds_worker_config"]
     fca_off = ArcticRLConfig.from_dict({**_ARCTIC_MIN, "arctic_inference": {"fca": False}})
     assert (fca_off.arctic_inference.enable, fca_off.arctic_inference.fca) == (True, False)

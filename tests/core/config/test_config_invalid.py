@@ -88,10 +88,17 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
     ),
     (
         "training-gpus-not-divisible-by-ulysses",
-        RAY,
-        ["placement.ulysses_sequence_parallel_size=4"],
+        REFERENCE,
+        ["placement.training_gpus=2", "placement.ulysses_sequence_parallel_size=4"],
         "placement.training_gpus",
         "multiple of ulysses_sequence_parallel_size",
+    ),
+    (
+        "ulysses-on-an-arctic-backend",
+        RAY,
+        ["placement.ulysses_sequence_parallel_size=2"],
+        "placement.ulysses_sequence_parallel_size",
+        "ulysses_sequence_parallel_size=1",
     ),
     ("max-model-len-too-short", RAY, ["vllm.max_model_len=1000"], "vllm.max_model_len", ">= 1536"),
     (

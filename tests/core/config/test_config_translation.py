@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -589,18 +590,19 @@ def test_suffix_decoding_speculative_configs() -> None:
 
 def test_arctic_inference_is_on_by_default_and_can_be_turned_off() -> None:
     default = _config("gsm8k-qwen3-0.6b-4gpu.yaml").plan()
-    assert default["env"] == {"sampling_workers": {"ARCTIC_INFERENCE_ENABLED": "1"}}
+    assert default["env"]["sampling_workers"] == {"ARCTIC_INFERENCE_ENABLED": "1"}
+    assert default["env"]["workers"] == {"ARCTIC_INFERENCE_ENABLED": "1"}
     assert default["jobs"]["sampling"]["vllm_config"]["forest_cascade_attn_configs"] == "{}"
     off = load_config(CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml", ["arctic_inference.enable=false"])
     plan = off.plan()
-    assert plan["env"] == {"sampling_workers": {}}
+    assert plan["env"]["sampling_workers"] == {} and plan["env"]["workers"] == {}
     assert "arctic_inference_config" not in plan["jobs"]["sampling"]
     assert plan["vllm"]["injected"] == []
     on = _config("bird-qwen3-32b-32gpu.yaml").plan()
-    assert on["env"] == {"sampling_workers": {"ARCTIC_INFERENCE_ENABLED": "1"}}
+    assert on["env"]["sampling_workers"] == {"ARCTIC_INFERENCE_ENABLED": "1"}
     # Plugin on without FCA or speculation: still "on" for the server, nothing injected.
     bare = load_config(CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml", ["arctic_inference.fca=false"]).plan()
-    assert bare["env"] == {"sampling_workers": {"ARCTIC_INFERENCE_ENABLED": "1"}}
+    assert bare["env"]["sampling_workers"] == {"ARCTIC_INFERENCE_ENABLED": "1"}
     assert bare["jobs"]["sampling"]["arctic_inference_config"] == {
         "zorro_inference": {"enable": False},
         "speculative_decoding": {"model": ""},
@@ -648,7 +650,6 @@ def test_deepspeed_overrides_ulysses_and_autocast() -> None:
     cfg = load_config(
         CONFIGS / "colocated-8gpu-cuda-ipc.yaml",
         [
-            "placement.ulysses_sequence_parallel_size=2",
             "deepspeed.autocast=true",
             "deepspeed.offload_param=true",
             "deepspeed.config_overrides.zero_optimization.stage3_param_persistence_threshold=10000",
@@ -657,8 +658,8 @@ def test_deepspeed_overrides_ulysses_and_autocast() -> None:
     )
     training = cfg.plan()["client"]["training"]
     ds = training["ds_config"]
-    # data-parallel 8 / 2 = 4: 256 rows = micro 8 x grad-accum 8 x 4
-    assert (ds["sequence_parallel_size"], ds["gradient_accumulation_steps"]) == (2, 8)
+    # data-parallel 8 (no sequence parallelism on 0.1.4): 256 rows = micro 8 x grad-accum 4 x 8
+    assert (ds["sequence_parallel_size"], ds["gradient_accumulation_steps"]) == (1, 4)
     assert ds["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"}
     assert ds["gradient_clipping"] == 0.0
     assert ds["zero_optimization"] == {
@@ -669,7 +670,7 @@ def test_deepspeed_overrides_ulysses_and_autocast() -> None:
     assert training["ds_worker_config"]["use_autocast"] is True
     assert cfg.plan()["client"]["sampling"]["log_prob_ds_config"] == {
         "train_micro_batch_size_per_gpu": 8,
-        "sequence_parallel_size": 2,
+        "sequence_parallel_size": 1,
         "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": True}},
     }
 
@@ -681,3 +682,59 @@ def test_reference_plan_lists_settings_it_does_not_apply() -> None:
     assert plan["reference_model"]["hidden_size"] == 64
     assert plan["not_applied_by_reference_backend"] == ["vllm.max_num_seqs", "determinism.full"]
     assert plan["shape"]["train_batch_size"] == 16 and plan["shape"]["gradient_accumulation_steps"] == 4
+
+
+def test_worker_env_reaches_the_plan_and_is_checked() -> None:
+    """backend.worker_env + the Arctic Inference switch: every server worker's environment (0.1.4
+    sets ARCTIC_INFERENCE_ENABLED only on its colocated branch, so the plan sets it for every run)."""
+    separate = load_config(
+        CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml",
+        ["backend.worker_env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "backend.worker_env.X_Y=1"],
+    )
+    assert not separate.placement.colocate
+    env = separate.plan()["env"]
+    assert env["workers"] == {
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "X_Y": "1",
+        "ARCTIC_INFERENCE_ENABLED": "1",
+    }
+    assert "set in this process before the server starts" in env["delivery"]
+    remote = load_config(
+        CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml", ["backend.kind=http", "backend.host=gpu-0"]
+    ).plan()["env"]
+    assert "export them on every node before `ray start`" in remote["delivery"]
+    cases = [
+        (["backend.worker_env.ARCTIC_INFERENCE_ENABLED=0"], "owned by arctic_inference.enable"),
+        (["backend.worker_env.1BAD=1"], "not an environment variable name"),
+        (
+            [
+                "placement.colocate=true",
+                "backend.worker_env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            ],
+            "Expandable segments are not compatible with memory pool",
+        ),
+        (["backend.kind=reference", "backend.worker_env.A=1"], "only the Arctic server's workers take it"),
+    ]
+    for overrides, message in cases:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_config(CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml", overrides)
+
+
+def test_apply_worker_env_sets_it_where_the_workers_inherit_it() -> None:
+    pytest.importorskip("arctic_platform.client")
+    from arctic_rl_core.backends.arctic_compat import apply_worker_env
+
+    cfg = load_config(
+        CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml", ["backend.kind=http", "backend.launch_local_server=true"]
+    )
+    client = cfg.to_client_config()
+    environ: dict[str, str] = {"PATH": "/bin"}
+    done = apply_worker_env(client, {"ARCTIC_INFERENCE_ENABLED": "1", "A": "x"}, environ)
+    assert environ == {"PATH": "/bin", "ARCTIC_INFERENCE_ENABLED": "1", "A": "x"} and done.startswith(
+        "set in"
+    )
+    with pytest.raises(ValueError, match=r"this process has A='x' \(wanted 'y'\)"):
+        apply_worker_env(client, {"A": "y"}, environ)
+    remote = load_config(CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml", ["backend.kind=http"]).to_client_config()
+    untouched: dict[str, str] = {}
+    assert "export" in apply_worker_env(remote, {"A": "x"}, untouched) and untouched == {}

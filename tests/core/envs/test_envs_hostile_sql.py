@@ -186,3 +186,17 @@ def test_no_descriptor_or_process_leak_over_2000_scorings(big_db: Path) -> None:
     for pid in pids:  # closed and reaped
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_result_past_the_limit_is_a_timeout_even_inside_the_kill_grace() -> None:
+    # A non-yielding statement can finish between timeout_s and the hard kill: on a loaded
+    # machine it did (0.89 s at a 0.5 s limit) and was scored as a success.
+    from arctic_rl_core.envs.bird.executor import ExecutionResult, _within_limit
+
+    late = ExecutionResult.from_outcome(("ok", frozenset({(1,)}), 1, 0.89))
+    verdict = _within_limit(late, 0.5)
+    assert not verdict.ok and verdict.error_kind == "timeout" and "0.89 s" in verdict.error_message
+    on_time = ExecutionResult.from_outcome(("ok", frozenset({(1,)}), 1, 0.49))
+    assert _within_limit(on_time, 0.5) is on_time
+    failed = ExecutionResult.from_outcome(("error", "invalid_sql", "near x", 0.9))
+    assert _within_limit(failed, 0.5) is failed

@@ -277,3 +277,46 @@ def test_gsm8k_data_step_downloads_the_official_files_when_missing(fw: str, tmp_
         ["curl", "-fsSL", "-o", str(raw / f"{split}.jsonl"), f"{base}/{split}.jsonl"]
         for split in ("train", "test")
     ]
+
+
+def _worker_env(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    script = 'source recipes/worker-env.sh "$@" && env'
+    base = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
+    return subprocess.run(
+        ["bash", "-c", script, "worker-env", *args],
+        cwd=REPO,
+        env=base | (env or {}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_worker_env_exports_what_the_server_workers_need_for_the_placement():
+    def exported(done: subprocess.CompletedProcess) -> dict[str, str]:
+        assert done.returncode == 0, done.stderr
+        return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+
+    colocated = exported(_worker_env("colocated"))
+    assert colocated["ARCTIC_INFERENCE_ENABLED"] == "1"
+    assert colocated["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] == "1"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in colocated  # vLLM sleep mode refuses expandable segments
+    assert exported(_worker_env("separate"))["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    inherited = _worker_env("colocated", env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    assert (
+        "PYTORCH_CUDA_ALLOC_CONF" not in exported(inherited) and "breaks colocated vLLM" in inherited.stderr
+    )
+    missing = _worker_env()
+    assert missing.returncode == 2 and "colocated|separate" in missing.stderr
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_launcher_sources_the_worker_env_of_its_placement(launcher: Path):
+    text = launcher.read_text()
+    overrides = launcher.with_suffix(".overrides").read_text()
+    # SkyRL recipes say trainer.arctic_rl.placement.colocate; verl's own field is its hybrid engine
+    colocated = (
+        re.search(r"(placement\.colocate|actor_rollout_ref\.hybrid_engine)=true", overrides) is not None
+    )
+    expected = "colocated" if colocated else "separate"
+    assert f"source recipes/worker-env.sh {expected} " in text

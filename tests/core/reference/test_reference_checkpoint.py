@@ -81,3 +81,23 @@ def test_checkpoint_rules(engine_factory, ref, tmp_path):
     ref.run(engine.sleep_training("all"))
     with pytest.raises(RuntimeError, match="call wake_training"):
         ref.run(engine.save_checkpoint(str(tmp_path), 2))
+
+
+def test_export_hf_and_save_total_limit_as_the_server_does(engine_factory, ref, tmp_path):
+    """0.1.4: `save(step, export_hf, save_total_limit)` writes checkpoint-<step>/hf and keeps the newest N."""
+    from transformers import AutoModelForCausalLM
+
+    engine = engine_factory(**SETTINGS)
+    for step in (1, 2, 3):
+        _train(engine, ref, [step])
+        directory = ref.run(
+            engine.save_checkpoint(str(tmp_path), step=step, export_hf=step == 3, save_total_limit=2)
+        )
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["checkpoint-2", "checkpoint-3"]
+    assert (tmp_path / "latest").read_text() == "3"
+    assert not (tmp_path / "checkpoint-2" / "hf").exists()
+    exported = AutoModelForCausalLM.from_pretrained(str(Path(directory) / "hf"))
+    trained = engine.trainer_parameters()
+    assert all(torch.equal(p, trained[n]) for n, p in exported.named_parameters())
+    with pytest.raises(ValueError, match=r"save_total_limit=-1: an integer >= 0"):
+        ref.run(engine.save_checkpoint(str(tmp_path), step=4, save_total_limit=-1))

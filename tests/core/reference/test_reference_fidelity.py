@@ -7,6 +7,7 @@ wire run drives."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,9 +29,20 @@ ZERO0_BF16_FP32 = {
 }
 
 
+_FILE_ROOT: list[Path] = []
+
+
+@pytest.fixture(autouse=True)
+def _file_root(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # The server touches files only under its root: the session's base folder holds every tmp_path.
+    _FILE_ROOT[:] = [tmp_path_factory.getbasetemp()]
+
+
 def _serve(test, fidelity: Fidelity | None = None):
     async def main():
-        server = ReferenceServer(ReferenceEngineSettings(num_threads=1), fidelity=fidelity)
+        server = ReferenceServer(
+            ReferenceEngineSettings(num_threads=1), fidelity=fidelity, file_root=_FILE_ROOT[0]
+        )
         async with TestClient(TestServer(server.application())) as client:
             await test(client, server)
 

@@ -41,7 +41,7 @@ P, R = 10, 6
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -53,6 +53,8 @@ def server():
             "0",
             "--num-threads",
             "1",
+            "--file-root",  # every test's tmp_path is under the session's base folder
+            str(tmp_path_factory.getbasetemp()),
             # strict: generate results carry the sampler's weights_version (0.1.4's never do), which
             # this test reads; the 0.1.4 profile is driven in tests/core/reference/test_reference_fidelity.py
             "--profile",

@@ -19,10 +19,12 @@ from arctic_rl_core.backends.reference.settings import OptimizerSettings, Refere
 NAME = REFERENCE_MODEL_NAME
 
 
-def _serve(test):
+def _serve(test, file_root):
     async def main():
         server = ReferenceServer(
-            ReferenceEngineSettings(num_threads=1), fidelity=Fidelity(profile=ServerProfile.STRICT)
+            ReferenceEngineSettings(num_threads=1),
+            fidelity=Fidelity(profile=ServerProfile.STRICT),
+            file_root=file_root,
         )
         async with TestClient(TestServer(server.application())) as client:
             await test(client, server)
@@ -81,10 +83,10 @@ def test_job_rules(tmp_path):
         assert status_body == {"engine": None, "jobs": {}}
         assert server.state.engine is None
 
-    _serve(test)
+    _serve(test, tmp_path)
 
 
-def test_generate_parameters_and_states():
+def test_generate_parameters_and_states(tmp_path):
     async def test(client, server):
         await _init(client, "sampling")
         status, body = await _wire_post(client, "/generate", 1, {"prompts": [[1, 2, 3]]})
@@ -133,10 +135,10 @@ def test_generate_parameters_and_states():
         bad = {"operation_type": "compact", "payload": {}}
         assert (await client.post("/operation", params={"job_id": 1}, json=bad)).status == 400
 
-    _serve(test)
+    _serve(test, tmp_path)
 
 
-def test_log_prob_jobs():
+def test_log_prob_jobs(tmp_path):
     async def test(client, server):
         await _init(client, "log_prob")  # without ds_config: a vLLM-like engine
         response = await client.post(
@@ -171,8 +173,18 @@ def test_log_prob_jobs():
                 )
             for t in range(lengths[b] - 1):
                 assert tensor[b, t].item() == pytest.approx(logp[t, ids[t + 1]].item(), abs=1e-5)
+        # 0.1.4's /sleep-log-prob and /wake-log-prob offload the DeepSpeed engine and bring it back;
+        # a forward in between is refused (the real server would fail inside its workers)
+        response = await client.post("/sleep-log-prob", params={"job_id": 2}, json={})
+        assert response.status == 200 and (await response.json())["workers"] == [{"state": "offloaded"}]
+        status, body = await _wire_post(client, "/forward", 2, {"batch": {}, "meta": {}, "processing": {}})
+        assert status == 409 and "POST /wake-log-prob first" in body["detail"]
+        response = await client.post("/wake-log-prob", params={"job_id": 2}, json={})
+        assert (await response.json())["workers"] == [{"state": "on_gpu"}]
+        response = await client.post("/sleep-log-prob", params={"job_id": 99}, json={})
+        assert response.status == 404
 
-    _serve(test)
+    _serve(test, tmp_path)
 
 
 def test_save_prune_and_load_latest(tmp_path):
@@ -193,7 +205,7 @@ def test_save_prune_and_load_latest(tmp_path):
         response = await client.post("/load-checkpoint", params={"job_id": 1}, json={"step": 9})
         assert response.status == 404
 
-    _serve(test)
+    _serve(test, tmp_path)
 
 
 def test_ds_config_mapping():

@@ -180,6 +180,7 @@ class RecordingArcticServer:
         return web.json_response({"job_id": job_id})
 
     _sleep_inference = _sleep_training = _wake_training = _wake_inference
+    _sleep_log_prob = _wake_log_prob = _wake_inference
 
     def _save(self, job_id: int, body: dict) -> web.Response:
         return web.json_response({"job_id": job_id, "path": f"{body['path']}/global_step_{body['step']}"})
@@ -475,3 +476,53 @@ def test_acreate_runs_the_constructor_off_the_loop():
         assert len(server.of("initialize")) == 3
         dispatch.run(backend.shutdown())
         assert server.jobs == {}
+
+
+def test_save_checkpoint_sends_export_hf_and_save_total_limit():
+    with RecordingArcticServer() as server:
+        backend = ArcticBackend.create(_client_config(server.port, colocate=False))
+        saved = dispatch.run(backend.save_checkpoint("/ckpt/run", 3, export_hf=True, save_total_limit=2))
+        body = server.of("save")[-1]["body"]
+        assert (body["path"], body["step"], body["export_hf"], body["save_total_limit"]) == (
+            "/ckpt/run",
+            3,
+            True,
+            2,
+        )
+        assert saved == "/ckpt/run/global_step_3"  # the directory the server answered
+        dispatch.run(backend.save_checkpoint("/ckpt/run", 4))
+        body = server.of("save")[-1]["body"]
+        assert (body["export_hf"], body["save_total_limit"]) == (False, None)
+        dispatch.run(backend.shutdown())
+
+
+def test_colocated_reference_engine_is_offloaded_between_reference_forwards():
+    """0.1.4 keeps the DeepSpeed log-prob job on the shared GPUs unless told (/sleep-log-prob)."""
+    from arctic_platform.client import SamplingConfig
+
+    with RecordingArcticServer() as server:
+        config = _client_config(server.port).model_copy(
+            update={"sampling": SamplingConfig(log_prob_engine="deepspeed")}
+        )
+        backend = ArcticBackend.create(config)
+        ids = {kind: job for job, kind in server.jobs.items()}
+        assert server.ops()[-1] == "sleep-log-prob" and server.requests[-1]["job_id"] == ids["log_prob"]
+        server.requests.clear()
+        dispatch.run(backend.forward(build_forward_payload(SAMPLES, SPEC), reference_model=True))
+        assert [(r["op"], r["job_id"]) for r in server.requests] == [
+            ("wake-log-prob", ids["log_prob"]),
+            ("forward", ids["log_prob"]),
+            ("sleep-log-prob", ids["log_prob"]),
+        ]
+        server.requests.clear()
+        dispatch.run(backend.forward(build_forward_payload(SAMPLES, SPEC)))  # old log-probs: trainer only
+        assert server.ops() == ["forward"]
+        dispatch.run(backend.shutdown())
+    with RecordingArcticServer() as server:  # not colocated: the engine has its own GPUs
+        config = _client_config(server.port, colocate=False)
+        backend = ArcticBackend.create(
+            config.model_copy(update={"sampling": SamplingConfig(log_prob_engine="deepspeed")})
+        )
+        dispatch.run(backend.forward(build_forward_payload(SAMPLES, SPEC), reference_model=True))
+        assert "sleep-log-prob" not in server.ops() and "wake-log-prob" not in server.ops()
+        dispatch.run(backend.shutdown())

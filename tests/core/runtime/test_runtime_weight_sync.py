@@ -341,5 +341,16 @@ def test_policy_from_config():
         low_memory=True,
         offload_optimizer_before_sync=True,
         sleep_training_after="all",
+        inference_sleep_level=2,  # colocated default: the sync overwrites every weight anyway
     )
     assert WeightSyncPolicy.from_config(load_config(None, [])) == WeightSyncPolicy(colocated=False)
+    level_1 = load_config(None, ["placement.colocate=true", "weight_sync.inference_sleep_level=1"])
+    assert WeightSyncPolicy.from_config(level_1).inference_sleep_level == 1
+    from arctic_rl_core.config.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError, match=r"weight_sync\.inference_sleep_level = 2: only colocated samplers sleep"
+    ):
+        load_config(None, ["weight_sync.inference_sleep_level=2"])
+    with pytest.raises(ConfigError, match="inference_sleep_level"):
+        load_config(None, ["placement.colocate=true", "weight_sync.inference_sleep_level=3"])

@@ -44,21 +44,22 @@ def test_train_payload_exact_layout():
     b = {k: v.tolist() for k, v in payload.batch.items()}
     assert b["input_ids"] == [[0, 0, 5, 6, 7, 8, 9], [1, 2, 3, 4, 9, 0, 0]]
     assert b["attention_mask"] == [[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]]
-    assert b["prompts"] == [[0, 0, 5, 6], [1, 2, 3, 4]]
+    # the server reads only the width of prompts: [B, P, 0], no bytes
+    assert tuple(payload.batch["prompts"].shape) == (2, 4, 0) and payload.batch["prompts"].nbytes == 0
     assert b["position_ids"] == [[0, 0, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 0, 0]]
     assert b["response_mask"] == [[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0]]
-    assert b["loss_mask"] == b["response_mask"]
+    # verl_grpo reads response_mask, never loss_mask: not sent
+    assert "loss_mask" not in b
     assert b["advantages"] == [[0, 0, 0, 0, 1.0, 1.0, 1.0], [0, 0, 0, 0, -0.5, 0, 0]]
     # token-aligned: response token j of a row at column P + j
     assert b["old_log_probs"] == [[0, 0, 0, 0, -0.5, -0.25, -2.0], [0, 0, 0, 0, -1.0, 0, 0]]
     dtypes = {k: str(v.dtype) for k, v in payload.batch.items()}
     assert dtypes == {
         "input_ids": "torch.int64",
-        "attention_mask": "torch.int64",
-        "prompts": "torch.int64",
+        "attention_mask": "torch.bool",
+        "prompts": "torch.bool",
         "position_ids": "torch.int64",
-        "response_mask": "torch.int64",
-        "loss_mask": "torch.int64",
+        "response_mask": "torch.bool",
         "advantages": "torch.float32",
         "old_log_probs": "torch.float32",
     }
@@ -227,7 +228,7 @@ def test_vectorised_build_matches_row_by_row_oracle(seed: int):
     for key, rows in expected.items():
         got = payload.batch[key]
         assert torch.equal(got, torch.tensor(rows, dtype=got.dtype)), key
-    assert payload.batch["prompts"].tolist() == [row[: spec.max_prompt_len] for row in expected["input_ids"]]
+    assert tuple(payload.batch["prompts"].shape) == (12, spec.max_prompt_len, 0)
     assert payload.meta["batch_num_tokens"] == sum(sum(r) for r in expected["response_mask"])
     assert payload.meta["global_batch_size"] == 12
     validate_payload(payload, dp_size=2, grad_accum_steps=2)
@@ -273,8 +274,12 @@ def test_response_logprobs_rejects_mismatches():
     forward = build_forward_payload(_two_samples(), spec)
     with pytest.raises(PayloadError, match=r"shape \(2, 6\)"):
         response_logprobs(torch.zeros(2, 6), forward, spec)
-    with pytest.raises(PayloadError, match=r"max_response_len=3 but spec\.max_response_len=4"):
-        response_logprobs(torch.zeros(2, 7), forward, _spec(max_response_len=4))
+    wider = build_forward_payload(_two_samples(), _spec(max_response_len=4))
+    with pytest.raises(PayloadError, match=r"max_response_len is 4 > spec\.max_response_len=3"):
+        response_logprobs(torch.zeros(2, 8), wider, spec)
+    tampered = WirePayload(batch=forward.batch, meta=dict(forward.meta, max_prompt_len=3), processing={})
+    with pytest.raises(PayloadError, match=r"meta\.max_prompt_len=3 but the payload is 4 wide"):
+        response_logprobs(torch.zeros(2, 7), tampered, spec)
 
 
 @pytest.mark.parametrize(
@@ -303,6 +308,17 @@ def test_response_logprobs_rejects_mismatches():
             "advantages holds NaN",
         ),
         ([RolloutSample([1], [2], response_mask=[2], old_logprobs=[-1.0])] * 2, {}, "values other than 0/1"),
+        # masks travel as bool: 256 must not wrap to 0 on the way
+        (
+            [RolloutSample([1], [2], response_mask=[256], old_logprobs=[-1.0])] * 2,
+            {},
+            r"other than 0/1 \(e\.g\. 256\)",
+        ),
+        (
+            [RolloutSample([1], [2], response_mask=np.array([256]), old_logprobs=[-1.0])] * 2,
+            {},
+            r"other than 0/1 \(e\.g\. 256\)",
+        ),
         ([RolloutSample([1], [-2], old_logprobs=[-1.0])] * 2, {}, "negative token id"),
         (
             [RolloutSample(np.array([1.5]), [2], old_logprobs=[-1.0])] * 2,
@@ -444,7 +460,8 @@ def _right_padded_prompts(t: torch.Tensor) -> torch.Tensor:
         ({"processing__post": ["compute_entropy_and_logprobs"]}, "lacks 'apply_temperature'"),
         ({"meta__batch_num_tokens": torch.tensor(4)}, "not plain JSON data"),
         ({"meta__pad_token_id": None}, "meta.pad_token_id=None: required"),
-        ({"batch__prompts": lambda t: t[:, 1:]}, r"prompts has shape \(2, 3\)"),
+        ({"batch__prompts": lambda t: t[:, 1:]}, r"prompts has shape \(2, 3, 0\)"),
+        ({"batch__prompts": torch.zeros(2, 4, 1, dtype=torch.bool)}, r"prompts has shape \(2, 4, 1\)"),
     ],
 )
 def test_validate_payload_catches_contract_violations(changes, message):
@@ -490,7 +507,7 @@ def test_digest_is_stable_and_sensitive():
                 (torch.tensor([0]), torch.tensor([4])), torch.tensor(1.5)
             ),
         ),
-        _mutated(base, batch__loss_mask=lambda t: t.to(torch.int32)),
+        _mutated(base, batch__response_mask=lambda t: t.to(torch.int32)),
         _mutated(base, meta__temperature=0.70001),
         _mutated(base, processing__loss_fn="sft"),
         build_train_payload(_two_samples(), _spec(max_response_len=4)),
@@ -522,7 +539,7 @@ def test_digest_matches_across_processes_and_is_pinned():
     assert here == PINNED_DIGEST
 
 
-PINNED_DIGEST = "125d369109c98588364f3710d8ae23c87c5ddef659beca347ad1ef1500812fd2"
+PINNED_DIGEST = "bb09b888b200148812f175b4860ca76fed8fff3204d8e9efad59d6d06125f357"
 
 
 def test_digest_follows_the_documented_encoding():
@@ -531,13 +548,13 @@ def test_digest_follows_the_documented_encoding():
     import struct
 
     payload = build_train_payload(_two_samples(), _spec())
-    parts = [b"arctic-rl-wire-digest-v1", b"|batch:dict:1", b"|mb:8"]
+    parts = [b"arctic-rl-wire-digest-v1", b"|batch:dict:1", f"|mb:{len(payload.batch)}".encode()]
     for name in sorted(payload.batch):
         t = payload.batch[name]
         dtype = str(t.dtype).removeprefix("torch.")
         parts.append(f"|t:{name}:{dtype}:{list(t.shape)}:".encode())
         values = t.reshape(-1).tolist()
-        parts.append(struct.pack(f"<{len(values)}{'q' if dtype == 'int64' else 'f'}", *values))
+        parts.append(struct.pack(f"<{len(values)}{ {'int64': 'q', 'bool': '?'}.get(dtype, 'f') }", *values))
     for section in ("meta", "processing"):
         text = json.dumps(getattr(payload, section), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         parts.append(f"|{section}:{text}".encode())
@@ -594,7 +611,8 @@ def test_spec_from_config_maps_every_payload_setting():
             "zorro.logits_optimization=memory",
             "zorro.logits_peak_mem_gib=2.5",
             "zorro.logits_compute_in_fp32=true",
-            "wire.drop_position_ids=true",
+            "wire.drop_position_ids=false",
+            "wire.pad_to_multiple=8",
         ],
     )
     spec = PayloadSpec.from_config(cfg, pad_token_id=151643)
@@ -622,14 +640,20 @@ def test_spec_from_config_maps_every_payload_setting():
         shape.max_token_len_per_gpu,
     )
     assert (spec.logits_optimization, spec.logits_optimization_peak_mem_size_in_gib) == ("memory", 2.5)
-    assert spec.logits_compute_in_fp32 is True and spec.drop_position_ids is True
+    assert spec.logits_compute_in_fp32 is True and spec.drop_position_ids is False
+    assert spec.pad_to_multiple == 8
     # the train payload of one mini-batch fits the spec's row split
     samples = [
         RolloutSample([3, 4], [5, 6], old_logprobs=[-1.0, -1.0], ref_logprobs=[-1.0, -1.0], advantages=1.0)
     ] * shape.train_batch_size
     payload = build_train_payload(samples, spec)
     validate_payload(payload, dp_size=spec.dp_size, grad_accum_steps=spec.grad_accum_steps)
-    assert payload.meta["logits_compute_in_fp32"] is True and "position_ids" not in payload.batch
+    assert payload.meta["logits_compute_in_fp32"] is True and "position_ids" in payload.batch
+    # 2-token prompts pad to 8; ZoRRo keeps the response at max_response_length
+    assert (payload.meta["max_prompt_len"], payload.meta["max_response_len"]) == (8, 16)
+    # the defaults: position_ids dropped (the server rebuilds them), payloads padded to multiples of 64
+    default = PayloadSpec.from_config(load_config(None, []), pad_token_id=0)
+    assert default.drop_position_ids is True and default.pad_to_multiple == 64
 
 
 def test_sft_payload_labels_every_response_token_and_nothing_else():

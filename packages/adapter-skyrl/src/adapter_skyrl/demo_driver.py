@@ -70,9 +70,24 @@ def skyrl_overrides(
         f"trainer.ckpt_path={run_dir / CHECKPOINT_DIR}",
         f"trainer.export_path={run_dir / 'export'}",
         "trainer.resume_mode=latest",
-        "trainer.arctic_rl.backend.kind=reference",
-        f"trainer.arctic_rl.backend.reference.model_path={model_path.resolve()}",
+        *skyrl_backend_overrides(options, model_path=model_path),
     ]
+
+
+def skyrl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[str]:
+    """The GRPO backend (`arctic_rl_core.demo.backend.grpo_backend_settings`) as SkyRL overrides:
+    `trainer.arctic_rl.*`, and for a server the policy model path (the model its jobs load, and
+    the tokenizer SkyRL builds)."""
+    from arctic_rl_core.demo.backend import grpo_backend_settings, override_value
+
+    settings = grpo_backend_settings(options, model_path=model_path)
+    # Colocation is SkyRL's own switch (colocate_all); the rest are core groups under trainer.arctic_rl.
+    colocate = settings.pop("placement.colocate", False)
+    overrides = [f"trainer.placement.colocate_all={override_value(colocate)}"]
+    overrides += [f"trainer.arctic_rl.{key}={override_value(value)}" for key, value in settings.items()]
+    if options.server is not None:
+        overrides.append(f"trainer.policy.model.path={model_path.resolve()}")
+    return overrides
 
 
 def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
@@ -184,7 +199,10 @@ def run_grpo(
     # The demo builds the backend itself (so it stays up for the accuracy after GRPO; an
     # experiment shuts down only a backend it created), from the adapter's own config mapping.
     backend = build_backend(to_arctic_config(cfg, steps_per_epoch=steps_per_epoch))
-    on_backend({"where": "in process", **process_location()})
+    if options.server is None:
+        on_backend({"where": "in process", **process_location()})
+    else:
+        on_backend({"where": f"Arctic on-prem server at {options.server} (arctic-platform client)"})
     exp = DemoExp(cfg, backend=backend)
     latest = run_dir / CHECKPOINT_DIR / "latest_ckpt_global_step.txt"
     first_step = int(latest.read_text().strip()) + 1 if latest.is_file() else 1

@@ -21,10 +21,17 @@ from skyrl.backends.skyrl_train.distributed.dispatch import WorkerOutput
 from skyrl.backends.skyrl_train.workers.worker_dispatch import WorkerDispatch
 
 from adapter_skyrl.loop_bridge import on_backend_loop
-from adapter_skyrl.samples import response_lengths, to_rollout_samples, to_skyrl_rows
+from adapter_skyrl.samples import (
+    response_lengths,
+    rollout_correction_weights,
+    to_rollout_samples,
+    to_skyrl_rows,
+)
+from adapter_skyrl.skyrl_internals import no_actor_groups
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend, WirePayload
+    from arctic_rl_core.config.schema import CheckpointSettings
     from arctic_rl_core.weight_sync import WeightSyncPolicy
     from arctic_rl_core.wire import PayloadSpec
     from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
@@ -49,16 +56,18 @@ class ArcticWorkerDispatch(WorkerDispatch):
         *,
         trace: PayloadTrace | None = None,
         call_timeout_s: float | None = None,
+        checkpoint: CheckpointSettings | None = None,
     ):
         # The base keeps cfg/colocation flags; its actor-group table stays empty on purpose.
         super().__init__(cfg, policy_actor_group=None, inference_engine_client=None)
-        self._actor_groups = {}
-        self._gpu_state = {}
+        no_actor_groups(self)
         self.backend = backend
         self.spec = spec
         self.sync_policy = sync_policy
         self.trace = trace
         self.call_timeout_s = call_timeout_s
+        # the core checkpoint settings (export_hf, save_total_limit) every backend save passes on
+        self.checkpoint = checkpoint
         self.weights_version: int | None = None
         # Where the weights version is reported after each sync (the trainer's metrics of the step).
         self.metrics_sink: Callable[[], dict[str, Any]] | None = None
@@ -196,7 +205,10 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self._ensure_training()
         start = time.perf_counter()
         with_ref = bool(self.spec.use_kl_loss)
-        samples = to_rollout_samples(data, with_advantages=True, with_old=True, with_ref=with_ref)
+        weights = rollout_correction_weights(data, self.cfg.trainer.algorithm)
+        samples = to_rollout_samples(
+            data, with_advantages=True, with_old=True, with_ref=with_ref, is_weights_B_R=weights
+        )
         payload = build_train_payload(samples, self.spec)
         self._record("forward_backward", payload)
         out = self._run(self.backend.forward_backward(payload))
@@ -299,7 +311,16 @@ class ArcticWorkerDispatch(WorkerDispatch):
         os.makedirs(ckpt_dir, exist_ok=True)
         # The protocol's (path, step) pair names the checkpoint for both save and load.
         backend_path = os.path.join(ckpt_dir, BACKEND_SUBDIR)
-        saved = self._run(self.backend.save_checkpoint(backend_path, self.optimizer_steps))
+        # SkyRL's own cleanup (trainer.max_ckpts_to_keep) removes whole global_step folders, this
+        # backend checkpoint with them; save_total_limit prunes inside the backend folder as well
+        saved = self._run(
+            self.backend.save_checkpoint(
+                backend_path,
+                self.optimizer_steps,
+                export_hf=bool(self.checkpoint and self.checkpoint.export_hf),
+                save_total_limit=self.checkpoint.save_total_limit if self.checkpoint else None,
+            )
+        )
         marker = {
             "backend_subdir": BACKEND_SUBDIR,
             "step": self.optimizer_steps,
@@ -356,8 +377,9 @@ class ArcticWorkerDispatch(WorkerDispatch):
 
     def save_hf_model(self, model: str, export_dir: str, tokenizer: Any) -> None:
         raise NotImplementedError(
-            f"save_hf_model({model!r}, {export_dir!r}): the Arctic backend has no HF export; set "
-            "trainer.hf_save_interval=-1 and use trainer.ckpt_interval checkpoints"
+            f"save_hf_model({model!r}, {export_dir!r}): the Arctic backend exports Hugging Face weights only "
+            "inside its checkpoints: set trainer.hf_save_interval=-1 and checkpoint.export_hf=true (each "
+            "trainer.ckpt_interval checkpoint then has an hf/ copy in its backend folder)"
         )
 
     def init_model(self, model: str, model_path: str, num_training_steps: int | None = None) -> None:
@@ -384,7 +406,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
         return []
 
     def set_inference_engine_client(self, inference_engine_client: Any) -> None:
-        self._inference_engine_client = inference_engine_client
+        super().set_inference_engine_client(inference_engine_client)
 
     def register_actor_group(self, model: str, actor_group: Any) -> None:
         raise NotImplementedError(f"register_actor_group({model!r}): the Arctic dispatch has no actor groups")

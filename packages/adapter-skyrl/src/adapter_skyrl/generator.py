@@ -67,6 +67,7 @@ class ArcticGenerator(GeneratorInterface):
         *,
         prompt_format: PromptFormat = "token_ids",
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        env_configs: Any = None,
         call_timeout_s: float | None = None,
         expected_weights_version: Callable[[], int | None] | None = None,
     ):
@@ -76,6 +77,8 @@ class ArcticGenerator(GeneratorInterface):
         self.tokenizer = tokenizer
         self.prompt_format = prompt_format
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        # SkyRL's `environment.skyrl_gym`: each env_class gets its own section as env_config.
+        self.env_configs = env_configs
         self.call_timeout_s = call_timeout_s
         # The version the last weight sync produced (the dispatch's); rollouts must use exactly it.
         self.expected_weights_version = expected_weights_version
@@ -132,6 +135,7 @@ class ArcticGenerator(GeneratorInterface):
             conversations,
             input_batch["env_classes"],
             input_batch.get("env_extras") or [{}] * len(texts),
+            env_configs=self.env_configs,
         )
         score_s = time.perf_counter() - score_start
         errors = sum(1 for v in verdicts if v.get("scoring_error"))
@@ -173,6 +177,7 @@ def score_rollouts(
     conversations: Sequence[Any],
     env_classes: Sequence[str],
     env_extras: Sequence[Mapping[str, Any] | None],
+    env_configs: Any = None,
 ) -> tuple[list[float], list[dict[str, Any]]]:
     """Reward and verdict of each response. BIRD rows are scored together by the core batch
     scorer (each distinct query executed once, gold results cached); other rows, or BIRD rows
@@ -194,7 +199,9 @@ def score_rollouts(
                 )
     for i, env_class in enumerate(env_classes):
         if rewards[i] is None:
-            rewards[i], verdicts[i] = _step_env(env_class, conversations[i], texts[i], extras[i])
+            rewards[i], verdicts[i] = _step_env(
+                env_class, conversations[i], texts[i], extras[i], env_config_for(env_configs, env_class)
+            )
     return [float(r) for r in rewards], [dict(v or {}) for v in verdicts]
 
 
@@ -211,12 +218,23 @@ def _bird_batch(texts: Sequence[str], extras: Sequence[Mapping[str, Any]]) -> li
     )
 
 
+def env_config_for(env_configs: Any, env_class: str) -> Any:
+    """SkyRL's rule (SkyRLGymGenerator): the `environment.skyrl_gym.<env_class>` section, else {}."""
+    if env_configs is None:
+        return {}
+    if isinstance(env_configs, Mapping):
+        return env_configs.get(env_class, {})
+    return getattr(env_configs, env_class, {})
+
+
 def _step_env(
-    env_class: str, conversation: Any, text: str, extras: Mapping[str, Any]
+    env_class: str, conversation: Any, text: str, extras: Mapping[str, Any], env_config: Any = None
 ) -> tuple[float, dict[str, Any]]:
     import skyrl_gym
 
-    env = skyrl_gym.make(env_class, env_config={}, extras=dict(extras))
+    env = skyrl_gym.make(
+        env_class, env_config=env_config if env_config is not None else {}, extras=dict(extras)
+    )
     try:
         env.init(conversation)
         step = env.step(text)

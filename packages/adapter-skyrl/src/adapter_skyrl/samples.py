@@ -24,11 +24,18 @@ def _row_values(values_B_R: torch.Tensor | None, row: int, resp_len: int) -> lis
 
 
 def to_rollout_samples(
-    data: TrainingInputBatch, *, with_advantages: bool, with_old: bool, with_ref: bool
+    data: TrainingInputBatch,
+    *,
+    with_advantages: bool,
+    with_old: bool,
+    with_ref: bool,
+    is_weights_B_R: torch.Tensor | None = None,
 ) -> list[RolloutSample]:
     """One `RolloutSample` per row of a SkyRL batch.
 
     `loss_mask` becomes the sample's response mask (SkyRL's loss mask is what its loss reads).
+    `is_weights_B_R`: rollout-correction weights right-aligned like the response tensors (`[B, 1]`
+    is broadcast over each row's response).
     """
     from arctic_rl_core.wire import RolloutSample
 
@@ -62,9 +69,47 @@ def to_rollout_samples(
                 old_logprobs=_row_values(old_B_R, row, resp_len),
                 ref_logprobs=_row_values(ref_B_R, row, resp_len),
                 rollout_logprobs=_row_values(rollout_B_R, row, resp_len),
+                rollout_is_weights=_weights(is_weights_B_R, row, resp_len),
             )
         )
     return samples
+
+
+def _weights(weights_B_R: torch.Tensor | None, row: int, resp_len: int) -> list[float] | None:
+    if weights_B_R is None:
+        return None
+    if weights_B_R.shape[1] == 1:  # one weight per sequence
+        return [float(weights_B_R[row, 0])] * resp_len
+    return _row_values(weights_B_R.cpu(), row, resp_len)
+
+
+def rollout_correction_weights(data: TrainingInputBatch, algorithm: Any) -> torch.Tensor | None:
+    """SkyRL's truncated importance-sampling weights (its own `compute_tis_ratio`, pi_old / pi_rollout
+    capped) for `trainer.algorithm.off_policy_correction.tis_ratio_type` (or the deprecated `use_tis`,
+    which SkyRL turns into token TIS capped at `tis_imp_ratio_cap`); None when off."""
+    import copy
+
+    from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import compute_tis_ratio
+
+    opc = copy.copy(algorithm.off_policy_correction)
+    tis_type = opc.tis_ratio_type
+    if tis_type is None and algorithm.use_tis:
+        tis_type, opc.token_tis_ratio_clip_high = "token", algorithm.tis_imp_ratio_cap
+    if tis_type is None:
+        return None
+    rollout_B_R = data.get("rollout_logprobs")
+    if rollout_B_R is None:
+        raise ValueError(
+            "rollout correction (trainer.algorithm.off_policy_correction.tis_ratio_type) needs the rollout "
+            "log-probs: set generator.sampling_params.logprobs=1"
+        )
+    old_B_R = _required(data, "action_log_probs")
+    loss_mask_B_R = data.get("loss_mask")
+    loss_mask_B_R = loss_mask_B_R if loss_mask_B_R is not None else _required(data, "response_mask")
+    weights, _metrics = compute_tis_ratio(
+        old_B_R.cpu(), rollout_B_R.cpu(), loss_mask_B_R.cpu(), tis_type, opc
+    )
+    return weights
 
 
 def _required(data: TrainingInputBatch, key: str) -> torch.Tensor:

@@ -17,9 +17,10 @@ from skyrl.train.entrypoints.main_base import BasePPOExp
 from skyrl.train.trainer import RayPPOTrainer
 from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
 
-from adapter_skyrl.config import check_supported, to_arctic_config
+from adapter_skyrl.config import DEFAULT_BACKEND, align_with_arctic, translate
 from adapter_skyrl.dispatch import ArcticWorkerDispatch
 from adapter_skyrl.generator import ArcticGenerator
+from adapter_skyrl.skyrl_internals import no_inference_servers
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
@@ -125,18 +126,33 @@ class ArcticPPOExp(BasePPOExp):
         trace: PayloadTrace | None = None,
         prompt_format: str | None = None,
     ):
-        check_supported(cfg)
         self.cfg = cfg
         self.backend_settings = backend_settings(cfg)
         self.tokenizer = self._build_tokenizer()
         self.train_dataset = self.get_train_dataset()
         self.eval_dataset = self.get_eval_dataset()
         self.colocate_pg = None
-        self._server_groups = self._prefill_server_groups = self._decode_server_groups = None
-        self._inference_router = None
+        no_inference_servers(self)
         # The schedule horizon needs the dataloader length: recompute with the real one.
         steps_per_epoch = len(self.train_dataset) // cfg.trainer.train_batch_size
-        self.arctic_cfg = to_arctic_config(cfg, steps_per_epoch=steps_per_epoch)
+        translation = translate(cfg, steps_per_epoch=steps_per_epoch)
+        self.arctic_cfg = translation.raise_for_issues()
+        self.translation = translation
+        # SkyRL's view of the run is the Arctic run's (DP, micro-batch; no SkyRL engines to colocate).
+        align_with_arctic(cfg, self.arctic_cfg)
+        from arctic_rl_core.config.settings_table import render_settings_table
+
+        from adapter_skyrl.field_table import FRAMEWORK
+
+        logger.info(
+            "\n"
+            + render_settings_table(
+                self.arctic_cfg,
+                framework=FRAMEWORK,
+                not_applied=translation.not_applied,
+                notices=translation.notices,
+            )
+        )
         if backend is not None and backend_factory is not None:
             raise ValueError("pass either backend or backend_factory, not both")
         self.backend = backend if backend is not None else (backend_factory or build_backend)(self.arctic_cfg)
@@ -220,6 +236,7 @@ class ArcticPPOExp(BasePPOExp):
             tokenizer,
             prompt_format=self.prompt_format,
             chat_template_kwargs=cfg.generator.chat_template_kwargs,
+            env_configs=cfg.environment.skyrl_gym,
             expected_weights_version=self._synced_version,
         )
 
@@ -235,7 +252,12 @@ class ArcticPPOExp(BasePPOExp):
 
         spec = PayloadSpec.from_config(self.arctic_cfg, pad_token_id=int(self.tokenizer.pad_token_id))
         return ArcticWorkerDispatch(
-            self.cfg, self.backend, spec, WeightSyncPolicy.from_config(self.arctic_cfg), trace=self.trace
+            self.cfg,
+            self.backend,
+            spec,
+            WeightSyncPolicy.from_config(self.arctic_cfg),
+            trace=self.trace,
+            checkpoint=self.arctic_cfg.checkpoint,
         )
 
     def _setup_trainer(self) -> ArcticPPOTrainer:
@@ -266,7 +288,9 @@ def backend_settings(cfg: SkyRLTrainConfig) -> Any:
     """The validated `backend` group of `trainer.arctic_rl` (needed before the dataset exists)."""
     from arctic_rl_core.config.schema import BackendSettings
 
-    return BackendSettings.model_validate(dict(cfg.trainer.arctic_rl).get("backend", {}))
+    backend = dict(dict(cfg.trainer.arctic_rl or {}).get("backend") or {})
+    backend.setdefault("kind", DEFAULT_BACKEND)
+    return BackendSettings.model_validate(backend)
 
 
 def build_backend(cfg: ArcticRLConfig) -> Backend:

@@ -97,9 +97,32 @@ def verl_overrides(
         # logical CPUs for verl's actors (trainer, forwarder, rollout server, reward, TransferQueue)
         "ray_kwargs.ray_init.num_cpus=8",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        f"+remote_backend.core.backend.reference.model_path={model_path.resolve()}",
-        f"+remote_backend.core.determinism.seed={options.seed}",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        *verl_backend_overrides(options, model_path=model_path),
     ]
+
+
+def verl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[str]:
+    """The GRPO backend (`arctic_rl_core.demo.backend.grpo_backend_settings`) as verl overrides
+    (`+remote_backend.core.*`); a server's jobs load `actor_rollout_ref.model.path`."""
+    from arctic_rl_core.demo.backend import grpo_backend_settings, override_value
+
+    settings = grpo_backend_settings(options, model_path=model_path)
+    overrides: list[str] = []
+    for key, value in settings.items():
+        if key == "placement.colocate":  # verl's own field: the hybrid engine
+            overrides.append(f"actor_rollout_ref.hybrid_engine={override_value(value)}")
+            if not value:  # sampling on its own (simulated) GPU: verl's standalone rollout pool
+                overrides += [
+                    "actor_rollout_ref.rollout.nnodes=1",
+                    "actor_rollout_ref.rollout.n_gpus_per_node=1",
+                ]
+        elif key == "checkpoint.path":  # verl's own field: trainer.default_local_dir (set above)
+            continue
+        else:
+            # `++`: add or override (the adapter's `remote_backend=arctic` config already sets backend.kind)
+            overrides.append(f"++remote_backend.core.{key}={override_value(value)}")
+    return overrides
 
 
 def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
@@ -185,8 +208,11 @@ class _MetricsTail:
                 self.on_step(step, step_record(entry["data"], step_rewards(self.rollout_dir, step)))
 
 
-def _backend_location() -> dict[str, Any]:
-    """Where verl's trainer started the reference engine: its Ray actor's process and node."""
+def _backend_location(options: DemoOptions) -> dict[str, Any]:
+    """Where verl's trainer started the reference engine: its Ray actor's process and node (or
+    the Arctic server the run drives)."""
+    if options.server is not None:
+        return {"where": f"Arctic on-prem server at {options.server} (arctic-platform client)"}
     from adapter_verl.session import lookup_session
 
     handle = lookup_session().handle
@@ -253,7 +279,7 @@ def run_grpo(
         os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file.resolve())
         try:
             tail = _MetricsTail(
-                metrics_file, run_dir / ROLLOUT_DIR, on_step, lambda: on_backend(_backend_location())
+                metrics_file, run_dir / ROLLOUT_DIR, on_step, lambda: on_backend(_backend_location(options))
             )
             with tail:
                 run_ppo(config, task_runner_class=TaskRunnerV1)
@@ -279,6 +305,10 @@ async def _restored_backend(options: DemoOptions, model_path: Path, checkpoints:
     if step < 1:
         raise RuntimeError(f"verl left no checkpoint in {checkpoints}: the GRPO run did not finish a step")
     backend = reference_backend(options, model_path=model_path, lr=options.lr)
-    await backend.load_checkpoint(str(checkpoints / f"global_step_{step}" / "actor"), step)
+    from adapter_verl.worker import backend_checkpoint_root
+
+    await backend.load_checkpoint(
+        backend_checkpoint_root(str(checkpoints / f"global_step_{step}" / "actor")), step
+    )
     await synced(backend)
     return backend

@@ -1,20 +1,32 @@
-"""`python -m adapter_verl.main <verl overrides>`: verl's `main_ppo` V1 path on Arctic RL.
+"""`python -m adapter_verl.main [--dry-run] <verl overrides>`: verl's `main_ppo` V1 path on Arctic RL.
 
-Adds the overrides that select the Arctic path (printed, never silent), checks the composed config
-with `adapter_verl.config.check_supported` before any Ray start-up, turns off Ray's `uv run`
-runtime-env hook (see `keep_ray_off_uv_run`), then hands the same argv to verl's own Hydra entry
-point.
+Before anything starts: rewrites the overrides of Arctic-Platform's verl launchers
+(`adapter_verl.incumbent`), merges the user's `hydra.searchpath` with the adapter's, accepts
+`actor_rollout_ref.rollout.name=vllm` as the Arctic server's vLLM, adds the overrides that select the
+Arctic path (printed, never silent), composes the config and checks it completely (the mapping
+table's rejections, verl's own `validate_config`, the Arctic path's rules and the core validation:
+every problem at once, exit 2). `--dry-run` then prints the resolved core config exactly as
+`arctic-rl config show` does, and the settings table, and exits without starting Ray. Otherwise it
+turns off Ray's `uv run` runtime-env hook (see `keep_ray_off_uv_run`) and hands the overrides to
+verl's own Hydra entry point.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from adapter_verl.verl_internals import turn_off_ray_uv_hook_constant
 
 RAY_UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
+EXIT_BAD_SETTINGS = 2
 
-SEARCHPATH = "hydra.searchpath=[pkg://adapter_verl.hydra_config]"
+SEARCHPATH_ENTRY = "pkg://adapter_verl.hydra_config"
+SEARCHPATH = f"hydra.searchpath=[{SEARCHPATH_ENTRY}]"
 # key -> the override the adapter adds when the user did not set that key
 ARCTIC_DEFAULTS: dict[str, str] = {
     "hydra.searchpath": SEARCHPATH,
@@ -22,11 +34,29 @@ ARCTIC_DEFAULTS: dict[str, str] = {
     "trainer.use_v1": "trainer.use_v1=true",
     "trainer.v1.trainer_mode": "trainer.v1.trainer_mode=arctic",
     "actor_rollout_ref.rollout.name": "actor_rollout_ref.rollout.name=arctic",
-    # verl defaults to TP 2, which gives zero replicas with one forwarder worker
-    "actor_rollout_ref.rollout.tensor_model_parallel_size": (
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=1"
-    ),
 }
+
+USAGE = """\
+usage: python -m adapter_verl.main [--dry-run] [--help] <verl Hydra overrides>
+
+Runs verl 0.9.1's own PPO/GRPO trainer (main_ppo, V1) with Arctic RL doing generation, log-probs,
+the loss, the optimizer step and weight sync. verl's fields keep their meaning: GPUs are
+trainer.nnodes x trainer.n_gpus_per_node (the hybrid engine = colocated Arctic jobs), rollout TP,
+vLLM and kernel settings, batch sizes, optim.*, KL and clip settings, data.seed and
+trainer.default_local_dir drive the Arctic stack. What verl has no field for goes under
++remote_backend.core.<group>.<knob> (backend.kind=ray|http|cortex|reference, zorro.*,
+arctic_inference.*, weight_sync.*, deepspeed.zero_stage, ...).
+
+  --dry-run   check everything, print the resolved core config (as `arctic-rl config show`) and
+              the settings table, start nothing; exit 0, or 2 listing every problem
+  --help      this text
+
+The adapter adds (and prints) hydra.searchpath=[pkg://adapter_verl.hydra_config] (merged with
+yours), +remote_backend=arctic, trainer.use_v1=true, trainer.v1.trainer_mode=arctic and
+actor_rollout_ref.rollout.name=arctic when you did not set them. Launchers of Arctic-Platform's
+verl integration work unchanged but for the entry point: their remote_backend.* keys are
+translated, each with a notice.
+"""
 
 
 def _override_key(override: str) -> str:
@@ -38,6 +68,68 @@ def with_arctic_defaults(overrides: Sequence[str]) -> tuple[list[str], list[str]
     given = {_override_key(o) for o in overrides}
     added = [value for key, value in ARCTIC_DEFAULTS.items() if key not in given]
     return [*added, *overrides], added
+
+
+def merge_searchpath(override: str) -> tuple[str, str | None]:
+    """A user's `hydra.searchpath=[...]` with the adapter's entry first (its `remote_backend/arctic`
+    group must win over a same-named group elsewhere); returns (override, notice)."""
+    key, _, raw = override.partition("=")
+    entries = [
+        e.strip().strip("'\"")
+        for e in raw.strip().removeprefix("[").removesuffix("]").split(",")
+        if e.strip()
+    ]
+    if SEARCHPATH_ENTRY in entries:
+        return override, None
+    merged = [SEARCHPATH_ENTRY, *entries]
+    return (
+        f"{key}=[{','.join(merged)}]",
+        f"hydra.searchpath: {SEARCHPATH_ENTRY} added before yours ({','.join(entries)})",
+    )
+
+
+@dataclass
+class Prepared:
+    """The overrides verl composes, and what the adapter said and found on the way."""
+
+    overrides: list[str]
+    added: list[str]
+    notices: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    translation: object | None = None
+
+
+def prepare(argv: Sequence[str]) -> Prepared:
+    """Rewrite the user's overrides into what verl composes (no Hydra yet)."""
+    from adapter_verl.config import default_leaves
+    from adapter_verl.incumbent import translate
+
+    translation = translate(argv)
+    notices = list(translation.notices)
+    problems = list(translation.problems)
+    existing = default_leaves()
+    out: list[str] = []
+    for override in translation.overrides:
+        key = _override_key(override)
+        value = override.partition("=")[2]
+        if key == "hydra.searchpath":
+            override, notice = merge_searchpath(override)
+            if notice:
+                notices.append(notice)
+        elif key == "remote_backend" and value != "arctic":
+            problems.append(f"remote_backend={value}: the adapter's group is +remote_backend=arctic")
+            continue
+        elif key == "actor_rollout_ref.rollout.name" and value == "vllm":
+            override = "actor_rollout_ref.rollout.name=arctic"
+            notices.append(
+                "actor_rollout_ref.rollout.name=vllm: now arctic (the Arctic server's vLLM engines)"
+            )
+        elif re.match(r"^\+[^+]", override) and key in existing:
+            override = override[1:]
+            notices.append(f"+{key}: {key} already exists in verl 0.9.1's config: set without '+'")
+        out.append(override)
+    overrides, added = with_arctic_defaults(out)
+    return Prepared(overrides, added, notices, problems, translation)
 
 
 def keep_ray_off_uv_run() -> str | None:
@@ -59,9 +151,7 @@ def keep_ray_off_uv_run() -> str | None:
             "start the Ray cluster from the locked environment"
         )
     os.environ[RAY_UV_HOOK_ENV] = "0"
-    constants = sys.modules.get("ray._private.ray_constants")
-    if constants is not None:  # Ray reads the variable when it is imported: already done here
-        constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
+    turn_off_ray_uv_hook_constant()  # Ray reads the variable when it is imported: maybe done here
     return (
         f"adapter_verl: {RAY_UV_HOOK_ENV}=0 (verl passes runtime_env working_dir=None, which Ray's "
         "uv-run hook rejects; Ray workers run the cluster's Python environment)"
@@ -79,25 +169,111 @@ def compose(overrides: Sequence[str]):
         return hydra_compose(config_name="ppo_trainer", overrides=list(overrides))
 
 
+def verl_validation_problems(config) -> list[str]:
+    """verl's own startup check (`verl.utils.config.validate_config`, as `main_ppo` runs it)."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # verl prints its verdict: keep stdout the document
+            validate_config(
+                config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+            )
+    except (AssertionError, ValueError, TypeError, KeyError) as error:
+        return [f"verl's own check: {error}"]
+    return []
+
+
+@dataclass
+class Check:
+    """One complete check of a command line."""
+
+    prepared: Prepared
+    config: object | None  # the composed verl config
+    resolution: object | None  # adapter_verl.config.Resolution
+    problems: list[str]
+    notices: list[str]
+
+
+def check(argv: Sequence[str]) -> Check:
+    """Everything `main` checks before Ray starts, every problem at once."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from adapter_verl.config import resolve
+    from adapter_verl.incumbent import check_gpu_counts
+
+    prepared = prepare(argv)
+    problems = list(prepared.problems)
+    notices = list(prepared.notices)
+    try:
+        config = compose(prepared.overrides)
+    except (HydraException, OmegaConfBaseException) as error:
+        problems.append(f"verl's Hydra config: {error}".replace("\n", " "))
+        return Check(prepared, None, None, problems, notices)
+    gpu_notices, gpu_problems = check_gpu_counts(prepared.translation, config)
+    notices.extend(gpu_notices)
+    problems.extend(gpu_problems)
+    problems.extend(verl_validation_problems(config))
+    steps = config.trainer.get("total_training_steps")
+    resolution = resolve(config, int(steps) if steps else None)
+    problems.extend(resolution.problems)
+    return Check(prepared, config, resolution, problems, notices)
+
+
+def settings_table(result: Check) -> str:
+    """The startup table: backend, model, GPUs, colocation, optimisations, settings not applied."""
+    from arctic_rl_core.config.settings_table import render_settings_table
+
+    return render_settings_table(
+        result.resolution.config, framework="verl 0.9.1", not_applied=result.resolution.not_applicable
+    )
+
+
+def dump_document(cfg) -> str:
+    """The resolved core config exactly as `arctic-rl config show` prints it."""
+    from arctic_rl_core.config.show import render_config_document
+
+    return render_config_document(cfg)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    from adapter_verl.config import UnsupportedVerlSettingError, check_supported
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--help" in args or "-h" in args:
+        sys.stdout.write(USAGE)
+        raise SystemExit(0)
+    dry_run = "--dry-run" in args
+    args = [a for a in args if a != "--dry-run"]
+
+    result = check(args)
+    for notice in result.notices:
+        print(f"adapter_verl: {notice}", file=sys.stderr)
+    if result.prepared.added:
+        print(f"adapter_verl: adding {' '.join(result.prepared.added)}", file=sys.stderr)
+    if result.problems:
+        count = len(result.problems)
+        lines = "\n".join(f"  - {p}" for p in result.problems)
+        print(
+            f"adapter_verl: {count} problem{'s' if count != 1 else ''} in the settings:\n{lines}",
+            file=sys.stderr,
+        )
+        raise SystemExit(EXIT_BAD_SETTINGS)
+    if dry_run:
+        sys.stdout.write(dump_document(result.resolution.config))
+        sys.stdout.write(settings_table(result))
+        raise SystemExit(0)
+
+    print(settings_table(result), file=sys.stderr)
     from adapter_verl.plugin import require_registered
 
-    user = list(sys.argv[1:] if argv is None else argv)
     notice = keep_ray_off_uv_run()
     if notice:
         print(notice, file=sys.stderr)
-    overrides, added = with_arctic_defaults(user)
-    if added:
-        print(f"adapter_verl: adding {' '.join(added)}", file=sys.stderr)
-    problems = check_supported(compose(overrides))
-    if problems:
-        raise SystemExit(str(UnsupportedVerlSettingError(problems)))
     require_registered()
 
     from verl.trainer import main_ppo
 
-    sys.argv = [sys.argv[0], *overrides]
+    sys.argv = [sys.argv[0], *result.prepared.overrides]
     main_ppo.main()
 
 

@@ -20,13 +20,12 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
+from adapter_verl.verl_internals import REPLICA_MODULE, TRAINER_PACKAGE
+
 logger = logging.getLogger("adapter_verl")
 
 TRAINER_MODE = "arctic"
 ROLLOUT_NAME = "arctic"
-TRAINER_PACKAGE = "verl.trainer.ppo.v1"
-
-REPLICA_MODULE = "verl.workers.rollout.replica"
 
 _lock = threading.Lock()
 _registered: dict[str, bool] = {}
@@ -57,7 +56,9 @@ def register_replica_now() -> None:
     """Register `actor_rollout_ref.rollout.name=arctic` (a loader: the class is imported on use)."""
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    existing = RolloutReplicaRegistry._registry.get(ROLLOUT_NAME)
+    from adapter_verl.verl_internals import registered_rollout_loader
+
+    existing = registered_rollout_loader(ROLLOUT_NAME)
     if existing is not None and existing is not _load_replica_class:
         raise ValueError(
             f"rollout name {ROLLOUT_NAME!r} is already registered by {existing!r}: another plugin "
@@ -67,8 +68,15 @@ def register_replica_now() -> None:
     _registered[REPLICA_MODULE] = True
 
 
-def register_trainer_now() -> type:
-    """Import the trainer module: its decorator registers `trainer.v1.trainer_mode=arctic`."""
+def register_trainer_now() -> type | None:
+    """Import the trainer module: its decorator registers `trainer.v1.trainer_mode=arctic`.
+
+    When `adapter_verl.trainer` is itself the importer of verl's trainer package (imported first),
+    the hook fires while that module is half-initialised: its own decorator registers the mode when
+    it finishes, and `require_registered()` records it then."""
+    half_done = sys.modules.get("adapter_verl.trainer")
+    if half_done is not None and not hasattr(half_done, "ArcticTrainer"):
+        return None
     from adapter_verl.trainer import ArcticTrainer
 
     _registered[TRAINER_PACKAGE] = True

@@ -18,6 +18,7 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from adapter_verl.generate_batcher import GenerateBatcher
 from adapter_verl.trace import TraceWriter
+from adapter_verl.verl_internals import WEIGHTS_VERSION_KEY, set_replica_server
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend, SamplingParams
@@ -82,6 +83,7 @@ class ArcticRolloutServer:
         # the on-prem Arctic server takes text prompts only (Cortex and the reference take ids)
         self.text_prompts = self._arctic_config.backend.kind in TEXT_PROMPT_BACKENDS
         self._model_path = info.settings.model_path
+        self._trust_remote_code = info.settings.trust_remote_code
 
     def _prompt(self, prompt_ids: list[int]) -> list[int] | str:
         if not self.text_prompts:
@@ -89,7 +91,7 @@ class ArcticRolloutServer:
         if self._tokenizer is None:
             from verl.utils import hf_tokenizer
 
-            self._tokenizer = hf_tokenizer(self._model_path, trust_remote_code=False)
+            self._tokenizer = hf_tokenizer(self._model_path, trust_remote_code=self._trust_remote_code)
         return self._tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
 
     async def _connected(self) -> Backend:
@@ -139,7 +141,7 @@ class ArcticRolloutServer:
             token_ids=list(completion.token_ids),
             log_probs=list(completion.logprobs) if params.logprobs and completion.logprobs else None,
             stop_reason="aborted" if completion.finish_reason == "abort" else "completed",
-            extra_fields={"global_steps": served.weights_version},
+            extra_fields={WEIGHTS_VERSION_KEY: served.weights_version},
         )
 
     async def sleep(self) -> None:
@@ -156,12 +158,19 @@ class ArcticRolloutServer:
             )
 
     async def wake_up(self) -> None:
-        """Wake a sleeping sampler with the weights it already holds (the weight-sync policy wakes
-        it with new weights after every step)."""
+        """Wake a sleeping sampler (the weight-sync policy wakes it with new weights after every
+        step). At sleep level 1 it wakes with the weights it holds; level 2 (the colocated default)
+        discarded them, so it gets the trainer's current weights through the core sync instead."""
         from arctic_rl_core.backends.protocol import InferenceState
+        from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
 
         backend = await self._connected()
-        if (await backend.state()).inference is not InferenceState.AWAKE:
+        if (await backend.state()).inference is InferenceState.AWAKE:
+            return
+        policy = WeightSyncPolicy.from_config(self._arctic_config)
+        if policy.colocated and policy.inference_sleep_level == 2:
+            await sync_after_step(backend, policy)
+        else:
             await backend.wake_inference(None)
 
     async def clear_kv_cache(self) -> None:
@@ -202,5 +211,4 @@ class ArcticRolloutReplica(RolloutReplica):
             max_num_seqs=int(self.config.max_num_seqs),
         )
         self.servers = [server]
-        self._server_handle = server
-        self._server_address = f"arctic-replica-{self.replica_rank}{self.name_suffix}"
+        set_replica_server(self, server, f"arctic-replica-{self.replica_rank}{self.name_suffix}")

@@ -18,6 +18,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from adapter_verl.plugin import TRAINER_MODE
+from adapter_verl.verl_internals import add_step_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -42,16 +43,46 @@ class CpuResourcePoolManager(ResourcePoolManager):
         self._check_resource_available()
 
     def _check_resource_available(self) -> None:
-        available_cpus = sum(
-            node.get("CPU", 0) for node in ray._private.state.available_resources_per_node().values()
-        )
+        available_cpus = ray.available_resources().get("CPU", 0)
         required = self.get_n_gpus() * self.max_colocate_count
         if available_cpus < required:
             raise ValueError(
-                f"the Arctic forwarder workers need {required} Ray CPUs (trainer.nnodes x "
-                f"trainer.n_gpus_per_node) but the Ray cluster has {available_cpus} free: raise "
-                "ray_kwargs.ray_init.num_cpus (logical CPUs are fine) or lower trainer.n_gpus_per_node"
+                f"the Arctic forwarder worker needs {required} Ray CPU(s) but the Ray cluster has "
+                f"{available_cpus} free: raise ray_kwargs.ray_init.num_cpus (logical CPUs are fine)"
             )
+
+
+# verl fields that size verl's own worker groups and rollout replicas. On the Arctic path they are
+# the Arctic jobs' GPUs (mapped into the core placement before this runs); verl itself runs one
+# CPU forwarder worker and one rollout replica that forward to the backend.
+FORWARDER_TOPOLOGY: dict[str, int] = {
+    "trainer.nnodes": 1,
+    "trainer.n_gpus_per_node": 1,
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
+    "actor_rollout_ref.rollout.data_parallel_size": 1,
+    "actor_rollout_ref.rollout.pipeline_model_parallel_size": 1,
+}
+
+
+def forwarder_topology(config) -> dict[str, tuple[object, int]]:
+    """Rewrite verl's placement fields in `config` to the forwarder topology (after the core
+    config has read them); returns what changed, field -> (was, now), and logs it."""
+    from omegaconf import OmegaConf, open_dict
+
+    changed: dict[str, tuple[object, int]] = {}
+    with open_dict(config):
+        for path, value in FORWARDER_TOPOLOGY.items():
+            was = OmegaConf.select(config, path)
+            if was != value:
+                OmegaConf.update(config, path, value, merge=False)
+                changed[path] = (was, value)
+    if changed:
+        logger.info(
+            "adapter_verl: verl runs one CPU forwarder and one rollout replica; the GPUs belong to the "
+            "Arctic jobs (%s)",
+            ", ".join(f"{path} {was} -> {now}" for path, (was, now) in changed.items()),
+        )
+    return changed
 
 
 @register_trainer(TRAINER_MODE)
@@ -91,7 +122,7 @@ class ArcticTrainer(PPOTrainerSync):
         reported = {}
         for per_rank in self.actor_rollout_wg.sync_metrics():
             reported.update(per_rank or {})
-        self._pending_sync_metrics = {**(getattr(self, "_pending_sync_metrics", None) or {}), **reported}
+        add_step_metrics(self, reported)
 
     def _init_resource_pool_mgr(self) -> None:
         """Runs in `_setup` after the dataloader (so the step count is known) and before any
@@ -103,6 +134,7 @@ class ArcticTrainer(PPOTrainerSync):
 
         self.arctic_settings = settings_from_verl(self.config, self.total_training_steps)
         self.arctic_session = start_session(self.arctic_settings)
+        forwarder_topology(self.config)
         super()._init_resource_pool_mgr()
         self.role_worker_mapping = {
             role: ray.remote(ArcticActorRolloutRefWorker) for role in self.role_worker_mapping

@@ -25,6 +25,7 @@ from verl.single_controller.base.decorator import Dispatch, make_nd_compute_data
 from verl.utils import tensordict_utils as tu
 
 from adapter_verl.trace import TraceWriter
+from adapter_verl.verl_internals import collect_on_rank0
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
@@ -59,6 +60,8 @@ def samples_from_tensordict(data: TensorDict, *, with_training_fields: bool) -> 
     ref = _rows(data, "ref_log_prob") if with_training_fields else None
     adv = _rows(data, "advantages") if with_training_fields else None
     rollout_lp = _rows(data, "rollout_log_probs") if with_training_fields else None
+    # verl's algorithm.rollout_correction.rollout_is: per-token weights the server loss multiplies in
+    is_weights = _rows(data, "rollout_is_weights") if with_training_fields else None
 
     def floats(rows: list[torch.Tensor] | None, i: int) -> list[float] | None:
         return None if rows is None else rows[i].to(torch.float32).tolist()
@@ -74,6 +77,7 @@ def samples_from_tensordict(data: TensorDict, *, with_training_fields: bool) -> 
                 old_logprobs=floats(old, i),
                 ref_logprobs=floats(ref, i),
                 rollout_logprobs=floats(rollout_lp, i),
+                rollout_is_weights=floats(is_weights, i),
             )
         )
     return samples
@@ -110,8 +114,7 @@ class ArcticActorRolloutRefWorker(Worker):
     # -- set-up ---------------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        for mesh in MESHES:
-            self._register_dispatch_collect_info(mesh_name=mesh, dp_rank=0, is_collect=self.rank == 0)
+        collect_on_rank0(self, MESHES)
         if self.rank != 0:
             return
         from adapter_verl.session import lookup_session
@@ -131,7 +134,9 @@ class ArcticActorRolloutRefWorker(Worker):
     def _pad_token_id(self) -> int:
         from verl.utils import hf_tokenizer
 
-        tokenizer = hf_tokenizer(self.config.model.path, trust_remote_code=False)
+        tokenizer = hf_tokenizer(
+            self.config.model.path, trust_remote_code=bool(self.config.model.get("trust_remote_code", False))
+        )
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if pad is None:
             raise ValueError(f"tokenizer at {self.config.model.path} has neither a pad nor an eos token id")
@@ -298,8 +303,23 @@ class ArcticActorRolloutRefWorker(Worker):
             raise ValueError(
                 f"trainer.default_hdfs_dir={hdfs_path!r}: the Arctic backend saves to local paths only"
             )
-        saved = self._run(self._backend.save_checkpoint(local_path, global_step))
-        self._trace.write({"op": "save_checkpoint", "path": local_path, "step": global_step})
+        # One backend folder for every step (`<default_local_dir>/arctic_backend/checkpoint-<n>`), so that
+        # the server prunes to verl's max_ckpt_to_keep (trainer.max_actor_ckpt_to_keep) or, unset,
+        # checkpoint.save_total_limit; verl's global_step_<n>/actor folder names the step.
+        root = backend_checkpoint_root(local_path)
+        checkpoint = self._arctic_config.checkpoint
+        limit = max_ckpt_to_keep if max_ckpt_to_keep is not None and max_ckpt_to_keep > 0 else None
+        saved = self._run(
+            self._backend.save_checkpoint(
+                root,
+                global_step,
+                export_hf=checkpoint.export_hf,
+                save_total_limit=limit if limit is not None else checkpoint.save_total_limit,
+            )
+        )
+        self._trace.write(
+            {"op": "save_checkpoint", "path": root, "verl_path": local_path, "step": global_step}
+        )
         return saved
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -309,14 +329,23 @@ class ArcticActorRolloutRefWorker(Worker):
         if self.rank != 0:
             return None
         step = _step_of(local_path)
-        self._run(self._backend.load_checkpoint(local_path, step))
-        self._trace.write({"op": "load_checkpoint", "path": local_path, "step": step})
+        root = backend_checkpoint_root(local_path)
+        self._run(self._backend.load_checkpoint(root, step))
+        self._trace.write({"op": "load_checkpoint", "path": root, "verl_path": local_path, "step": step})
         return None
 
     # Stock methods verl may call around training; nothing to move on a forwarder.
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
         return None
+
+
+def backend_checkpoint_root(actor_path: str) -> str:
+    """`<dir>/global_step_<n>/actor` -> `<dir>/arctic_backend` (the backend's checkpoint-<n> live there)."""
+    import os
+
+    _step_of(actor_path)
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.normpath(actor_path))), "arctic_backend")
 
 
 def _step_of(actor_path: str) -> int:

@@ -95,7 +95,8 @@ class WeightSyncPolicy:
     def from_config(cls, cfg: ArcticRLConfig) -> WeightSyncPolicy:
         """Colocation from `placement.colocate`, strategy from `weight_sync`. Colocated runs
         offload the optimizer before the sync and put the trainer fully to sleep after it (the
-        sampler needs the memory for its KV cache)."""
+        sampler needs the memory for its KV cache), and the sampler sleeps at
+        `weight_sync.inference_sleep_level` (default 2) while training runs."""
         colocated = bool(cfg.placement.colocate)
         return cls(
             colocated=colocated,
@@ -103,6 +104,9 @@ class WeightSyncPolicy:
             low_memory=bool(cfg.weight_sync.low_memory),
             offload_optimizer_before_sync=colocated,
             sleep_training_after="all" if colocated else None,
+            # level 2: the sync rewrites every weight, so keeping a host copy (level 1) is wasted
+            # (not colocated the sampler never sleeps: the level is unused)
+            inference_sleep_level=(cfg.weight_sync.inference_sleep_level or 2) if colocated else 1,
         )
 
 

@@ -10,7 +10,10 @@ or Cortex (`cortex` extra). Version and dependency handling live in `arctic_comp
 - Payloads: numpy arrays/scalars are converted to torch/Python before sending and every payload
   is checked with `arctic_rl_core.wire.validate_payload`; log-probs come back as float32 CPU
   tensors whatever the transport returned.
-- Errors: the server's error body is in the raised `ArcticServerError` (HTTP).
+- Errors: every call is bounded by the client's `request_timeout` (`backend.request_timeout_s`) on
+  every transport; failures raise `arctic_errors.ArcticServerError` (with the server's error body),
+  `ArcticTimeoutError` or `ArcticConnectionError`, each naming the op, the job, the payload size and
+  the server, and, where the server gives no cause, where its log is.
 - State: the 0.1.4 server has no state query, so the clients keep the record of the sleep/wake
   state and the weights/trainer versions in a `StateLedger` (`arctic_state`) that every object
   connected from one handle shares: in this process by default, in a Ray actor
@@ -29,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from arctic_rl_core.backends import arctic_compat
+from arctic_rl_core.backends import arctic_compat, arctic_errors
 from arctic_rl_core.backends.arctic_state import LocalStateLedger, StateLedger, Transition
 from arctic_rl_core.backends.protocol import (
     Backend,
@@ -100,17 +103,41 @@ class ArcticBackend(Backend):
                 "ArcticBackend.create() does blocking HTTP and would stall the running event loop: "
                 "use `await ArcticBackend.acreate(...)` from async code"
             )
-        return cls._construct(client_config, state_ledger)
+        return arctic_compat.bounded_construction(
+            lambda config: cls._construct(config, state_ledger), client_config
+        )
 
     @classmethod
     async def acreate(cls, client_config: Any, *, state_ledger: StateLedger | None = None) -> ArcticBackend:
         """`create` in a worker thread, for async callers."""
-        return await asyncio.to_thread(cls._construct, client_config, state_ledger)
+        return await asyncio.to_thread(
+            arctic_compat.bounded_construction,
+            lambda config: cls._construct(config, state_ledger),
+            client_config,
+        )
 
     @classmethod
     def from_config(cls, cfg: ArcticRLConfig, *, state_ledger: StateLedger | None = None) -> ArcticBackend:
-        """`create(cfg.to_client_config())` for backend.kind ray | http | cortex."""
-        return cls.create(cfg.to_client_config(), state_ledger=state_ledger)
+        """`create(cfg.to_client_config())` for backend.kind ray | http | cortex, after putting the
+        plan's worker environment (`backend.worker_env`, ARCTIC_INFERENCE_ENABLED) where the
+        server's workers inherit it (`arctic_compat.apply_worker_env`). With
+        loss.loss_fn=arctic_rl_core on an HTTP server, one probe call then checks that the server can
+        import the loss (`loss_probe`) and fails fast, naming the fix."""
+        from arctic_rl_core.config.plan import worker_env
+
+        client_config = cfg.to_client_config()
+        arctic_compat.apply_worker_env(client_config, worker_env(cfg))
+        backend = cls.create(client_config, state_ledger=state_ledger)
+        if cfg.backend.kind == "http" and cfg.loss.loss_fn == "arctic_rl_core":
+            from arctic_rl_core import dispatch
+            from arctic_rl_core.backends.loss_probe import check_server_imports_losses
+
+            try:
+                dispatch.run(check_server_imports_losses(backend, cfg))
+            except BaseException:
+                dispatch.run(backend.shutdown())
+                raise
+        return backend
 
     @classmethod
     def _construct(cls, client_config: Any, state_ledger: StateLedger | None = None) -> ArcticBackend:
@@ -122,6 +149,10 @@ class ArcticBackend(Backend):
             )
         owns = arctic_compat.owns_jobs(client_config)
         client = arctic_compat.create_client(client_config)
+        if owns and _offloads_log_prob(client):
+            # colocated: offload the new reference engine until the first reference forward (the
+            # 0.1.4 server keeps it on the GPUs the sampler and the trainer share otherwise)
+            arctic_compat.log_prob_residency_blocking(client, "sleep-log-prob")
         return cls(
             client,
             colocated=bool(getattr(client_config.backend, "colocate", False)),
@@ -169,10 +200,29 @@ class ArcticBackend(Backend):
                 "(reference log-probs are computed on a frozen copy of the initial model)"
             )
         body = {"batch": payload.batch, "meta": payload.meta}
-        out = await self._call(
-            "forward",
-            self._client.fwd_no_grad(body, processing=payload.processing, reference_model=reference_model),
-        )
+        offload = reference_model and self._offloads_log_prob()
+        if offload:  # colocated: the reference engine lives on the CPU between reference forwards
+            await self._call(
+                "wake-log-prob",
+                arctic_compat.log_prob_residency(self._client, "wake-log-prob"),
+                job_type="log_prob",
+            )
+        try:
+            out = await self._call(
+                "forward",
+                self._client.fwd_no_grad(
+                    body, processing=payload.processing, reference_model=reference_model
+                ),
+                job_type="log_prob" if reference_model else "training",
+                payload=payload,
+            )
+        finally:
+            if offload:
+                await self._call(
+                    "sleep-log-prob",
+                    arctic_compat.log_prob_residency(self._client, "sleep-log-prob"),
+                    job_type="log_prob",
+                )
         batch = out.get("batch") if isinstance(out, Mapping) else None
         if not isinstance(batch, Mapping) or "logprobs" not in batch:
             keys = sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__
@@ -197,7 +247,9 @@ class ArcticBackend(Backend):
                 f"forward_backward() while training is {training.value}: wake_training() first"
             )
         body = {"batch": payload.batch, "meta": payload.meta}
-        out = await self._call("forward-backward", self._client.fwd_bwd(body, processing=payload.processing))
+        out = await self._call(
+            "forward-backward", self._client.fwd_bwd(body, processing=payload.processing), payload=payload
+        )
         return TrainOutput(loss=float(out["avg_loss"]), metrics=_float_metrics(out.get("metrics")))
 
     async def step(self, learning_rate: float | None = None) -> StepOutput:
@@ -304,8 +356,15 @@ class ArcticBackend(Backend):
         return await self._ledger.history()
 
     # -- checkpoints ----------------------------------------------------------------------------
-    async def save_checkpoint(self, path: str, step: int) -> str:
-        out = await self._call("save", self._client.save_checkpoint(path=path, step=step))
+    async def save_checkpoint(
+        self, path: str, step: int, *, export_hf: bool = False, save_total_limit: int | None = None
+    ) -> str:
+        out = await self._call(
+            "save",
+            self._client.save_checkpoint(
+                path=path, step=step, export_hf=export_hf, save_total_limit=save_total_limit
+            ),
+        )
         saved = out.get("path") if isinstance(out, Mapping) else None
         return str(saved or path)
 
@@ -334,31 +393,94 @@ class ArcticBackend(Backend):
             await arctic_compat.close_session(self._client)
         finally:
             if self._owns_jobs:
-                await asyncio.to_thread(arctic_compat.destroy_jobs, self._client)
+                await self._call("destroy", asyncio.to_thread(arctic_compat.destroy_jobs, self._client))
             await asyncio.to_thread(arctic_compat.release_connections, self._client)
 
     @property
     def owns_jobs(self) -> bool:
         return self._owns_jobs
 
+    def _offloads_log_prob(self) -> bool:
+        return _offloads_log_prob(self._client)
+
     def _check_open(self, op: str) -> None:
         if self._closed:
             raise RuntimeError(f"{op}() on a shut-down ArcticBackend")
 
-    async def _call(self, op: str, awaitable: Any) -> Any:
-        if self._closed:
+    async def _call(
+        self, op: str, awaitable: Any, *, job_type: str | None = None, payload: WirePayload | None = None
+    ) -> Any:
+        """Await one client call, bounded by the client's `request_timeout` on every transport
+        (0.1.4's Ray `acall` has none); failures name the op, the job, the payload size and the
+        server (`arctic_errors`)."""
+        if self._closed and op != "destroy":
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()
             raise RuntimeError(f"{op} on a shut-down ArcticBackend")
+        timeout = float(self._client.config.request_timeout)
         try:
-            return await awaitable
-        except arctic_compat.ArcticServerError:
-            raise
+            return await asyncio.wait_for(awaitable, timeout)
+        except arctic_errors.ArcticServerError as exc:
+            raise arctic_errors.ArcticServerError(
+                op, exc.status, exc.body, self._context(op, job_type, payload)
+            ) from exc
+        except TimeoutError as exc:
+            raise arctic_errors.timeout_error(self._context(op, job_type, payload), timeout) from exc
         except Exception as exc:
+            context = self._context(op, job_type, payload)
             status = getattr(exc, "status", None)
             if isinstance(status, int) and type(exc).__name__ == "ClientResponseError":
-                raise arctic_compat.ArcticServerError(op, status, str(getattr(exc, "message", exc))) from exc
+                raise arctic_errors.ArcticServerError(
+                    op, status, str(getattr(exc, "message", exc)), context
+                ) from exc
+            if _is_connection_failure(exc):
+                raise arctic_errors.connection_error(context, exc) from exc
             raise
+
+    def _context(
+        self, op: str, job_type: str | None, payload: WirePayload | None
+    ) -> arctic_errors.CallContext:
+        size = None if payload is None else _tensor_bytes(payload.batch)
+        return arctic_compat.call_context(self._client, op, job_type=job_type, payload_bytes=size)
+
+
+def _offloads_log_prob(client: Any) -> bool:
+    """Colocated on-prem servers with a DeepSpeed log-prob job offload it between reference forwards."""
+    backend = client.config.backend
+    return (
+        bool(getattr(backend, "colocate", False))
+        and getattr(backend, "type", "onprem") == "onprem"
+        and getattr(client.jobs, "log_prob", None) is not None
+        and client.config.sampling.log_prob_engine == "deepspeed"
+    )
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    """aiohttp's ServerDisconnectedError / ClientConnectionError, requests' ConnectionError,
+    OSError-level resets, and a Ray actor that died (the server process is gone)."""
+    if isinstance(exc, ConnectionError):
+        return True
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(
+        names
+        & {
+            "ClientConnectionError",
+            "ServerDisconnectedError",
+            "ClientOSError",
+            "RayActorError",
+            "ActorDiedError",
+        }
+    ) or (type(exc).__module__.startswith("requests") and "ConnectionError" in names)
+
+
+def _tensor_bytes(value: Any) -> int:
+    if hasattr(value, "nbytes") and hasattr(value, "dtype"):
+        return int(value.nbytes)
+    if isinstance(value, Mapping):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------

@@ -33,22 +33,14 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from arctic_rl_core.backends.arctic_errors import ArcticServerError, CallContext
+
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.1.4",)
 INSTALL_HINT = "pip install 'arctic-rl-core[transport]' (arctic-platform[transport]==0.1.4)"
-_MAX_BODY_CHARS = 4000
 
 
 class ArcticUnavailableError(ImportError):
     """arctic-platform is missing, has an unverified version, or lacks the extra a transport needs."""
-
-
-class ArcticServerError(RuntimeError):
-    """The Arctic server answered an op with an HTTP error; `body` is what it said."""
-
-    def __init__(self, op: str, status: int, body: str) -> None:
-        shown = body if len(body) <= _MAX_BODY_CHARS else body[:_MAX_BODY_CHARS] + f"... ({len(body)} chars)"
-        super().__init__(f"Arctic server op {op!r} failed with HTTP {status}: {shown}")
-        self.op, self.status, self.body = op, status, body
 
 
 @dataclass(frozen=True)
@@ -133,6 +125,107 @@ def create_client(config: Any, *, server_state: Any = None) -> Any:
         raise ArcticUnavailableError(f"{what} ({exc})") from None
 
 
+def apply_worker_env(config: Any, env: dict[str, str], environ: Any = None) -> str:
+    """Make `env` reach the Arctic server's workers where this process can: 0.1.4 passes no Ray
+    runtime environment (`ray.init(address="auto")`), so its workers inherit the environment of
+    the process that started Ray. A server this client launches (`launch_local_server`, a copy of
+    `os.environ`) and the in-process Ray server (this process starts Ray unless a cluster runs)
+    get it through `os.environ`; a remote server and a running Ray cluster need it exported on
+    every node before `ray start` (recipes/worker-env.sh). A variable this process already has
+    with another value is an error (which one would the workers see?). Returns what was done."""
+    import logging
+    import os
+
+    environ = os.environ if environ is None else environ
+    backend = config.backend
+    if not env or getattr(backend, "type", "onprem") == "remote":
+        return "nothing to set" if not env else "Cortex: not sent (Cortex runs its own workers)"
+    names = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
+    if backend.protocol == "http" and not backend.launch_local_server:
+        logging.getLogger(__name__).info(
+            "Arctic server at http://%s:%s: its workers need %s exported before `ray start` on every node "
+            "(recipes/worker-env.sh); the 0.1.4 server cannot report its workers' environment",
+            backend.host,
+            backend.port,
+            names,
+        )
+        return f"remote server: export {names} on its nodes"
+    conflicts = [
+        f"{k}={environ[k]!r} (wanted {v!r})" for k, v in sorted(env.items()) if environ.get(k, v) != v
+    ]
+    if conflicts:
+        raise ValueError(
+            f"this process has {', '.join(conflicts)}, which backend.worker_env / arctic_inference.enable set "
+            "differently for the Arctic server's workers: unset them, or make the configuration agree"
+        )
+    environ.update(env)
+    if backend.protocol == "ray":
+        try:
+            import ray
+        except ImportError:
+            ray = None
+        if ray is not None and ray.is_initialized():
+            logging.getLogger(__name__).warning(
+                "Ray is already running: the Arctic server's workers get the environment Ray's daemons were "
+                "started with, not this process's; make sure %s were exported before `ray start`",
+                names,
+            )
+            return f"Ray already running: {names} must have been exported before `ray start`"
+    return f"set in this process: {names}"
+
+
+def bounded_construction(construct: Any, config: Any) -> Any:
+    """`construct(config)` (job creation: BLOCKING), bounded: 0.1.4's Ray transport waits for its
+    jobs with no timeout (`ray.get` on the state actor). The bound is the client's own
+    `job_ready_timeout` per job it creates, plus `startup_timeout` when it launches a server; on
+    expiry the construction thread is abandoned (a daemon) and `ArcticTimeoutError` names what
+    hung. HTTP polls within the same bound itself."""
+    import threading
+
+    from arctic_rl_core.backends.arctic_errors import ArcticTimeoutError
+
+    handles = load_client_api().job_handles.from_config(config)
+    creating = [t for t in ("sampling", "log_prob", "training") if getattr(config, f"{t}_gpus", 0) > 0]
+    if handles.any_set:
+        creating = []
+    backend = config.backend
+    bound = float(config.job_ready_timeout) * max(1, len(creating)) + float(config.request_timeout)
+    if getattr(backend, "launch_local_server", False):
+        bound += float(backend.startup_timeout)
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = construct(config)
+        except BaseException as exc:  # re-raised in the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="arctic-client-construction", daemon=True)
+    thread.start()
+    thread.join(bound)
+    if thread.is_alive():
+        context = call_context(
+            _ConfigOnly(config), "initialize", job_type=creating[0] if creating else "training"
+        )
+        raise ArcticTimeoutError(
+            f"creating the Arctic jobs {creating or '(reattach)'} at {context.server} did not finish within "
+            f"{bound:g} s (job_ready_timeout={config.job_ready_timeout:g} s per job + request_timeout): the "
+            f"server may be stuck allocating GPUs or loading the model; check {context.server_log}",
+            context,
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+@dataclass(frozen=True)
+class _ConfigOnly:
+    """A stand-in client for `call_context` before a client exists."""
+
+    config: Any
+    jobs: Any = None
+
+
 def _client_with_transport(api: ClientAPI, config: Any, transport: Any) -> Any:
     """The client with a transport built here. Mirrors the client core's constructor in 0.1.4
     (transport, then `initialize_or_cleanup`), which otherwise insists on `make_transport`."""
@@ -179,6 +272,47 @@ def _http_transport_class() -> type:
 # Calls
 # ----------------------------------------------------------------------------------------------
 
+# The job each client op addresses in 0.1.4 (`client/requests.py`); weight-sync goes from the
+# training job to the sampling job.
+_OP_JOB: dict[str, str] = {
+    "generate": "sampling",
+    "sleep-inference": "sampling",
+    "wake-inference": "sampling",
+    "reset-prefix-cache": "sampling",
+    "log-probs": "log_prob",
+}
+_RAY_LOGS = (
+    "the Ray worker logs of the server's actors (/tmp/ray/session_latest/logs/worker-*.err on their nodes)"
+)
+
+
+def call_context(
+    client: Any, op: str, *, job_type: str | None = None, payload_bytes: int | None = None
+) -> CallContext:
+    """Which job and server an op goes to, and where that server logs what it does not answer."""
+    job_type = job_type or _OP_JOB.get(op, "training")
+    jobs = getattr(client, "jobs", None)
+    job_id = getattr(jobs, job_type, None)
+    job = f"{job_type} job {job_id}" if job_id is not None else f"{job_type} job (none)"
+    if op == "weight-sync":
+        job += f" -> sampling job {getattr(jobs, 'sampling', None)}"
+    backend = client.config.backend
+    kind = getattr(backend, "type", "onprem")
+    if kind == "remote":
+        url = getattr(backend, "base_url", None) or getattr(backend, "host", None) or "Snowflake Cortex"
+        server, log = f"Cortex {url}", "the Cortex job's logs in Snowflake"
+    elif getattr(backend, "protocol", "http") == "ray":
+        server, log = "the in-process Ray server (ray.init(address='auto'))", _RAY_LOGS
+    else:
+        server = f"http://{backend.host}:{backend.port}"
+        process = (
+            "this process's stderr (the client launched the server as its child)"
+            if getattr(backend, "launch_local_server", False)
+            else f"the stderr of the `python -m arctic_platform.common.http_server` process serving {server}"
+        )
+        log = f"{process}, and for a failure inside a worker {_RAY_LOGS}"
+    return CallContext(op=op, job=job, server=server, payload_bytes=payload_bytes, server_log=log)
+
 
 async def transfer_weights(client: Any, *, cuda_ipc: bool | None, low_memory: bool | None) -> dict:
     """Only the weight-sync operation (no wake / reset around it)."""
@@ -186,6 +320,39 @@ async def transfer_weights(client: Any, *, cuda_ipc: bool | None, low_memory: bo
         client.jobs, cuda_ipc=cuda_ipc, low_memory=low_memory
     )
     return await client.transport.acall(request)
+
+
+LOG_PROB_OFFLOAD_OPS = ("sleep-log-prob", "wake-log-prob")
+
+
+def _log_prob_residency_request(client: Any, op: str) -> Any:
+    from arctic_platform.client.transport import Request
+
+    if op not in LOG_PROB_OFFLOAD_OPS:
+        raise ValueError(f"op={op!r}: expected one of {LOG_PROB_OFFLOAD_OPS}")
+    return Request(op, client.jobs.require("log_prob"), {})
+
+
+async def log_prob_residency(client: Any, op: str) -> dict:
+    """`/sleep-log-prob` or `/wake-log-prob`: offload the DeepSpeed log-prob (reference) engine to
+    CPU or bring it back. Server routes of 0.1.4 that the client does not expose. Over HTTP they are
+    plain POSTs; the Ray server's methods take the job id only (no body), so they are called
+    directly there."""
+    request = _log_prob_residency_request(client, op)
+    server = getattr(client.transport, "_server", None)
+    if server is not None and client.config.backend.protocol == "ray":
+        return await getattr(server, op.replace("-", "_"))(request.job_id)
+    return await client.transport.acall(request)
+
+
+def log_prob_residency_blocking(client: Any, op: str) -> dict:
+    """`log_prob_residency` from a thread without a loop (construction). BLOCKING."""
+    request = _log_prob_residency_request(client, op)
+    transport = client.transport
+    server = getattr(transport, "_server", None)
+    if server is not None and client.config.backend.protocol == "ray":
+        return transport._run_on_loop(getattr(server, op.replace("-", "_"))(request.job_id))
+    return transport.call(request)
 
 
 async def close_session(client: Any) -> None:

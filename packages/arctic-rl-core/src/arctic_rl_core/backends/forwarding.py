@@ -65,8 +65,12 @@ class ForwardingBackend(Backend):
     async def state(self) -> BackendState:
         return await self.target.state()
 
-    async def save_checkpoint(self, path: str, step: int) -> str:
-        return await self.target.save_checkpoint(path, step)
+    async def save_checkpoint(
+        self, path: str, step: int, *, export_hf: bool = False, save_total_limit: int | None = None
+    ) -> str:
+        return await self.target.save_checkpoint(
+            path, step, export_hf=export_hf, save_total_limit=save_total_limit
+        )
 
     async def load_checkpoint(self, path: str, step: int) -> None:
         await self.target.load_checkpoint(path, step)

@@ -219,8 +219,13 @@ class Backend(abc.ABC):
 
     # -- checkpoints ----------------------------------------------------------------------------
     @abc.abstractmethod
-    async def save_checkpoint(self, path: str, step: int) -> str:
-        """Save model, optimizer, scheduler, RNG and step; returns the checkpoint directory."""
+    async def save_checkpoint(
+        self, path: str, step: int, *, export_hf: bool = False, save_total_limit: int | None = None
+    ) -> str:
+        """Save model, optimizer, scheduler, RNG and step into `<path>/checkpoint-<step>` (and record
+        `<path>/latest`); returns that directory. `export_hf`: also a Hugging Face copy in its `hf/`
+        (`save_pretrained`). `save_total_limit`: then keep only the newest that many
+        `checkpoint-<n>` directories of `path` (None or 0 keeps all). The 0.1.4 server's semantics."""
 
     @abc.abstractmethod
     async def load_checkpoint(self, path: str, step: int) -> None: ...

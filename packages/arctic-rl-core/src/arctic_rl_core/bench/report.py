@@ -15,6 +15,7 @@ class BenchResult:
     ours_label: str
     ours_seconds: float
     unit: str = "s"
+    quantity: str = "time"  # what baseline_seconds / ours_seconds measure (e.g. "bytes": lower is better too)
     notes: list[str] = field(default_factory=list)
     extra_rows: list[tuple[str, str]] = field(default_factory=list)
 
@@ -32,7 +33,10 @@ def print_result(result: BenchResult) -> None:
     console = Console()
     table = Table(title=result.title)
     table.add_column("variant")
-    table.add_column(f"time ({result.unit})", justify="right")
+    table.add_column(
+        f"{result.quantity} ({result.unit})" if result.quantity != result.unit else result.unit,
+        justify="right",
+    )
     table.add_row(result.baseline_label, f"{result.baseline_seconds:.6g}")
     table.add_row(result.ours_label, f"{result.ours_seconds:.6g}")
     for label, value in result.extra_rows:

@@ -35,7 +35,18 @@ class Replaced:
     why: str
 
 
-LegacyEntry = Alias | Replaced
+@dataclass(frozen=True)
+class Noted:
+    """Old key `old` has no core field: accepted where `accepts(value)` with the notice `note` (what
+    already happens instead), otherwise rejected with `fix`."""
+
+    old: str
+    note: str
+    accepts: Callable[[Any], bool]
+    fix: str
+
+
+LegacyEntry = Alias | Replaced | Noted
 
 
 @dataclass
@@ -65,6 +76,14 @@ class LegacyKeys:
     def __contains__(self, key: str) -> bool:
         return key in self._by_old
 
+    def entry(self, old: str) -> LegacyEntry:
+        """The entry of old key `old` (KeyError when it is not one)."""
+        return self._by_old[old]
+
+    def old_key_for(self, core: str) -> str | None:
+        """The old key that aliases core field `core`, if any."""
+        return next((e.old for e in self.entries if isinstance(e, Alias) and e.core == core), None)
+
     def resolve(self, flat: Mapping[str, Any]) -> LegacyResolution:
         """Split `flat` (dotted keys under the prefix -> values)."""
         result = LegacyResolution()
@@ -77,6 +96,13 @@ class LegacyKeys:
                 result.issues.append(
                     ConfigIssue(full, value, f"a key of the old integration; {entry.why}", entry.replacement)
                 )
+            elif isinstance(entry, Noted):
+                if entry.accepts(value):
+                    result.notices.append(f"{full} is the old integration's knob: {entry.note}")
+                else:
+                    result.issues.append(
+                        ConfigIssue(full, value, f"a key of the old integration; {entry.note}", entry.fix)
+                    )
             else:
                 try:
                     mapped = value if entry.transform is None else entry.transform(value)
@@ -101,6 +127,8 @@ class LegacyKeys:
             old = f"`{self.prefix}.{entry.old}`"
             if isinstance(entry, Alias):
                 lines.append(f"| {old} | `{new_prefix}.{entry.core}` | {_cell(entry.how or 'renamed')} |")
+            elif isinstance(entry, Noted):
+                lines.append(f"| {old} | (none) | {_cell(entry.note)}; otherwise: {_cell(entry.fix)} |")
             else:
                 lines.append(f"| {old} | {_cell(entry.replacement)} | rejected: {_cell(entry.why)} |")
         return "\n".join(lines) + "\n"

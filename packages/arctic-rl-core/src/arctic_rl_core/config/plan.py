@@ -55,6 +55,29 @@ def sampling_worker_env(cfg: ArcticRLConfig) -> dict[str, str]:
     return {"ARCTIC_INFERENCE_ENABLED": "1"} if cfg.arctic_inference.enable else {}
 
 
+def worker_env(cfg: ArcticRLConfig) -> dict[str, str]:
+    """Environment every Arctic server worker gets: `backend.worker_env` plus the sampling workers'
+    switches. 0.1.4 sets ARCTIC_INFERENCE_ENABLED itself only on its colocated branch; without it
+    arctic-inference drops FCA and Arctic speculative decoding, so it is set for every run."""
+    return {**cfg.backend.worker_env, **sampling_worker_env(cfg)}
+
+
+def worker_env_delivery(cfg: ArcticRLConfig) -> str:
+    """How `worker_env` reaches the server's workers for this backend."""
+    backend = cfg.backend
+    if backend.kind == "cortex":
+        return "not applicable: Cortex runs its own workers (the variables are not sent)"
+    if backend.kind == "http" and not backend.launch_local_server:
+        return (
+            "a remote server: export them on every node before `ray start` and before starting the server "
+            "(source recipes/worker-env.sh); 0.1.4 cannot report its workers' environment"
+        )
+    return (
+        "set in this process before the server starts (its workers inherit it when this process starts Ray; "
+        "with a running Ray cluster, export them before `ray start` on every node)"
+    )
+
+
 def _backend_fields(cfg: ArcticRLConfig) -> dict[str, Any]:
     backend = cfg.backend
     if backend.kind == "cortex":
@@ -177,7 +200,11 @@ def build_plan(cfg: ArcticRLConfig) -> dict[str, Any]:
         "shape": shape,
         "client": copy.deepcopy(fields),
         "vllm": {key: value for key, value in engine.items() if key != "engine_args"},
-        "env": {"sampling_workers": sampling_worker_env(cfg)},
+        "env": {
+            "sampling_workers": sampling_worker_env(cfg),
+            "workers": worker_env(cfg),
+            "delivery": worker_env_delivery(cfg),
+        },
     }
     if cfg.backend.kind == "cortex":
         plan["cortex_sub_jobs"] = [job for job in JOB_CREATION_ORDER if fields[f"{job}_gpus"] > 0]

@@ -50,7 +50,9 @@ How the translation works:
   deep-merged on top (user wins per leaf). The plan lists injected keys and those the user overrode.
 - `arctic_inference_config` is sent as `{"zorro_inference": {"enable": fca}, "speculative_decoding":
   {"model": ...}}` only when `arctic_inference.enable` is true (the server treats any non-empty
-  mapping as "on"); the sampling workers then need `ARCTIC_INFERENCE_ENABLED=1` (in the plan's env).
+  mapping as "on"); the server's workers then need `ARCTIC_INFERENCE_ENABLED=1`, which 0.1.4 sets
+  only when colocated: it is in the plan's `env.workers` (with `backend.worker_env`), set by
+  `ArcticBackend.from_config` where the workers inherit it, `env.delivery` says how for the backend.
 - DeepSpeed: every precision key is written out (the server would otherwise turn autocast on).
 - Loss: `loss.loss_fn=arctic_rl_core` sends `processing.loss_fn =
   arctic_rl_core.losses.server.policy_loss` (the server imports it by dotted path) with the family

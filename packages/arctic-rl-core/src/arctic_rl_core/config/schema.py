@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
 from arctic_rl_core.config.errors import ConfigError, issues_from_validation_error
@@ -105,7 +105,22 @@ class BackendSettings(_Group):
         description="Seconds to wait for a created job to reach RUNNING (Arctic backends).",
     )
     request_timeout_s: float = Field(
-        default=1800.0, gt=0, description="Timeout of every request to the Arctic server (Arctic backends)."
+        default=1800.0,
+        gt=0,
+        description=(
+            "Timeout of every call to the Arctic server on every transport (0.1.4's Ray transport has none of "
+            "its own); job creation is bounded by job_ready_timeout_s per job (Arctic backends)."
+        ),
+    )
+    worker_env: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Environment variables for the Arctic server's GPU workers (DeepSpeed, vLLM). 0.1.4 gives its Ray "
+            "workers no runtime environment: they inherit the environment Ray was started with, so these (plus "
+            "ARCTIC_INFERENCE_ENABLED=1 when Arctic Inference is on) are set in this process before a server or "
+            "Ray it starts, and must be exported before `ray start` on every node otherwise "
+            "(recipes/worker-env.sh). Arctic backends only."
+        ),
     )
     server_has_arctic_rl_core: bool = Field(
         default=True,
@@ -118,6 +133,21 @@ class BackendSettings(_Group):
     cortex: CortexSettings = Field(
         default_factory=CortexSettings, description="Cortex connection (kind = cortex only)."
     )
+
+    @field_validator("worker_env", mode="before")
+    @classmethod
+    def _env_values_as_text(cls, value: Any) -> Any:
+        """`X=1` on the command line or in YAML is the number 1: environment values are its text.
+        A boolean is refused (is it 1, true or True?)."""
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for name, item in value.items():
+            if isinstance(item, bool):
+                raise ValueError(f"{name}={item!r}: give the exact text the variable should hold, e.g. '1'")
+            out[name] = str(item) if isinstance(item, int | float) else item
+        return out
+
     reference: ReferenceModelConfig = Field(
         default_factory=ReferenceModelConfig,
         description="The reference engine's tiny model or local model directory (kind = reference only).",
@@ -308,6 +338,13 @@ class LossSettings(_Group):
     temperature: float = Field(
         default=1.0, gt=0, description="Sampling temperature; the training forward divides logits by it."
     )
+    use_kl_in_reward: bool = Field(
+        default=False,
+        description=(
+            "The framework subtracts a KL penalty from the rewards (no KL term in the loss); the reference "
+            "log-probs come from the log-prob job (Arctic backends: placement.log_prob_gpus >= 1)."
+        ),
+    )
 
     def family_params(self) -> dict[str, float]:
         """The family knobs that are set (meta.policy_loss_config keys)."""
@@ -462,6 +499,14 @@ class WeightSyncSettings(_Group):
     low_memory: bool = Field(
         default=False, description="With CUDA IPC, send one parameter at a time (bounded extra memory)."
     )
+    inference_sleep_level: Literal[1, 2] | None = Field(
+        default=None,
+        description=(
+            "Colocated: the vLLM sleep level while training runs. 1 copies the weights to pinned host memory "
+            "and back on wake (only for the sync to overwrite them; out of memory at 32B in the seed), 2 "
+            "discards them; null = 2. Not colocated: the sampler never sleeps (leave null)."
+        ),
+    )
 
 
 class DeterminismSettings(_Group):
@@ -480,14 +525,41 @@ class CheckpointSettings(_Group):
         default=None,
         description="Checkpoint directory of the training job; required by the Arctic backends (server 400s).",
     )
+    export_hf: bool = Field(
+        default=False,
+        description=(
+            "With every checkpoint also write a Hugging Face copy (save_pretrained) into its hf/ directory "
+            "(the server exports from the DeepSpeed checkpoint on rank 0)."
+        ),
+    )
+    save_total_limit: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Keep only the newest this many backend checkpoints (checkpoint-<step> directories, pruned by "
+            "the server after each save); null keeps all."
+        ),
+    )
 
 
 class WireSettings(_Group):
     """Per-request payload options."""
 
     drop_position_ids: bool = Field(
-        default=False,
-        description="Omit position_ids; the server rebuilds them from attention_mask (not for mrope / 3D rope).",
+        default=True,
+        description=(
+            "Omit position_ids; the 0.1.4 server rebuilds exactly these from attention_mask before it splits "
+            "the batch, on every transport (false for mrope / 3D rope models)."
+        ),
+    )
+    pad_to_multiple: int | None = Field(
+        default=64,
+        ge=1,
+        description=(
+            "Pad each payload to its own longest prompt and response rounded up to this multiple (capped at "
+            "the batch maxima; under ZoRRo the response width stays max_response_length, as the server's "
+            "patched model requires); null = always pad to max_prompt_length + max_response_length."
+        ),
     )
 
 

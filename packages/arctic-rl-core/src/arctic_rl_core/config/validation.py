@@ -7,6 +7,7 @@ the server mid-run) or would silently ignore what the user asked for.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +103,46 @@ def _backend_fields_match_kind(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
                 )
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _worker_env_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    env = cfg.backend.worker_env
+    if env and not cfg.is_arctic:
+        yield _issue(
+            "backend.worker_env",
+            env,
+            f"only the Arctic server's workers take it, and backend.kind is '{cfg.backend.kind}'",
+            "remove backend.worker_env, or set backend.kind to ray or http",
+        )
+    for name in env:
+        if not _ENV_NAME.fullmatch(name):
+            yield _issue(
+                f"backend.worker_env.{name}",
+                env[name],
+                "not an environment variable name",
+                "use letters, digits, _",
+            )
+    if "ARCTIC_INFERENCE_ENABLED" in env:
+        yield _issue(
+            "backend.worker_env.ARCTIC_INFERENCE_ENABLED",
+            env["ARCTIC_INFERENCE_ENABLED"],
+            "owned by arctic_inference.enable (it sets the variable for every Arctic Inference run)",
+            "remove it from backend.worker_env; set arctic_inference.enable instead",
+        )
+    if (
+        cfg.placement.colocate
+        and "expandable_segments:true" in env.get("PYTORCH_CUDA_ALLOC_CONF", "").lower()
+    ):
+        yield _issue(
+            "backend.worker_env.PYTORCH_CUDA_ALLOC_CONF",
+            env["PYTORCH_CUDA_ALLOC_CONF"],
+            "colocated vLLM engines run in sleep mode, whose CuMemAllocator asserts 'Expandable segments are "
+            "not compatible with memory pool' at start-up",
+            "drop expandable_segments:True for colocated runs (keep it for separate training GPUs only)",
+        )
+
+
 def _arctic_needs_model_and_checkpoint(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     if not cfg.is_arctic:
         return
@@ -155,13 +196,14 @@ def _cortex_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
             "Cortex always runs training and sampling as separate sub-jobs",
             "set placement.colocate=false for backend.kind=cortex",
         )
-    if cfg.loss.use_kl_loss:
-        yield _issue(
-            "loss.use_kl_loss",
-            True,
-            "Cortex has no forward pass, so there are no reference log-probs for a KL term",
-            "set loss.use_kl_loss=false, or use the ray/http backend",
-        )
+    for name in ("use_kl_loss", "use_kl_in_reward"):
+        if getattr(cfg.loss, name):
+            yield _issue(
+                f"loss.{name}",
+                True,
+                "Cortex has no forward pass, so there are no reference log-probs for a KL term",
+                f"set loss.{name}=false, or use the ray/http backend",
+            )
     if cfg.placement.log_prob_gpus:
         yield _issue(
             "placement.log_prob_gpus",
@@ -220,6 +262,22 @@ def _placement_divisibility(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
         )
 
 
+def _sequence_parallel_unsupported(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    """0.1.4's batch splitter (`common/utils/batch.py:_split_batch`) raises for sp_size > 1 on
+    every forward and forward-backward: such a run would start, allocate its GPUs, then fail its
+    first data call."""
+    sp = cfg.placement.ulysses_sequence_parallel_size
+    if cfg.is_arctic and sp > 1:
+        yield _issue(
+            "placement.ulysses_sequence_parallel_size",
+            sp,
+            "the arctic-platform 0.1.4 server cannot split batches for Ulysses sequence parallelism (its "
+            "_split_batch refuses sp_size > 1 on every forward / forward-backward)",
+            "set placement.ulysses_sequence_parallel_size=1 (longer sequences: lower "
+            "batch.micro_batch_size_per_gpu or use ZoRRo) until a server release supports it",
+        )
+
+
 def _batch_divisibility(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     batch = cfg.batch
     mini = batch.mini_batch_prompts or batch.prompts_per_step
@@ -274,18 +332,29 @@ def _log_prob_job(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     if not cfg.is_arctic or cfg.backend.kind == "cortex":
         return
     place = cfg.placement
-    if cfg.loss.use_kl_loss and place.log_prob_gpus == 0:
+    loss = cfg.loss
+    wants = (
+        "loss.use_kl_loss" if loss.use_kl_loss else "loss.use_kl_in_reward" if loss.use_kl_in_reward else None
+    )
+    if loss.use_kl_loss and loss.use_kl_in_reward:
+        yield _issue(
+            "loss.use_kl_in_reward",
+            True,
+            "a KL penalty both in the reward and in the loss counts the KL twice",
+            "keep one of loss.use_kl_loss and loss.use_kl_in_reward",
+        )
+    if wants and place.log_prob_gpus == 0:
         yield _issue(
             "placement.log_prob_gpus",
             0,
-            "loss.use_kl_loss=true needs reference log-probs, served by the log-prob job",
-            "set placement.log_prob_gpus >= 1 (e.g. equal to training_gpus when colocated), or use_kl_loss=false",
+            f"{wants}=true needs reference log-probs, served by the log-prob job",
+            f"set placement.log_prob_gpus >= 1 (e.g. equal to training_gpus when colocated), or {wants}=false",
         )
-    if not cfg.loss.use_kl_loss and place.log_prob_gpus > 0:
+    if not wants and place.log_prob_gpus > 0:
         yield _issue(
             "placement.log_prob_gpus",
             place.log_prob_gpus,
-            "nothing uses the reference log-prob job when loss.use_kl_loss=false",
+            "nothing uses the reference log-prob job when loss.use_kl_loss and loss.use_kl_in_reward are false",
             "set placement.log_prob_gpus=0, or loss.use_kl_loss=true",
         )
 
@@ -489,6 +558,13 @@ def _weight_sync_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
             "CUDA IPC hands GPU memory between processes on the same GPUs, which needs colocated jobs",
             "set placement.colocate=true, or weight_sync.cuda_ipc=false (NCCL sync)",
         )
+    if sync.inference_sleep_level is not None and not cfg.placement.colocate:
+        yield _issue(
+            "weight_sync.inference_sleep_level",
+            sync.inference_sleep_level,
+            "only colocated samplers sleep (to free the GPUs for training); this one stays awake",
+            "remove weight_sync.inference_sleep_level, or set placement.colocate=true",
+        )
     if sync.low_memory and not sync.cuda_ipc:
         yield _issue(
             "weight_sync.low_memory",
@@ -595,9 +671,11 @@ def _vllm_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
 
 RULES: tuple[Rule, ...] = (
     _backend_fields_match_kind,
+    _worker_env_rules,
     _arctic_needs_model_and_checkpoint,
     _cortex_rules,
     _placement_divisibility,
+    _sequence_parallel_unsupported,
     _batch_divisibility,
     _lengths,
     _log_prob_job,

@@ -1,10 +1,12 @@
 """The demo's in-process reference backend: the tiny model from the demo's settings (or a saved
-directory), non-colocated, and the weight sync that hands its trained weights to its sampler."""
+directory), non-colocated, and the weight sync that hands its trained weights to its sampler; and
+the core backend settings of the GRPO phase (`grpo_backend_settings`), which both drivers pass to
+their framework's config."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.reference.engine import ReferenceBackend
@@ -34,3 +36,35 @@ async def synced(backend: ReferenceBackend) -> int:
     from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
 
     return await sync_after_step(backend, WeightSyncPolicy(colocated=False))
+
+
+SERVER_CHECKPOINT_DIR = "server_checkpoints"
+
+
+def grpo_backend_settings(options: DemoOptions, *, model_path: Path) -> dict[str, Any]:
+    """Core config settings (dotted keys) of the GRPO phase's backend. Default: the reference
+    engine on the warm-started model. `options.server`: the Arctic on-prem HTTP API there
+    (backend.kind=http), whose jobs load the warm-started model directory (so the server must see
+    the run directory, as `arctic-rl serve --reference` on this machine does) and write the
+    training job's files under the run directory. `options.colocate`: placement.colocate."""
+    from arctic_rl_core.demo.options import server_address
+
+    settings: dict[str, Any] = {"placement.colocate": options.colocate}
+    if options.server is None:
+        settings |= {"backend.kind": "reference", "backend.reference.model_path": str(model_path.resolve())}
+        return settings
+    host, port = server_address(options.server)
+    settings |= {
+        "backend.kind": "http",
+        "backend.host": host,
+        "backend.port": port,
+        "checkpoint.path": str((options.run_dir / SERVER_CHECKPOINT_DIR).resolve()),
+        # the KL penalty's reference log-probs come from the server's log-prob job
+        "placement.log_prob_gpus": 1 if options.kl_loss_coef > 0 else 0,
+    }
+    return settings
+
+
+def override_value(value: Any) -> str:
+    """A setting as a command-line override value (booleans lower-case, as YAML/Hydra read them)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)

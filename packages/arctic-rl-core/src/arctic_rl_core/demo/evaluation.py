@@ -14,19 +14,21 @@ if TYPE_CHECKING:
 
 async def heldout_answers(
     backend: Backend,
-    prompts: Sequence[Sequence[int]],
+    prompts: Sequence[Sequence[int]] | Sequence[str],
     *,
     max_tokens: int,
     batch_size: int = 8,
     temperature: float = 0.0,
 ) -> list[str]:
-    """One answer per prompt (greedy by default), `batch_size` prompts per generate call."""
+    """One answer per prompt (greedy by default), `batch_size` prompts per generate call. Prompts
+    are token ids, or text for a backend that takes only text (the Arctic on-prem server)."""
     from arctic_rl_core.backends.protocol import SamplingParams
 
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
     texts: list[str] = []
     for first in range(0, len(prompts), batch_size):
-        out = await backend.generate([list(p) for p in prompts[first : first + batch_size]], params)
+        batch = [p if isinstance(p, str) else list(p) for p in prompts[first : first + batch_size]]
+        out = await backend.generate(batch, params)
         texts.extend(c.text for c in out.completions)
     return texts
 

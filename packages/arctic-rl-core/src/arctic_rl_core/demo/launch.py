@@ -118,7 +118,9 @@ def driver_args(
     if resume is not None:
         args += ["--resume", str(Path(resume).resolve())]
     for flag, value in (extra or {}).items():
-        if value is not None:
+        if value is True:  # a switch (e.g. --colocate)
+            args.append(flag)
+        elif value is not None and value is not False:
             args += [flag, str(value)]
     return args
 

@@ -4,12 +4,28 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 FRAMEWORKS: tuple[str, ...] = ("skyrl", "verl")
 TASKS: tuple[str, ...] = ("bird", "gsm8k")
 CONFIG_FILE = "config.yaml"
+
+
+def server_address(url: str) -> tuple[str, int]:
+    """(host, port) of an `http://HOST:PORT` URL; a clear error for anything else."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise ValueError(
+            f"server={url!r}: expected http://HOST:PORT, the address `arctic-rl serve --reference` "
+            "(or the Arctic on-prem server) prints, e.g. http://127.0.0.1:8000"
+        )
+    return parts.hostname, port
 
 
 class DemoModel(BaseModel):
@@ -58,6 +74,24 @@ class DemoOptions(BaseModel):
         description="Answers sampled per prompt at the rollout temperature for the sampled accuracy; 0 = none.",
     )
     num_threads: int | None = Field(default=None, ge=1, description="torch threads; None = torch's own.")
+    # Where GRPO runs: the in-process reference engine, or an Arctic on-prem HTTP API.
+    server: str | None = Field(
+        default=None,
+        description=(
+            "URL of an Arctic on-prem HTTP API (e.g. `arctic-rl serve --reference`'s) that GRPO drives "
+            "through the real arctic-platform client; None = the in-process reference engine."
+        ),
+    )
+    colocate: bool = Field(
+        default=False, description="Training and sampling share the devices (sleep/wake around each phase)."
+    )
+
+    @field_validator("server")
+    @classmethod
+    def _check_server(cls, value: str | None) -> str | None:
+        if value is not None:
+            server_address(value)
+        return value
 
     @property
     def run_dir(self) -> Path:

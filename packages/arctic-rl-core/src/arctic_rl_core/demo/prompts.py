@@ -17,3 +17,8 @@ def prompt_ids(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[in
 def response_ids(tokenizer: Any, text: str) -> list[int]:
     """A supervised answer's tokens, ended by the eos token (what ends a sampled answer)."""
     return [*tokenizer.encode(text, add_special_tokens=False), int(tokenizer.eos_token_id)]
+
+
+def prompt_text(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> str:
+    """The same chat-templated prompt as text: what the Arctic on-prem server takes."""
+    return str(tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False))

@@ -62,6 +62,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sampled answers per question in the accuracy (default 8)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    parser.add_argument(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="run GRPO against the Arctic on-prem HTTP API at URL (e.g. `arctic-rl serve --reference`'s "
+        "http://127.0.0.1:8000) through the real client (default: the in-process reference engine)",
+    )
+    parser.add_argument(
+        "--colocate",
+        action="store_true",
+        default=None,
+        help="colocated GRPO: training and sampling share the devices, with sleep/wake every step",
+    )
 
 
 def _explicit(args: argparse.Namespace) -> dict[str, Any]:
@@ -75,6 +88,8 @@ def _explicit(args: argparse.Namespace) -> dict[str, Any]:
         "lr": "lr",
         "eval_samples": "eval_samples",
         "threads": "num_threads",
+        "server": "server",
+        "colocate": "colocate",
     }
     return {field: getattr(args, flag) for flag, field in names.items() if getattr(args, flag) is not None}
 
@@ -155,7 +170,7 @@ def run_demo(options: DemoOptions) -> int:
 
     from arctic_rl_core.demo.backend import reference_backend, synced
     from arctic_rl_core.demo.drivers import load_driver
-    from arctic_rl_core.demo.prompts import prompt_ids, response_ids
+    from arctic_rl_core.demo.prompts import prompt_ids, prompt_text, response_ids
     from arctic_rl_core.demo.tasks import load_task
     from arctic_rl_core.demo.warm_start import warm_start
 
@@ -170,7 +185,7 @@ def run_demo(options: DemoOptions) -> int:
     started = time.perf_counter()
     seconds: dict[str, float] = {}
     console.print(
-        f"[bold]arctic-rl demo[/]: {options.task} GRPO through {options.framework} on the CPU reference backend"
+        f"[bold]arctic-rl demo[/]: {options.task} GRPO through {options.framework} on {_grpo_backend(options)}"
         f" -> {run_dir}" + (" (resumed)" if resumed else "")
     )
     columns = (
@@ -267,10 +282,11 @@ def run_demo(options: DemoOptions) -> int:
             def on_backend(location: dict[str, Any]) -> None:
                 log.append("backend", **location, driver_pid=os.getpid())
                 node = f", node {location['node_id'][:12]}" if location.get("node_id") else ""
-                progress.console.print(
-                    f"backend: reference engine {location['where']} (pid {location['pid']}{node}); "
-                    f"driver pid {os.getpid()}"
-                )
+                if location.get("pid") is None:  # an Arctic server: no engine process of ours
+                    where = location["where"]
+                else:
+                    where = f"reference engine {location['where']} (pid {location['pid']}{node})"
+                progress.console.print(f"backend: {where}; driver pid {os.getpid()}")
 
             run_grpo = load_driver(options.framework)  # the adapter's driver (entry point)
             backend = run_grpo(
@@ -278,8 +294,11 @@ def run_demo(options: DemoOptions) -> int:
             )
             seconds["grpo"] = time.perf_counter() - t0
 
-            # 4. Accuracy after GRPO, on the sampler's final weights.
+            # 4. Accuracy after GRPO, on the sampler's final weights (text prompts for a server).
             t0 = time.perf_counter()
+            if _takes_text(backend):
+                train_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.train_rows]
+                heldout_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.heldout_rows]
             after = _evaluate(progress, log, backend, task, "after", train_prompts, heldout_prompts, options)
             asyncio.run(backend.shutdown())
             seconds["eval_after"] = time.perf_counter() - t0
@@ -293,7 +312,7 @@ def run_demo(options: DemoOptions) -> int:
     steps = log.grpo_steps()
     console.print(step_table(steps))
     plot = write_plot(
-        steps, run_dir / PLOT_FILE, f"{options.task} GRPO via {options.framework} (reference backend)"
+        steps, run_dir / PLOT_FILE, f"{options.task} GRPO via {options.framework} ({_grpo_backend(options)})"
     )
     summary = _summary(options, before, after, steps, seconds)
     import json
@@ -303,6 +322,21 @@ def run_demo(options: DemoOptions) -> int:
     )
     _print_summary(console, summary, plot)
     return 0
+
+
+def _grpo_backend(options: DemoOptions) -> str:
+    where = f"the Arctic server at {options.server}" if options.server else "the CPU reference backend"
+    return where + (", colocated" if options.colocate else "")
+
+
+def _takes_text(backend: Any) -> bool:
+    """The Arctic on-prem server takes text prompts only (through `ArcticBackend`)."""
+    from arctic_rl_core.backends.arctic import ArcticBackend
+    from arctic_rl_core.backends.forwarding import ForwardingBackend
+
+    while isinstance(backend, ForwardingBackend):
+        backend = backend.target
+    return isinstance(backend, ArcticBackend)
 
 
 def _evaluate(progress, log: MetricsLog, backend, task, phase: str, train_prompts, heldout_prompts, options):
@@ -360,6 +394,9 @@ def _summary(options: DemoOptions, before, after, steps, seconds) -> dict[str, A
         "reward_mean": [s["reward_mean"] for s in steps],
         "loss": [s["loss"] for s in steps],
         "weights_version": [s["weights_version"] for s in steps],
+        "rollout_weights_version": [s["rollout_weights_version"] for s in steps],
+        "server": options.server,
+        "colocate": options.colocate,
         "before": {split: pick(before[split]) for split in EVAL_SPLITS},
         "after": {split: pick(after[split]) for split in EVAL_SPLITS},
         "seconds": seconds,

@@ -108,9 +108,12 @@ def import_probe(
     from arctic_rl_core import __version__
 
     logprobs = model_outputs["logprobs"]
-    major, minor, *_ = (int(part) if part.isdigit() else 0 for part in f"{__version__}.0.0".split("."))
-    metrics = {"arctic_rl_core/import_probe": 1.0, "arctic_rl_core/version_major": float(major)}
-    metrics["arctic_rl_core/version_minor"] = float(minor)
+    major, minor = (int(p) if p.isdigit() else 0 for p in [*__version__.split("."), "0", "0"][:2])
+    metrics = {
+        "arctic_rl_core/import_probe": 1.0,
+        "arctic_rl_core/version_major": float(major),
+        "arctic_rl_core/version_minor": float(minor),
+    }
     return logprobs.sum() * 0.0, metrics
 
 

@@ -173,7 +173,14 @@ class ParityScenario:
             f"actor_rollout_ref.actor.entropy_coeff={self.entropy_coeff}",
             f"actor_rollout_ref.actor.optim.lr={self.lr}",
             "trainer.balance_batch=false",
-            f"+remote_backend.core.determinism.seed={self.seed}",
+            # one simulated GPU, verl's TP 2 default back to 1, the reference engine
+            "trainer.n_gpus_per_node=1",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+            # verl's token budget per GPU defaults to 16384; SkyRL has none (the core computes it)
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu="
+            f"{self.max_prompt_length + self.rollouts_per_prompt * self.max_response_length}",
+            "remote_backend.core.backend.kind=reference",
+            f"data.seed={self.seed}",
             *(f"+remote_backend.core.backend.reference.{k}={v}" for k, v in self.reference_model.items()),
         ]
 

@@ -34,7 +34,7 @@ def build_forward_payload(samples: Sequence[RolloutSample], spec: PayloadSpec) -
     so old log-probs see the same temperature as the training forward."""
     layout = _Layout.of(samples, spec)
     batch = layout.model_inputs()
-    meta = spec.base_meta()
+    meta = layout.meta()
     processing = {"post": [POST_APPLY_TEMPERATURE, POST_ENTROPY_AND_LOGPROBS], "loss_fn": None}
     return WirePayload(batch=_to_torch(batch), meta=meta, processing=processing)
 
@@ -51,7 +51,7 @@ def build_train_payload(samples: Sequence[RolloutSample], spec: PayloadSpec) -> 
     batch = layout.model_inputs()
     batch.update(layout.loss_inputs())
     response_mask = batch["response_mask"]
-    meta = spec.base_meta()
+    meta = layout.meta()
     meta.update(
         batch_num_tokens=int(response_mask.sum()),
         global_batch_size=int(response_mask.shape[0]),
@@ -80,10 +80,10 @@ def build_sft_payload(samples: Sequence[RolloutSample], spec: PayloadSpec) -> Wi
         )
     layout = _Layout.of(samples, spec)
     batch = layout.model_inputs()
-    response_B_S = batch["attention_mask"].astype(bool)
-    response_B_S[:, : spec.max_prompt_len] = False
+    response_B_S = batch["attention_mask"].copy()
+    response_B_S[:, : layout.P] = False
     batch["labels"] = np.where(response_B_S, batch["input_ids"], IGNORE_INDEX).astype(np.int64)
-    meta = spec.base_meta()
+    meta = layout.meta()
     meta.update(batch_num_tokens=int(response_B_S.sum()), global_batch_size=int(response_B_S.shape[0]))
     return WirePayload(batch=_to_torch(batch), meta=meta, processing={"post": [], "loss_fn": spec.loss_fn})
 
@@ -106,14 +106,16 @@ class _Layout:
         self.samples = samples
         self.spec = spec
         self.B = len(samples)
-        self.P, self.S = spec.max_prompt_len, spec.max_prompt_len + spec.max_response_len
         self.prompts = _rows([s.prompt_ids for s in samples], "prompt_ids", _INT64)
         self.responses = _rows([s.response_ids for s in samples], "response_ids", _INT64)
         self.prompt_lens, self.response_lens = _lengths(self.prompts), _lengths(self.responses)
-        _check_lengths(self.prompt_lens, self.P, "prompt_ids", "max_prompt_len", minimum=1)
+        _check_lengths(self.prompt_lens, spec.max_prompt_len, "prompt_ids", "max_prompt_len", minimum=1)
         _check_lengths(
             self.response_lens, spec.max_response_len, "response_ids", "max_response_len", minimum=0
         )
+        # the payload's own widths: the maxima, or the longest row rounded up (spec.pad_to_multiple)
+        self.P, self.R = spec.payload_widths(int(self.prompt_lens.max()), int(self.response_lens.max()))
+        self.S = self.P + self.R
         self.prompt_starts = (self.P - self.prompt_lens).tolist()
         self.real_ends = (self.P + self.response_lens).tolist()
         self.response_starts = [self.P] * self.B
@@ -149,6 +151,9 @@ class _Layout:
             return np.zeros((self.B, self.S), dtype=dtype)
         return np.full((self.B, self.S), fill, dtype=dtype)
 
+    def meta(self) -> dict[str, Any]:
+        return self.spec.base_meta(self.P, self.R)
+
     # -- model inputs --------------------------------------------------------------------------
     def model_inputs(self) -> dict[str, np.ndarray]:
         import numpy as np
@@ -157,13 +162,14 @@ class _Layout:
         _fill_rows(input_ids, self.prompts, self.prompt_starts, "prompt_ids")
         _fill_rows(input_ids, self.responses, self.response_starts, "response_ids")
         _check_token_ids(input_ids, self.P)
-        attention_mask = self._grid(_INT64)
+        attention_mask = self._grid(_BOOL)
         for row, start, end in zip(attention_mask, self.prompt_starts, self.real_ends, strict=True):
-            row[start:end] = 1
+            row[start:end] = True
         batch = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
-            "prompts": np.ascontiguousarray(input_ids[:, : self.P]),
+            # the server reads only prompts.shape[1] (P): a [B, P, 0] tensor carries it in no bytes
+            "prompts": np.zeros((self.B, self.P, 0), dtype=np.bool_),
         }
         if not self.spec.drop_position_ids:
             # position of the k-th real token of a row is k; padding is 0 (as the server rebuilds it)
@@ -177,12 +183,11 @@ class _Layout:
     # -- loss inputs ---------------------------------------------------------------------------
     def loss_inputs(self) -> dict[str, np.ndarray]:
         spec, samples = self.spec, self.samples
+        reads = spec.loss_reads()  # None: an unknown loss, send every per-token field
         response_mask = self._response_mask()
-        out: dict[str, np.ndarray] = {
-            "response_mask": response_mask,
-            "loss_mask": response_mask,  # the same array, as upstream sends it
-            "advantages": self._advantages(),
-        }
+        out: dict[str, np.ndarray] = {"response_mask": response_mask, "advantages": self._advantages()}
+        if reads is None:
+            out["loss_mask"] = response_mask.copy()  # the codec would copy a shared array anyway
         if any(s.old_logprobs is None for s in samples):
             missing = [i for i, s in enumerate(samples) if s.old_logprobs is None][:5]
             raise PayloadError(
@@ -199,11 +204,13 @@ class _Layout:
             )
         if any(ref_present):
             _require_all(ref_present, "ref_logprobs")
-            out["ref_log_prob"] = self._logprobs("ref_logprobs")
+            if reads is None or "ref_log_prob" in reads:
+                out["ref_log_prob"] = self._logprobs("ref_logprobs")
         rollout_present = [s.rollout_logprobs is not None for s in samples]
         if any(rollout_present):
             _require_all(rollout_present, "rollout_logprobs")
-            out["rollout_log_probs"] = self._logprobs("rollout_logprobs")
+            if reads is None or "rollout_log_probs" in reads:
+                out["rollout_log_probs"] = self._logprobs("rollout_logprobs")
         weights_present = [s.rollout_is_weights is not None for s in samples]
         if any(weights_present):
             _require_all(weights_present, "rollout_is_weights")
@@ -230,28 +237,36 @@ class _Layout:
         return values
 
     def _response_mask(self) -> np.ndarray:
-        """0/1 per response token; None on a sample means all ones."""
+        """0/1 per response token as bool; None on a sample means all ones."""
         import numpy as np
 
         given = [i for i, s in enumerate(self.samples) if s.response_mask is not None]
-        full = self._grid(_INT64)
+        full = self._grid(_INT8)
         for i in range(self.B) if len(given) < self.B else ():
             full[i, self.P : self.real_ends[i]] = 1
         if given:
             values = self._response_rows("response_mask", np.float64, given)
-            # lists of ints pack straight into the int64 rows; anything else is checked for
-            # integral values first (a 0.5 must not truncate to 0)
+            # lists of small ints pack straight into the int8 rows; anything else is checked for
+            # integral values first (a 0.5 must not truncate to 0), and out-of-range values fail
             integral = [
                 v if type(v) is list or type(v) is tuple or v.dtype.kind in "iub" else _integral(v)
                 for v in values
             ]
+            for k, value in enumerate(integral):
+                if type(value) is not list and type(value) is not tuple and value.size:
+                    if int(value.max()) > 1 or int(value.min()) < 0:
+                        bad = value[(value != 0) & (value != 1)]
+                        raise PayloadError(
+                            f"response_mask holds values other than 0/1 (e.g. {bad[0].item()!r}): use 0 or 1"
+                        )
+                    integral[k] = value.astype(np.int8)
             _fill_rows(full, integral, [self.P] * len(given), "response_mask", given, allow_floats=True)
             if int(full.max()) > 1 or int(full.min()) < 0:
                 bad = full[(full != 0) & (full != 1)]
                 raise PayloadError(
                     f"response_mask holds values other than 0/1 (e.g. {bad[0].item()!r}): use 0 or 1"
                 )
-        return full
+        return full.view(np.bool_)  # 0/1 int8 bytes are valid bools: no copy
 
     def _logprobs(self, attr: str) -> np.ndarray:
         full = self._grid(_FLOAT32)
@@ -292,8 +307,8 @@ class _Layout:
 # Per-sample sequences -> rows
 # ----------------------------------------------------------------------------------------------
 
-_INT64, _FLOAT32 = "int64", "float32"
-_STRUCT_CODES = {"int64": "q", "float32": "f", "float64": "d"}
+_INT64, _INT8, _BOOL, _FLOAT32 = "int64", "int8", "bool", "float32"
+_STRUCT_CODES = {"int64": "q", "int8": "b", "float32": "f", "float64": "d"}
 
 
 def _rows(values: list[Any], attr: str, dtype: Any, indices: Sequence[int] | None = None) -> list[Any]:
@@ -340,6 +355,11 @@ def _fill_rows(
                     expected = "integers" if code == "q" else f"{target.dtype.name}-representable numbers"
                     raise PayloadError(f"samples[{row}].{attr}: entries must be {expected} ({exc})") from None
                 value = _integral(_as_1d(value, f"samples[{row}].{attr}", "float64"))
+                if target.dtype.itemsize == 1 and value.size and (value.max() > 1 or value.min() < 0):
+                    bad = value[(value != 0) & (value != 1)]
+                    raise PayloadError(
+                        f"{attr} holds values other than 0/1 (e.g. {bad[0].item()!r}): use 0 or 1"
+                    ) from None
         target[row, start : start + len(value)] = value
 
 

@@ -25,31 +25,39 @@ def response_logprobs(
     ZoRRo forwards (`meta.zorro_train_enable`) return them token-aligned at column `P + j`.
     `payload_or_batch` is the payload that was sent (its meta decides ZoRRo) or its batch dict
     (then `spec.zorro_train_enable` decides). Lists and numpy arrays are accepted too.
+    P and R are the payload's own widths (`prompts.shape[1]`, the rest of `attention_mask`), which
+    may be below the spec's maxima (`PayloadSpec.pad_to_multiple`); the result is always
+    `[B, spec.max_response_len]`, zero and unmasked past R.
     """
     import torch
 
     logprobs = as_tensor_logprobs(logprobs_B_S)
     if isinstance(payload_or_batch, WirePayload):
         batch, meta = payload_or_batch.batch, payload_or_batch.meta
-        for key, expected in (
-            ("max_prompt_len", spec.max_prompt_len),
-            ("max_response_len", spec.max_response_len),
-        ):
-            if meta.get(key) != expected:
-                raise PayloadError(
-                    f"payload meta.{key}={meta.get(key)!r} but spec.{key}={expected}: use the same spec"
-                )
         zorro = bool(meta.get("zorro_train_enable", False))
     else:
-        batch, zorro = payload_or_batch, spec.zorro_train_enable
+        batch, meta, zorro = payload_or_batch, None, spec.zorro_train_enable
     if isinstance(batch, list):
         attention_mask = torch.cat([mb["attention_mask"] for mb in batch], dim=0)
+        prompts = batch[0]["prompts"]
     else:
-        attention_mask = batch["attention_mask"]
-    P, R = spec.max_prompt_len, spec.max_response_len
-    if tuple(attention_mask.shape) != (attention_mask.shape[0], P + R):
+        attention_mask, prompts = batch["attention_mask"], batch["prompts"]
+    # the payload's own widths (a payload may be narrower than the spec's maxima: pad_to_multiple)
+    P = int(prompts.shape[1])
+    R = int(attention_mask.shape[1]) - P
+    for key, width, limit in (
+        ("max_prompt_len", P, spec.max_prompt_len),
+        ("max_response_len", R, spec.max_response_len),
+    ):
+        if meta is not None and meta.get(key) != width:
+            raise PayloadError(
+                f"payload meta.{key}={meta.get(key)!r} but the payload is {width} wide: pass the payload as sent"
+            )
+        if width > limit:
+            raise PayloadError(f"the payload's {key} is {width} > spec.{key}={limit}: use the same spec")
+    if R < 1:
         raise PayloadError(
-            f"attention_mask has shape {tuple(attention_mask.shape)}: expected [B, {P + R}] (P + R)"
+            f"attention_mask has shape {tuple(attention_mask.shape)} with prompts {P} wide: no response columns"
         )
     if tuple(logprobs.shape) != tuple(attention_mask.shape):
         raise PayloadError(
@@ -59,6 +67,10 @@ def response_logprobs(
     mask_B_R = attention_mask[:, P:].to(torch.bool)
     window = logprobs[:, P:] if zorro else logprobs[:, P - 1 : P + R - 1]
     values_B_R = torch.where(mask_B_R, window, torch.zeros((), dtype=window.dtype))
+    if spec.max_response_len > R:  # callers get [B, spec.max_response_len] whatever the payload width
+        pad = spec.max_response_len - R
+        values_B_R = torch.nn.functional.pad(values_B_R, (0, pad))
+        mask_B_R = torch.nn.functional.pad(mask_B_R, (0, pad))
     return values_B_R.contiguous(), mask_B_R
 
 

@@ -64,6 +64,11 @@ class PayloadSpec:
     logits_optimization_peak_mem_size_in_gib: float = 4.0
     logits_compute_in_fp32: bool = False
     drop_position_ids: bool = False  # omit position_ids; the server rebuilds them from attention_mask
+    # None: every payload is [B, max_prompt_len + max_response_len]. An integer m: each payload is
+    # padded to its own longest prompt / response, rounded up to a multiple of m and capped at the
+    # maxima (the response width stays max_response_len under ZoRRo: the server's patched model
+    # derives the prompt width as S - the response length it was built with).
+    pad_to_multiple: int | None = None
 
     def __post_init__(self) -> None:
         problems = list(self._problems())
@@ -103,6 +108,8 @@ class PayloadSpec:
         positive_int("rollout_n", 1)
         positive_int("dp_size", 1)
         positive_int("grad_accum_steps", 1)
+        if self.pad_to_multiple is not None:
+            positive_int("pad_to_multiple", 1)
         if not self.temperature > 0:
             problems.append(
                 f"temperature={self.temperature!r}: must be > 0 (the server divides logits by it)"
@@ -202,6 +209,7 @@ class PayloadSpec:
             logits_optimization_peak_mem_size_in_gib=zorro.logits_peak_mem_gib,
             logits_compute_in_fp32=zorro.logits_compute_in_fp32,
             drop_position_ids=cfg.wire.drop_position_ids,
+            pad_to_multiple=cfg.wire.pad_to_multiple,
         )
 
     # -- derived ------------------------------------------------------------------------------
@@ -214,12 +222,23 @@ class PayloadSpec:
         """Every payload's row count must be a multiple of this (DP workers x GAS steps)."""
         return self.dp_size * self.grad_accum_steps
 
-    def base_meta(self) -> dict[str, Any]:
-        """The `meta` keys shared by forward and train payloads (server names)."""
+    def payload_widths(self, longest_prompt: int, longest_response: int) -> tuple[int, int]:
+        """(P, R) of a payload whose longest prompt / response have these lengths."""
+        if self.pad_to_multiple is None:
+            return self.max_prompt_len, self.max_response_len
+        m = self.pad_to_multiple
+        P = min(self.max_prompt_len, -(-max(1, longest_prompt) // m) * m)
+        if self.zorro_train_enable:
+            return P, self.max_response_len
+        return P, min(self.max_response_len, -(-max(1, longest_response) // m) * m)
+
+    def base_meta(self, prompt_width: int | None = None, response_width: int | None = None) -> dict[str, Any]:
+        """The `meta` keys shared by forward and train payloads (server names); `max_prompt_len` /
+        `max_response_len` are the payload's own widths (the maxima by default)."""
         meta: dict[str, Any] = {
             "pad_token_id": int(self.pad_token_id),
-            "max_prompt_len": int(self.max_prompt_len),
-            "max_response_len": int(self.max_response_len),
+            "max_prompt_len": int(self.max_prompt_len if prompt_width is None else prompt_width),
+            "max_response_len": int(self.max_response_len if response_width is None else response_width),
             "rollout_n": int(self.rollout_n),
             "temperature": float(self.temperature),
             "calculate_entropy": bool(self.calculate_entropy),
@@ -250,6 +269,20 @@ class PayloadSpec:
         if self.loss_scale_factor is not None:
             config["loss_scale_factor"] = float(self.loss_scale_factor)
         return config
+
+    def loss_reads(self) -> frozenset[str] | None:
+        """The per-token batch keys the server's loss reads, or None when unknown (a dotted-path or
+        other loss: then every per-token field is sent). 0.1.4's `verl_grpo`
+        (`integrations/verl/grpo_loss.py`) reads `response_mask`, `old_log_probs`, `advantages`,
+        `rollout_is_weights` if present, and `ref_log_prob` only with `use_kl_loss`; not
+        `loss_mask` nor `rollout_log_probs`. `arctic_rl_core.losses.server.policy_loss` reads the
+        same (`losses.server.PER_TOKEN_INPUTS`, the reference only with `use_kl_loss`)."""
+        if self.loss_fn not in ("verl_grpo", SERVER_LOSS_FN):
+            return None
+        keys = {"response_mask", "old_log_probs", "advantages", "rollout_is_weights"}
+        if self.use_kl_loss:
+            keys.add("ref_log_prob")
+        return frozenset(keys)
 
     def policy_loss_config(self) -> dict[str, Any]:
         """`meta.policy_loss_config`: verl's loss-mode name for the built-in verl_grpo; the family,

@@ -136,10 +136,14 @@ def _check_batch(
         )
         return 0
     shapes = {key: (B, S) for key in mb} | {"prompts": (B, P)}
+    if mb["prompts"].ndim == 3:  # the empty [B, P, 0]: only its width is read
+        shapes["prompts"] = (B, P, 0)
     for key, value in mb.items():
         if tuple(value.shape) != shapes[key]:
             problems.append(f"{where}.{key} has shape {tuple(value.shape)}: expected {list(shapes[key])}")
     for key in mb:
+        if key == "prompts" and mb[key].ndim == 3:
+            continue  # no values: any dtype
         expected = (
             _INT_DTYPES
             if key in ("input_ids", "prompts", "position_ids")
@@ -198,7 +202,7 @@ def _check_layout(mb: dict[str, Any], meta: dict[str, Any], where: str, problems
         problems.append(
             f"{where}.input_ids holds non-pad tokens where attention_mask is 0 (pad_token_id={pad})"
         )
-    if not np.array_equal(_np(mb["prompts"]), _np(mb["input_ids"])[:, :P]):
+    if mb["prompts"].ndim == 2 and not np.array_equal(_np(mb["prompts"]), _np(mb["input_ids"])[:, :P]):
         problems.append(f"{where}.prompts differs from input_ids[:, :max_prompt_len]")
     if "position_ids" in mb:
         expected = np.where(real, columns - (P - prompt_lens)[:, None], 0)

@@ -239,7 +239,13 @@ class ReferenceBackend(Backend):
     def _forward(self, payload, reference_model: bool) -> ForwardOutput:
         import torch
 
-        from arctic_rl_core.backends.reference.pipeline import model_logits, run_posts, wire_view
+        from arctic_rl_core.backends.reference.loss import combine_metrics
+        from arctic_rl_core.backends.reference.pipeline import (
+            call_server_loss,
+            model_logits,
+            run_posts,
+            wire_view,
+        )
         from arctic_rl_core.backends.reference.validation import parse_payload
 
         if not reference_model:
@@ -254,6 +260,7 @@ class ReferenceBackend(Backend):
         )
         model = self._reference if reference_model else self._trainer
         micros = parsed.to(self.device).micro_batches_in_row_order()
+        loss_metrics: list[dict[str, float]] = []
         seq_len = int(micros[0].tensors["input_ids"].shape[1])
         logprobs = torch.zeros((parsed.num_rows, seq_len), dtype=torch.float32)
         entropy = None
@@ -263,6 +270,8 @@ class ReferenceBackend(Backend):
             with torch.no_grad():
                 for micro in micros:
                     outputs = run_posts(model_logits(model, micro), micro, parsed)
+                    if parsed.loss_callable is not None:  # the server computes a named loss, no backward
+                        loss_metrics.append(call_server_loss(parsed.loss_callable, outputs, micro, parsed)[1])
                     rows = slice(micro.first_row, micro.first_row + micro.num_rows)
                     assert outputs.logprobs_B_S is not None
                     logprobs[rows] = wire_view(outputs.logprobs_B_S, micro, parsed)
@@ -272,7 +281,8 @@ class ReferenceBackend(Backend):
                         entropy[rows] = wire_view(outputs.entropy_B_S, micro, parsed)
         finally:
             model.train(was_training)
-        return ForwardOutput(logprobs_B_S=logprobs, entropy_B_S=entropy, metrics={})
+        metrics = combine_metrics(loss_metrics) if loss_metrics else {}
+        return ForwardOutput(logprobs_B_S=logprobs, entropy_B_S=entropy, metrics=metrics)
 
     async def forward_backward(self, payload: WirePayload) -> TrainOutput:
         return (await self.train(payload)).output
@@ -465,10 +475,21 @@ class ReferenceBackend(Backend):
         )
 
     # -- checkpoints ----------------------------------------------------------------------------
-    async def save_checkpoint(self, path: str, step: int) -> str:
+    async def save_checkpoint(
+        self, path: str, step: int, *, export_hf: bool = False, save_total_limit: int | None = None
+    ) -> str:
+        from arctic_rl_core.backends.reference.checkpoint import (
+            check_save_total_limit,
+            prune_checkpoint_dirs,
+            write_text_atomic,
+        )
+
+        check_save_total_limit(save_total_limit)
         directory = Path(path) / f"checkpoint-{int(step)}"
-        await self.save_to(directory)
-        (Path(path) / "latest").write_text(str(int(step)), encoding="utf-8")
+        await self.save_to(directory, export_hf=export_hf)
+        write_text_atomic(Path(path) / "latest", str(int(step)))
+        if save_total_limit:
+            prune_checkpoint_dirs(Path(path), save_total_limit)
         return str(directory)
 
     async def load_checkpoint(self, path: str, step: int) -> None:

@@ -8,9 +8,16 @@ whose optimizer/schedule/clipping/accumulation keys are honoured (`deepspeed_map
 `log_prob` job with a `ds_config` is a DeepSpeed reference engine (`/forward`, tensor `/log-probs`);
 without one it is vLLM-like (`/log-probs` returns prompt log-probs); both use the frozen initial
 weights. Every data route takes `?job_id=`. Errors come back as JSON `{"detail": ...}`: 400 bad
-input, 404 unknown job, 409 wrong state, 422 unreadable body. Where arctic-platform 0.1.4 answers
-differently (it ignores unknown keys, answers a bare 500 where a worker fails, ...) the `Fidelity`
-profile decides (`fidelity.py`; default: as 0.1.4); the state guard (409) is separate and on by default.
+input, 401 no or wrong token, 403 a path outside the file root, 404 unknown job, 409 wrong state or
+a file in the way, 413 a body over the size limit, 422 unreadable body or a malformed field. A
+client mistake in a path, step, limit or body size is answered before any side effect. Where
+arctic-platform 0.1.4 answers differently (it ignores unknown keys, answers a bare 500 where a
+worker fails, ...) the `Fidelity` profile decides (`fidelity.py`; default: as 0.1.4); the state
+guard (409) is separate and on by default.
+
+Files: every caller-chosen path resolves inside one file root given at start (`file_root`); saves
+are atomic (`checkpoint`). Authentication: an optional bearer token (`http_auth`), required to bind
+a non-loopback address; `/status` shows no paths to a request without it.
 """
 
 from __future__ import annotations
@@ -19,14 +26,14 @@ import asyncio
 import json
 import logging
 import math
-import re
-import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends.protocol import SamplingParams
+from arctic_rl_core.backends.reference import http_auth
+from arctic_rl_core.backends.reference.checkpoint import prune_checkpoint_dirs, write_text_atomic
 from arctic_rl_core.backends.reference.fidelity import (
     GENERATE_KEYS,
     LOAD_KEYS,
@@ -38,6 +45,7 @@ from arctic_rl_core.backends.reference.fidelity import (
     InternalServerError,
     deepspeed_rejects,
 )
+from arctic_rl_core.backends.reference.file_root import DEFAULT_FILE_ROOT, FileRoot, PathRefused
 from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 
 if TYPE_CHECKING:
@@ -85,6 +93,7 @@ class Job:
     cuda_ipc: bool = False
     low_memory: bool = False
     deepspeed: bool = False  # log_prob job: DeepSpeed reference engine (else vLLM-like)
+    offloaded: bool = False  # log_prob job: /sleep-log-prob moved its DeepSpeed engine to the CPU
     max_model_len: int | None = None  # sampling job: vllm_config.max_model_len
 
 
@@ -106,18 +115,26 @@ class ReferenceServer:
         *,
         request_log: Path | None = None,
         fidelity: Fidelity | None = None,
+        file_root: str | Path | None = None,
+        token: str | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.fidelity = fidelity or Fidelity()
         self.settings = self.fidelity.engine_settings(settings or ReferenceEngineSettings())
         self.state = ServerState()
         self._lock = asyncio.Lock()
         self.request_log = request_log
+        self.files = FileRoot(Path(DEFAULT_FILE_ROOT) if file_root is None else file_root)
+        self.token = token or None
+        self.max_body_bytes = max_body_bytes
 
     def application(self) -> web.Application:
         from aiohttp import web
 
+        self.files.root.mkdir(parents=True, exist_ok=True)
         middlewares = [] if self.request_log is None else [_request_logger(self.request_log)]
-        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
+        middlewares.append(http_auth.middleware(self.token))
+        app = web.Application(client_max_size=self.max_body_bytes, middlewares=middlewares)
         routes: list[tuple[str, str, Callable[[web.Request], Awaitable[Any]]]] = [
             ("GET", "/health", self.health),
             ("GET", "/status", self.status),
@@ -136,12 +153,14 @@ class ReferenceServer:
             ("POST", "/wake-inference", self.wake_inference),
             ("POST", "/sleep-training", self.sleep_training),
             ("POST", "/wake-training", self.wake_training),
+            ("POST", "/sleep-log-prob", self.sleep_log_prob),
+            ("POST", "/wake-log-prob", self.wake_log_prob),
             ("POST", "/save", self.save),
             ("POST", "/load-checkpoint", self.load_checkpoint),
             ("POST", "/weight-norm", self.weight_norm),
         ]
         for method, path, handler in routes:
-            app.router.add_route(method, path, _guarded(handler, self.fidelity))
+            app.router.add_route(method, path, _guarded(handler, self.fidelity, self.max_body_bytes))
         app.on_cleanup.append(lambda _app: self.close())
         return app
 
@@ -155,12 +174,24 @@ class ReferenceServer:
         return {"status": "OK"}
 
     async def status(self, request: web.Request) -> Any:
-        return {
-            "engine": None
-            if self.state.engine is None
-            else self.state.engine.settings.model_dump(mode="json"),
-            "jobs": {str(jid): job.info for jid, job in self.state.jobs.items()},
-        }
+        engine = None if self.state.engine is None else self.state.engine.settings.model_dump(mode="json")
+        jobs = {str(jid): dict(job.info) for jid, job in self.state.jobs.items()}
+        if not (self.token and http_auth.authorized(request, self.token)):
+            # Paths only to a request that carries the server's token (so never without a token set).
+            hidden = "(hidden: /status shows paths only to a request with the server's token)"
+            for info in jobs.values():
+                for key in ("checkpoint_path", "sync_path"):
+                    if info.get(key) is not None:
+                        info[key] = hidden
+                if info.get("model_name") not in (None, REFERENCE_MODEL_NAME):
+                    info["model_name"] = hidden
+            if (
+                engine is not None
+                and isinstance(engine.get("model"), dict)
+                and engine["model"].get("model_path")
+            ):
+                engine["model"]["model_path"] = hidden
+        return {"engine": engine, "jobs": jobs}
 
     async def job(self, request: web.Request) -> Any:
         try:
@@ -252,6 +283,7 @@ class ReferenceServer:
 
         if body.get("checkpoint_path") is None:
             raise HTTPError(400, "checkpoint_path is required for training jobs")
+        checkpoint_root = self.files.resolve("checkpoint_path", body["checkpoint_path"])
         ds_config = body.get("ds_config")
         if ds_config is not None:
             if not isinstance(ds_config, Mapping):
@@ -267,7 +299,11 @@ class ReferenceServer:
                 schedule=overrides.schedule,
                 grad_accum_steps=overrides.grad_accum_steps,
             )
-        directory = Path(body["checkpoint_path"]) / f"arctic_rl_job_{job.job_id}"
+        directory = checkpoint_root / f"arctic_rl_job_{job.job_id}"
+        if directory.exists() and not directory.is_dir():
+            raise HTTPError(
+                409, f"checkpoint_path={body['checkpoint_path']!r}: {directory} is a file, not a folder"
+            )
         directory.mkdir(parents=True, exist_ok=True)
         info["checkpoint_path"] = str(directory)
         info["sync_path"] = str(directory / "weight_sync.pt")
@@ -325,17 +361,33 @@ class ReferenceServer:
             raise HTTPError(
                 400, f"Job {job_id} (log_prob) has no DeepSpeed workers: create it with a ds_config"
             )
+        if job.offloaded:
+            # 0.1.4 runs the forward with the engine's parameters on the CPU: it fails in the worker
+            detail = f"Job {job_id} (log_prob) is offloaded (/sleep-log-prob): POST /wake-log-prob first"
+            if self.fidelity.state_guard:
+                raise HTTPError(409, detail)
+            raise InternalServerError(detail)
         payload = await _wire_body(request)
         out = await self.engine.forward(payload, reference_model=job.job_type == "log_prob")
         batch: dict[str, Any] = {"logprobs": out.logprobs_B_S}
         if out.entropy_B_S is not None:
             batch["entropy"] = out.entropy_B_S
-        return _Wire({"job_id": job_id, "batch": batch, "metrics": {}, "avg_loss": 0.0})
+        # a forward that names a loss runs it without grad and reports it, as the 0.1.4 worker does
+        return _Wire(
+            {
+                "job_id": job_id,
+                "batch": batch,
+                "metrics": dict(out.metrics),
+                "avg_loss": out.metrics.get("loss", 0.0),
+            }
+        )
 
     async def step(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         self._job(job_id, "training")
-        body = self.fidelity.known_keys("/step", await _json_body(request, required=False) or {}, STEP_KEYS)
+        body = self.fidelity.known_keys(
+            "/step", _json_object(await _json_body(request, required=False), "/step"), STEP_KEYS
+        )
         out = await self.engine.step(self.fidelity.step_learning_rate(body))
         metrics = {"last_lr": out.learning_rate, "grad_norm": out.grad_norm}
         return {"job_id": job_id, "metrics": _per_rank(metrics, self.engine.settings.dp_size), "batch": {}}
@@ -343,35 +395,54 @@ class ReferenceServer:
     async def save(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         job = self._job(job_id, "training")
-        body = self.fidelity.known_keys("/save", await _json_body(request, required=False) or {}, SAVE_KEYS)
+        body = self.fidelity.known_keys(
+            "/save", _json_object(await _json_body(request, required=False), "/save"), SAVE_KEYS
+        )
+        # Every field is checked before anything is written.
         if body.get("checkpoint_type", "resumable") != "resumable" and not self.fidelity.as_0_1_4:
             raise HTTPError(
                 400, f"checkpoint_type={body['checkpoint_type']!r}: the reference saves 'resumable' only"
             )
-        root = Path(body.get("path") or job.info["checkpoint_path"])
-        step = body.get("step")
-        path = root / f"checkpoint-{int(step)}" if step is not None else root
+        root = self._checkpoint_root(job, body.get("path"))
+        step = _optional_count(body, "step", "the checkpoint's step (checkpoint-<step>)")
+        limit = _optional_count(body, "save_total_limit", "how many checkpoint-N folders to keep (0 = all)")
+        export_hf = body.get("export_hf", False)
+        if not isinstance(export_hf, bool):
+            raise HTTPError(422, f"export_hf={export_hf!r}: must be true or false")
+        path = root / f"checkpoint-{step}" if step is not None else root
+        for target in (root, path):
+            if target.exists() and not target.is_dir():
+                raise HTTPError(
+                    409,
+                    f"/save: {self.files.shown(target)} is a file, not a folder: remove it or save elsewhere",
+                )
         extra = {"checkpoint_id": body.get("checkpoint_id"), "stage_info": body.get("stage_info")}
-        export_hf = bool(body.get("export_hf", False))
         global_step = await self.engine.save_to(path, export_hf=export_hf, extra=extra)
         if step is not None:
-            (root / "latest").write_text(str(int(step)), encoding="utf-8")
-        limit = body.get("save_total_limit")
-        if limit is not None and int(limit) > 0:
-            _prune_checkpoints(root, int(limit))
+            write_text_atomic(root / "latest", str(step))
+        if limit:
+            prune_checkpoint_dirs(root, limit)
         hf_path = str(path / "hf") if export_hf else None
         return {"job_id": job_id, "path": str(path), "hf_path": hf_path, "global_step": global_step}
+
+    def _checkpoint_root(self, job: Job, path: Any) -> Path:
+        if path is None or path == "":
+            return Path(job.info["checkpoint_path"])
+        return self.files.resolve("path", path)
 
     async def load_checkpoint(self, request: web.Request) -> Any:
         job_id = _job_id(request)
         job = self._job(job_id, "training")
         body = self.fidelity.known_keys(
-            "/load-checkpoint", await _json_body(request, required=False) or {}, LOAD_KEYS
+            "/load-checkpoint",
+            _json_object(await _json_body(request, required=False), "/load-checkpoint"),
+            LOAD_KEYS,
         )
-        path = Path(body.get("path") or job.info["checkpoint_path"])
-        if body.get("step") is not None:
-            path = path / f"checkpoint-{int(body['step'])}"
-        elif body.get("path") is None and (path / "latest").is_file():
+        path = self._checkpoint_root(job, body.get("path"))
+        step = _optional_count(body, "step", "the checkpoint's step (checkpoint-<step>)")
+        if step is not None:
+            path = path / f"checkpoint-{step}"
+        elif not body.get("path") and (path / "latest").is_file():
             path = path / f"checkpoint-{int((path / 'latest').read_text().strip())}"
         global_step = await self.engine.load_from(path)
         return {"job_id": job_id, "path": str(path), "global_step": global_step}
@@ -545,10 +616,35 @@ class ReferenceServer:
         await self.engine.wake_training()
         return {"job_id": job_id, "workers": [{"state": "awake"}] * self.engine.settings.dp_size}
 
+    async def sleep_log_prob(self, request: web.Request) -> Any:
+        """0.1.4: offload the DeepSpeed log-prob engine to the CPU (a no-op without DeepSpeed workers)."""
+        return await self._log_prob_residency(request, offloaded=True)
+
+    async def wake_log_prob(self, request: web.Request) -> Any:
+        return await self._log_prob_residency(request, offloaded=False)
+
+    async def _log_prob_residency(self, request: web.Request, *, offloaded: bool) -> Any:
+        job_id = _job_id(request)
+        job = self._job(job_id, "log_prob")
+        await _json_body(request, required=False)
+        if not job.deepspeed:
+            return {"job_id": job_id, "workers": []}
+        job.offloaded = offloaded
+        state = "offloaded" if offloaded else "on_gpu"
+        return {"job_id": job_id, "workers": [{"state": state}] * self.engine.settings.dp_size}
+
     async def weight_norm(self, request: web.Request) -> Any:
-        body = await _json_body(request, required=True)
-        self._job(int(body["training_job_id"]), "training")
-        self._job(int(body["sampling_job_id"]), "sampling")
+        body = _json_object(await _json_body(request, required=True), "/weight-norm")
+        ids = {}
+        for key in ("training_job_id", "sampling_job_id"):
+            value = body.get(key)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise HTTPError(
+                    422, f"/weight-norm {key}={value!r}: send {{'training_job_id': N, 'sampling_job_id': M}}"
+                )
+            ids[key] = value
+        self._job(ids["training_job_id"], "training")
+        self._job(ids["sampling_job_id"], "sampling")
         trainer, sampler = self.engine.trainer_parameters(), self.engine.sampler_parameters()
         return {
             "training_norm": math.sqrt(sum(float((p.double() ** 2).sum()) for p in trainer.values())),
@@ -571,7 +667,9 @@ class _Wire:
 
 
 def _guarded(
-    handler: Callable[[web.Request], Awaitable[Any]], fidelity: Fidelity | None = None
+    handler: Callable[[web.Request], Awaitable[Any]],
+    fidelity: Fidelity | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def route(request: web.Request) -> web.Response:
         from aiohttp import web
@@ -583,8 +681,18 @@ def _guarded(
             result = await handler(request)
         except (FidelityRefusal, InternalServerError) as err:
             return _fidelity_response(err)
-        except HTTPError as err:
+        except (HTTPError, PathRefused) as err:
             return web.json_response({"detail": err.detail}, status=err.status)
+        except web.HTTPRequestEntityTooLarge:
+            detail = (
+                f"{request.path}: the body is larger than the server's limit of {max_body_bytes} bytes; send "
+                "less per request (fewer or shorter sequences)"
+            )
+            return web.json_response({"detail": detail}, status=413)
+        except web.HTTPException as err:
+            return web.json_response({"detail": f"{request.path}: {err.reason}"}, status=err.status)
+        except FloatingPointError as err:  # a non-finite gradient norm: the payload's values
+            return web.json_response({"detail": str(err)}, status=422)
         except BackendStateError as err:
             return web.json_response({"detail": str(err)}, status=409)
         except (FileNotFoundError, ValueError, RuntimeError) as err:
@@ -716,14 +824,22 @@ def _per_rank(metrics: dict[str, float], dp_size: int) -> dict[str, Any]:
     return metrics if dp_size == 1 else {k: [v] * dp_size for k, v in metrics.items()}
 
 
-def _prune_checkpoints(root: Path, keep: int) -> None:
-    found = sorted(
-        (int(m.group(1)), child)
-        for child in root.iterdir()
-        if child.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", child.name))
-    )
-    for _, child in found[:-keep]:
-        shutil.rmtree(child, ignore_errors=True)
+def _json_object(body: Any, route: str) -> dict[str, Any]:
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise HTTPError(422, f"{route}: the body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _optional_count(body: Mapping[str, Any], key: str, meaning: str) -> int | None:
+    """A field that is absent/null or a whole number >= 0 (not true/false, not 1.5, not Infinity)."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HTTPError(422, f"{key}={value!r}: must be a whole number >= 0 ({meaning}), or null")
+    return value
 
 
 def _request_logger(path: Path) -> Any:
@@ -770,17 +886,23 @@ async def serve(
     host: str,
     port: int,
     *,
+    file_root: str | Path | None = None,
+    token: str | None = None,
     on_ready: Callable[[str, int], None] | None = None,
     stop: asyncio.Event | None = None,
     request_log: Path | None = None,
     fidelity: Fidelity | None = None,
 ) -> None:
-    """Run the server until `stop` is set (or SIGINT/SIGTERM when `stop` is None)."""
+    """Run the server until `stop` is set (or SIGINT/SIGTERM when `stop` is None). A non-loopback
+    `host` needs a `token` (`http_auth.BindRefused` otherwise)."""
     import signal
 
     from aiohttp import web
 
-    server = ReferenceServer(settings, request_log=request_log, fidelity=fidelity)
+    http_auth.check_bind(host, token)
+    server = ReferenceServer(
+        settings, request_log=request_log, fidelity=fidelity, file_root=file_root, token=token
+    )
     runner = web.AppRunner(server.application(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

@@ -174,8 +174,12 @@ class RayReferenceBackend(Backend):
     async def state(self) -> BackendState:
         return await self._call("state")
 
-    async def save_checkpoint(self, path: str, step: int) -> str:
-        return await self._call("save_checkpoint", path, step)
+    async def save_checkpoint(
+        self, path: str, step: int, *, export_hf: bool = False, save_total_limit: int | None = None
+    ) -> str:
+        return await self._call(
+            "save_checkpoint", path, step, export_hf=export_hf, save_total_limit=save_total_limit
+        )
 
     async def load_checkpoint(self, path: str, step: int) -> None:
         await self._call("load_checkpoint", path, step)

@@ -377,10 +377,14 @@ def _check_rows(
     if not bool(((attention == 0) | (attention == 1)).all()):
         raise PayloadError(f"{where}.attention_mask holds values other than 0/1")
     prompts = tensors["prompts"]
-    if prompts.dim() != 2 or not 1 <= prompts.shape[1] < seq_len:
+    # the server reads only prompts.shape[1]; a [B, P, 0] tensor (no bytes) carries it as well as
+    # [B, P], and passes the server's unpad / ZoRRo / split code (it never matches [B, S])
+    if not (prompts.dim() == 2 or (prompts.dim() == 3 and prompts.shape[2] == 0)) or not (
+        1 <= prompts.shape[1] < seq_len
+    ):
         raise PayloadError(
-            f"{where}.prompts has shape {tuple(prompts.shape)}: must be [B, P] with 1 <= P < S={seq_len} "
-            "(only its width P is read: prompts are left-padded to P)"
+            f"{where}.prompts has shape {tuple(prompts.shape)}: must be [B, P] (or the empty [B, P, 0]) with "
+            f"1 <= P < S={seq_len} (only its width P is read: prompts are left-padded to P)"
         )
     width = int(prompts.shape[1])
     _check_lengths(meta, where, width, seq_len)

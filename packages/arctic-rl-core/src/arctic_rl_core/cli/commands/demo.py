@@ -22,6 +22,8 @@ def run(args: argparse.Namespace) -> int:
         "--lr": args.lr,
         "--eval-samples": args.eval_samples,
         "--threads": args.threads,
+        "--server": args.server,
+        "--colocate": args.colocate,
     }
     forwarded = launch.driver_args(
         framework=framework, task=args.task, steps=args.steps, out=args.out, resume=args.resume, extra=extra

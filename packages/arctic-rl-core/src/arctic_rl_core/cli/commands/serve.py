@@ -1,5 +1,6 @@
 """`arctic-rl serve --reference`: the CPU reference engine behind the Arctic on-prem HTTP API, so the
-real arctic-platform client (or any adapter) can drive it. Binds to loopback unless told otherwise."""
+real arctic-platform client (or any adapter) can drive it. Binds to loopback unless told otherwise;
+a non-loopback address needs a bearer token. Files are read and written under --file-root only."""
 
 from __future__ import annotations
 
@@ -27,6 +28,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--port", type=int, default=8000, help="port to bind; 0 picks a free one (default: 8000)"
+    )
+    parser.add_argument(
+        "--file-root",
+        default=None,
+        help=(
+            "the only folder clients' checkpoint paths may name; relative paths resolve from it "
+            "(default: ./arctic-rl-serve-files)"
+        ),
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help=(
+            "bearer token every request but /health must send (default: $ARCTIC_RL_SERVE_TOKEN); required "
+            "with a non-loopback --host. arctic-platform 0.1.4's HTTP client cannot send one"
+        ),
     )
     parser.add_argument(
         "--config", default=None, help="an arctic-rl config file (YAML/TOML) for the engine settings"
@@ -108,13 +125,30 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
+    import os
     from pathlib import Path
 
     from arctic_rl_core.backends.reference.fidelity import Fidelity, ServerProfile
+    from arctic_rl_core.backends.reference.http_auth import TOKEN_ENV, BindRefused, check_bind
 
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    try:
+        check_bind(args.host, token)
+    except BindRefused as err:
+        print(f"arctic-rl serve: {err}", file=sys.stderr)
+        return 2
     request_log = None if args.request_log is None else Path(args.request_log)
     fidelity = Fidelity(profile=ServerProfile(args.profile), state_guard=args.state_guard)
     asyncio.run(
-        serve(settings, args.host, args.port, on_ready=ready, request_log=request_log, fidelity=fidelity)
+        serve(
+            settings,
+            args.host,
+            args.port,
+            on_ready=ready,
+            request_log=request_log,
+            fidelity=fidelity,
+            file_root=args.file_root,
+            token=token,
+        )
     )
     return 0

@@ -151,6 +151,16 @@ class ExecutionResult:
         return cls.failure(kind, message, seconds)
 
 
+def _within_limit(result: ExecutionResult, timeout_s: float) -> ExecutionResult:
+    """A query that ran past `timeout_s` is a timeout, also when it finished inside the kill grace
+    (a non-yielding statement that the progress handler could not cancel): whether it counts must
+    not depend on how fast the machine happened to be between the limit and the hard kill."""
+    if not result.ok or result.seconds <= timeout_s:
+        return result
+    message = f"finished after {result.seconds:.2f} s, over the {timeout_s:g} s limit"
+    return ExecutionResult.failure("timeout", message, result.seconds)
+
+
 @dataclass(frozen=True)
 class WorkerStats:
     pid: int
@@ -418,7 +428,7 @@ class SQLExecutor:
                     index = queue.popleft()[0]
                     if reply_index != index:
                         raise RuntimeError(f"sql worker answered task {reply_index}, expected {index}")
-                    finish(index, ExecutionResult.from_outcome(outcome))
+                    finish(index, _within_limit(ExecutionResult.from_outcome(outcome), settings.timeout_s))
                     if queue:
                         queue[0][1] = head_deadline(worker)
                 now = time.monotonic()

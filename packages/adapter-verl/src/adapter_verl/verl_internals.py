@@ -1,0 +1,171 @@
+"""Every verl 0.9.1 (and Ray 2.57) internal the verl adapter touches, in one place.
+
+`INTERNALS` lists each private symbol, module path or dict key the adapter relies on, where it is
+used and why no public API serves; `tests/verl/test_verl_internals.py` checks that each still
+exists with the shape used (a new verl or Ray release fails there, with this list) and that the
+adapter's other modules touch no private framework symbol that is not listed here. Reads and
+writes of private state go through the functions below; overrides of private hooks stay methods of
+the adapter's subclasses and are listed.
+
+Replaced with public API: `ray._private.state.available_resources_per_node()` (the CPU check of the
+forwarder pool) by `ray.available_resources()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from arctic_rl_core.seams import Internal
+
+# verl modules whose import triggers a registration (plugin.py's import hook): verl registers V1
+# trainer modes with a decorator in this package, and rollout replicas in this module.
+TRAINER_PACKAGE = "verl.trainer.ppo.v1"
+REPLICA_MODULE = "verl.workers.rollout.replica"
+# The key of `TokenOutput.extra_fields` from which verl's LLM-server client reads the weights
+# version a generation was sampled with (it derives `min_global_steps` / `max_global_steps`).
+WEIGHTS_VERSION_KEY = "global_steps"
+RAY_CONSTANTS_MODULE = "ray._private.ray_constants"
+RAY_UV_HOOK_CONSTANT = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
+
+INTERNALS: tuple[Internal, ...] = (
+    Internal(
+        "verl.workers.rollout.replica:RolloutReplicaRegistry",
+        "_registry",
+        "class attribute",
+        "plugin.register_replica_now (registered_rollout_loader)",
+        "`register()` silently replaces an existing loader and `get()` instantiates it; only the dict "
+        "tells whether another plugin already owns the rollout name",
+    ),
+    Internal(
+        "verl.workers.rollout.replica:RolloutReplica",
+        "_server_handle",
+        "instance attribute",
+        "replica.ArcticRolloutReplica.launch_servers (set_replica_server)",
+        "the public `server_handle` property reads it and has no setter; verl's own replicas assign it "
+        "in launch_servers",
+    ),
+    Internal(
+        "verl.workers.rollout.replica:RolloutReplica",
+        "_server_address",
+        "instance attribute",
+        "replica.ArcticRolloutReplica.launch_servers (set_replica_server)",
+        "the public `server_address` property reads it and has no setter",
+    ),
+    Internal(
+        "verl.workers.rollout.replica:TokenOutput",
+        "extra_fields",
+        "instance attribute",
+        "replica.ArcticRolloutServer.generate (WEIGHTS_VERSION_KEY)",
+        "a public pydantic field, listed because the adapter's weights version travels in it under "
+        "an untyped key (next entry)",
+    ),
+    Internal(
+        "verl.workers.rollout.llm_server",
+        WEIGHTS_VERSION_KEY,
+        "key",
+        "replica.ArcticRolloutServer.generate",
+        "verl's LLM-server client reads a generation's weights version from "
+        "`extra_fields['global_steps']`; TokenOutput has no typed field for it",
+    ),
+    Internal(
+        "verl.single_controller.base.worker:Worker",
+        "_register_dispatch_collect_info",
+        "call",
+        "worker.ArcticActorRolloutRefWorker.init_model (collect_on_rank0)",
+        "the only way to map every rank of a mesh to dp rank 0 (rank 0 alone talks to the backend); "
+        "verl's own workers call it from init_model",
+        ("self", "mesh_name", "dp_rank", "is_collect"),
+    ),
+    Internal(
+        "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
+        "_init_resource_pool_mgr",
+        "override",
+        "trainer.ArcticTrainer._init_resource_pool_mgr",
+        "the one step of `_setup` after the dataloader (the step count is known) and before any "
+        "resource pool or worker exists; verl offers no public hook there",
+        ("self",),
+    ),
+    Internal(
+        "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
+        "_setup",
+        "call",
+        "(verl calls it; the override above relies on its order)",
+        "listed so that a reordered or renamed `_setup` fails here rather than mid-run",
+        ("self",),
+    ),
+    Internal(
+        "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
+        "_pending_sync_metrics",
+        "instance attribute",
+        "trainer.ArcticTrainer.on_step_end (add_step_metrics)",
+        "`_consume_sync_metrics` merges it into the step's logged metrics (verl's async trainer "
+        "stashes its sync stats there); a step's metrics have no public entry from on_step_end",
+    ),
+    Internal(
+        "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
+        "_consume_sync_metrics",
+        "call",
+        "(verl calls it; reads `_pending_sync_metrics`)",
+        "the reader of the attribute above",
+        ("self",),
+    ),
+    Internal(
+        "verl.single_controller.ray.base:ResourcePoolManager",
+        "_check_resource_available",
+        "override",
+        "trainer.CpuResourcePoolManager",
+        "the stock check counts GPUs (the forwarder workers need CPUs) and `create_resource_pool` "
+        "calls it; overriding it is the one way to replace the check",
+        ("self",),
+    ),
+    Internal(
+        "verl.trainer.ppo.v1.trainer_base",
+        "register_trainer",
+        "module attribute",
+        "trainer.ArcticTrainer (decorator), plugin's import hook on TRAINER_PACKAGE",
+        "V1 trainer modes register only through this decorator in verl.trainer.ppo.v1; verl loads "
+        "plugins before it imports that package, so the plugin registers right after its import",
+    ),
+    Internal(
+        RAY_CONSTANTS_MODULE,
+        RAY_UV_HOOK_CONSTANT,
+        "module attribute",
+        "main.keep_ray_off_uv_run (turn_off_ray_uv_hook_constant)",
+        "Ray reads RAY_ENABLE_UV_RUN_RUNTIME_ENV once, at import; when Ray is already imported only "
+        "the module constant turns its uv-run hook off",
+    ),
+)
+
+
+def registered_rollout_loader(name: str) -> Any:
+    """The loader verl holds for rollout `name`, or None."""
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    return RolloutReplicaRegistry._registry.get(name)
+
+
+def set_replica_server(replica: Any, handle: Any, address: str) -> None:
+    """What verl's `RolloutReplica.server_handle` / `server_address` return."""
+    replica._server_handle = handle
+    replica._server_address = address
+
+
+def collect_on_rank0(worker: Any, meshes: Iterable[str]) -> None:
+    """Every rank of each mesh dispatches as dp rank 0; only rank 0 collects."""
+    for mesh in meshes:
+        worker._register_dispatch_collect_info(mesh_name=mesh, dp_rank=0, is_collect=worker.rank == 0)
+
+
+def add_step_metrics(trainer: Any, metrics: dict[str, Any]) -> None:
+    """Merge `metrics` into the current step's logged metrics (verl consumes them once)."""
+    trainer._pending_sync_metrics = {**(getattr(trainer, "_pending_sync_metrics", None) or {}), **metrics}
+
+
+def turn_off_ray_uv_hook_constant() -> None:
+    """Ray already imported: its uv-run hook flag was read from the environment; set it off."""
+    import sys
+
+    constants = sys.modules.get(RAY_CONSTANTS_MODULE)
+    if constants is not None:
+        setattr(constants, RAY_UV_HOOK_CONSTANT, False)

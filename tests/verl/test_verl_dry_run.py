@@ -1,0 +1,229 @@
+"""`python -m adapter_verl.main --dry-run`: verl's stock GRPO example plus the one switch, every
+problem of a bad command line at once (exit 2), `--help`, and the pieces the launcher rewrites
+(hydra.searchpath, +remote_backend=arctic, rollout.name=vllm). No Ray is started."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+# The settings of verl's stock examples/grpo_trainer/run_qwen2-7b.sh (verl repository), the entry
+# point switched from `python3 -m verl.trainer.main_ppo` to `python -m adapter_verl.main`.
+STOCK_QWEN2_7B = [
+    "algorithm.adv_estimator=grpo",
+    "data.train_files=/data/gsm8k/train.parquet",
+    "data.val_files=/data/gsm8k/test.parquet",
+    "data.train_batch_size=1024",
+    "data.max_prompt_length=512",
+    "data.max_response_length=1024",
+    "data.filter_overlong_prompts=True",
+    "data.truncation=error",
+    "actor_rollout_ref.model.path=Qwen/Qwen2-7B-Instruct",
+    "actor_rollout_ref.actor.optim.lr=1e-6",
+    "actor_rollout_ref.model.use_remove_padding=True",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=256",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=40",
+    "actor_rollout_ref.actor.use_kl_loss=True",
+    "actor_rollout_ref.actor.kl_loss_coef=0.001",
+    "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+    "actor_rollout_ref.actor.entropy_coeff=0",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+    "actor_rollout_ref.actor.fsdp_config.param_offload=False",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.6",
+    "actor_rollout_ref.rollout.n=5",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=40",
+    "actor_rollout_ref.ref.fsdp_config.param_offload=True",
+    "algorithm.use_kl_in_reward=False",
+    "trainer.critic_warmup=0",
+    'trainer.logger=["console","wandb"]',
+    "trainer.project_name=verl_grpo_example_gsm8k",
+    "trainer.experiment_name=qwen2_7b_function_rm",
+    "trainer.n_gpus_per_node=8",
+    "trainer.nnodes=1",
+    "trainer.save_freq=20",
+    "trainer.test_freq=5",
+    "trainer.total_epochs=15",
+]
+
+
+def dry_run(capsys, *argv: str) -> tuple[int, str, str]:
+    from adapter_verl.main import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--dry-run", *argv])
+    out = capsys.readouterr()
+    return info.value.code, out.out, out.err
+
+
+def document(out: str) -> tuple[dict, str]:
+    """The printed `config:`/`plan:` document and the settings table after it."""
+    head, _, table = out.partition("Arctic RL run settings")
+    return yaml.safe_load(head), table
+
+
+def test_stock_grpo_example_plus_the_switch_passes_and_carries_its_settings(capsys, tmp_path):
+    import ray
+
+    code, out, err = dry_run(capsys, *STOCK_QWEN2_7B, f"trainer.default_local_dir={tmp_path}/ckpt")
+    assert code == 0, err
+    assert not ray.is_initialized()
+    doc, table = document(out)
+    cfg, plan = doc["config"], doc["plan"]
+    assert cfg["backend"]["kind"] == "ray" and cfg["model"]["name"] == "Qwen/Qwen2-7B-Instruct"
+    place = cfg["placement"]
+    # 1 node x 8 GPUs, hybrid engine = colocated, TP 2 -> four engines; the KL reference on the same GPUs
+    assert (place["training_gpus"], place["sampling_gpus"], place["log_prob_gpus"]) == (8, 8, 8)
+    assert place["colocate"] is True and place["sampling_tensor_parallel_size"] == 2
+    assert plan["shape"]["num_sampling_engines"] == 4
+    assert cfg["vllm"]["gpu_memory_utilization"] == 0.6
+    batch = cfg["batch"]
+    assert (batch["prompts_per_step"], batch["mini_batch_prompts"], batch["rollouts_per_prompt"]) == (
+        1024,
+        256,
+        5,
+    )
+    assert (batch["micro_batch_size_per_gpu"], batch["max_prompt_length"], batch["max_response_length"]) == (
+        40,
+        512,
+        1024,
+    )
+    # 256 x 5 = 1280 rows per optimizer step = 40 x 4 accumulation steps x 8 data-parallel ranks
+    assert (plan["shape"]["train_batch_size"], plan["shape"]["gradient_accumulation_steps"]) == (1280, 4)
+    assert cfg["optimizer"]["lr"] == 1e-6 and cfg["optimizer"]["weight_decay"] == 0.01  # verl's default
+    loss = cfg["loss"]
+    assert (loss["use_kl_loss"], loss["kl_loss_coef"], loss["kl_loss_type"], loss["entropy_coeff"]) == (
+        True,
+        0.001,
+        "low_var_kl",
+        0.0,
+    )
+    assert cfg["checkpoint"]["path"] == f"{tmp_path}/ckpt"
+    client = plan["client"]
+    assert (client["training_gpus"], client["sampling_gpus"], client["log_prob_gpus"]) == (8, 8, 8)
+    assert client["backend"] == {"type": "onprem", "protocol": "ray", "colocate": True}
+    assert client["sampling"]["vllm"]["tensor_parallel_size"] == 2
+    assert client["sampling"]["vllm"]["gpu_memory_utilization"] == 0.6
+    assert client["training"]["ds_config"]["optimizer"]["params"]["lr"] == 1e-6
+    # the table: GPUs, colocation, and what verl set that the Arctic path does not use
+    assert "train 8 / sample 8 (4 engine(s) x TP 2) / log-prob 8" in table
+    assert "actor_rollout_ref.ref.fsdp_config.param_offload = true" in table
+    assert "actor_rollout_ref.rollout.name=vllm: now arctic" in err
+
+
+def test_the_document_is_what_arctic_rl_config_show_prints(capsys, tmp_path, monkeypatch):
+    """`arctic-rl config show` over the same core config prints the same text (its loader is
+    handed the config the dry run resolved)."""
+    import arctic_rl_core.cli.commands.config as config_command
+    from adapter_verl.main import check
+    from arctic_rl_core.cli.main import main as arctic_rl
+
+    argv = [*STOCK_QWEN2_7B, f"trainer.default_local_dir={tmp_path}/ckpt"]
+    code, out, err = dry_run(capsys, *argv)
+    assert code == 0, err
+    resolved = check(argv).resolution.config
+    monkeypatch.setattr(config_command, "_load", lambda args: resolved)
+    capsys.readouterr()
+    assert arctic_rl(["config", "show", "unused.yaml"]) in (0, None)
+    assert out.partition("Arctic RL run settings")[0] == capsys.readouterr().out
+
+
+def test_other_shapes_of_our_own(capsys):
+    """Cases not in the repository: two nodes of four GPUs, TP 4, a different memory fraction,
+    no KL; a standalone rollout pool."""
+    base = [o for o in STOCK_QWEN2_7B if not o.startswith(("trainer.n", "actor_rollout_ref.rollout.tensor"))]
+    code, out, err = dry_run(
+        capsys,
+        *base,
+        "trainer.nnodes=2",
+        "trainer.n_gpus_per_node=4",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=4",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.35",
+        "actor_rollout_ref.actor.use_kl_loss=false",
+    )
+    assert code == 0, err
+    cfg, plan = document(out)[0].values()
+    assert (cfg["placement"]["training_gpus"], cfg["placement"]["log_prob_gpus"]) == (8, 0)
+    assert plan["shape"]["num_sampling_engines"] == 2 and cfg["vllm"]["gpu_memory_utilization"] == 0.35
+
+    code, out, err = dry_run(
+        capsys,
+        *base,
+        "trainer.n_gpus_per_node=4",
+        "actor_rollout_ref.hybrid_engine=false",
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.n_gpus_per_node=4",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.actor.use_kl_loss=false",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=20",
+    )
+    assert code == 0, err
+    place = document(out)[0]["config"]["placement"]
+    assert (place["training_gpus"], place["sampling_gpus"], place["colocate"]) == (4, 4, False)
+
+
+def test_bad_settings_are_all_reported_in_one_round(capsys):
+    """verl-side rejections, verl's own check and core validation together, exit 2, no Ray."""
+    import ray
+
+    code, out, err = dry_run(
+        capsys,
+        *STOCK_QWEN2_7B,
+        "+remote_backend.core.zorro.enabel=true",  # misspelt core knob
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=3",  # 8 GPUs do not split into TP-3 engines
+        "algorithm.use_kl_in_reward=true",  # no KL-in-reward on the Arctic path
+        "actor_rollout_ref.model.lora_rank=16",
+        "trainer.default_local_dir=",  # no checkpoint folder: the server 400s without one
+    )
+    assert code == 2 and out == ""
+    assert not ray.is_initialized()
+    problems = [line[4:] for line in err.splitlines() if line.startswith("  - ")]
+    text = "\n".join(problems)
+    for expected in (
+        "remote_backend.core.zorro.enabel = true: unknown key. Fix: did you mean 'zorro.enable'?",
+        "not divisible by placement.sampling_tensor_parallel_size=3",
+        "algorithm.use_kl_in_reward = true: KL in the reward is not on the Arctic path",
+        "actor_rollout_ref.model.lora_rank = 16: LoRA adapters are not sent to the Arctic server",
+    ):
+        assert expected in text, text
+    assert "problems in the settings" in err
+
+
+def test_help_prints_usage(capsys):
+    from adapter_verl.main import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m adapter_verl.main [--dry-run]") and "--dry-run" in out
+
+
+def test_a_users_searchpath_is_merged_and_ours_wins(capsys, tmp_path):
+    """A user's own Hydra search path (here with a same-named `remote_backend/arctic.yaml`, as the
+    incumbent integration ships) keeps its groups; the adapter's group is found first."""
+    from adapter_verl.main import compose, prepare
+
+    mine = tmp_path / "conf"
+    (mine / "remote_backend").mkdir(parents=True)
+    (mine / "remote_backend" / "arctic.yaml").write_text("colocate: true\n")
+    (mine / "extra_group").mkdir()
+    (mine / "extra_group" / "mine.yaml").write_text("answer: 42\n")
+    prepared = prepare([f"hydra.searchpath=[file://{mine}]", "+extra_group=mine"])
+    assert f"hydra.searchpath=[pkg://adapter_verl.hydra_config,file://{mine}]" in prepared.overrides
+    cfg = compose(prepared.overrides)
+    assert cfg.extra_group.answer == 42
+    assert cfg.remote_backend.core.backend.kind == "ray" and "colocate" not in cfg.remote_backend
+
+
+def test_remote_backend_group_selection(capsys):
+    from adapter_verl.main import compose, prepare
+
+    plain = prepare(["remote_backend=arctic"])
+    assert "+remote_backend=arctic" in plain.overrides and not plain.problems
+    assert compose(plain.overrides).remote_backend.core.backend.kind == "ray"
+    other = prepare(["+remote_backend=mine"])
+    assert other.problems == ["remote_backend=mine: the adapter's group is +remote_backend=arctic"]
