@@ -167,13 +167,15 @@ def backend_weights(ckpt_root: Path, step: int) -> dict[str, torch.Tensor]:
     files = sorted((ckpt_root / f"global_step_{step}" / "policy" / "backend").rglob("*"))
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
+        # data files carry their save's generation ("model.<generation>.safetensors"): key by role
+        role = f"{f.name.split('.', 1)[0]}{f.suffix}"
         if f.suffix == ".safetensors":
             from safetensors.torch import load_file
 
-            tensors.update({f"{f.name}:{k}": v for k, v in load_file(f).items()})
+            tensors.update({f"{role}:{k}": v for k, v in load_file(f).items()})
         elif f.suffix in (".pt", ".bin"):
             state = torch.load(f, map_location="cpu", weights_only=False)
             if isinstance(state, dict):
-                tensors.update({f"{f.name}:{k}": v for k, v in state.items() if isinstance(v, torch.Tensor)})
+                tensors.update({f"{role}:{k}": v for k, v in state.items() if isinstance(v, torch.Tensor)})
     assert tensors, f"no tensors found in the backend checkpoint: {files}"
     return tensors

@@ -71,16 +71,20 @@ def test_each_hostile_statement_is_bounded_and_harmless(big_db: Path) -> None:
     settings = ExecutorSettings(num_workers=2, timeout_s=TIMEOUT_S, kill_grace_s=0.5)
     with SQLExecutor(settings) as executor:
         executor.execute(big_db, "SELECT 1")  # workers started outside the timed calls
+        late_verdicts = 0
         for sql, expected_kind in statements:
             start = time.monotonic()
             result = executor.execute(big_db, sql)
+            late_verdicts += "over the" in result.error_message
             elapsed = time.monotonic() - start
             assert elapsed <= BOUND_S, (sql[:60], elapsed)
             if expected_kind:
                 assert not result.ok and result.error_kind == expected_kind, (sql[:60], result)
             else:
                 assert result.ok and result.rows == frozenset({(3000,)})
-        assert executor.replaced_workers >= 1  # the non-yielding query needed the hard kill
+        # the non-yielding query needed the hard kill, or finished inside the kill grace and was
+        # judged late (which of the two depends on the machine's speed)
+        assert executor.replaced_workers + late_verdicts >= 1
         assert executor.execute(big_db, "SELECT count(*) FROM big").rows == frozenset({(3000,)})
     assert fingerprint(directory) == before  # same files, same bytes: nothing attached or copied
 

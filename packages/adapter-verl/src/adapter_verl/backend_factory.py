@@ -35,3 +35,12 @@ def start_backend(settings: ArcticVerlSettings) -> BackendHandle:
         backend = ArcticBackend.from_config(cfg, state_ledger=RayStateLedger.start())
     _owned.append(backend)
     return backend.handle()
+
+
+def shutdown_started_backends() -> None:
+    """Shut down the backends this process started (last first): an Arctic server's jobs are
+    destroyed, so the next run (a resume) can create its own; the reference actor is released."""
+    from arctic_rl_core import dispatch
+
+    while _owned:
+        dispatch.run(_owned.pop().shutdown())

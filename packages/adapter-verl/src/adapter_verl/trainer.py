@@ -104,6 +104,16 @@ class ArcticTrainer(PPOTrainerSync):
             )
         self.selected_mode = value
 
+    def fit(self, *args, **kwargs):
+        """verl's training loop, then release the backend `_init_resource_pool_mgr` started: the
+        Arctic server holds one job per type, so jobs left behind would refuse the next run's."""
+        from adapter_verl.backend_factory import shutdown_started_backends
+
+        try:
+            return super().fit(*args, **kwargs)
+        finally:
+            shutdown_started_backends()
+
     def on_step_end(self) -> None:
         """verl's sync (weights to the sampler), then the sync's metrics into this step's logged
         metrics: `arctic/weights_version`, `arctic/rollout_weights_version`,
