@@ -104,11 +104,6 @@ def test_wire_run_samples_each_step_from_the_last_sync(wire, plain_run):
             assert calls.calls[i + 1] == "reset_prefix_cache", calls.calls[i : i + 3]
 
 
-@pytest.mark.xfail(
-    reason="passed on main at ecd7487; since the merge of the checkpoint-writer/file-root changes the "
-    "resumed step-2 checkpoint differs from the plain run's (open: see the h15wire report)",
-    strict=False,
-)
 def test_wire_resume_from_checkpoint_is_bit_identical(wire, plain_run, model_dir, learnable_jsonl, tmp_path):
     exp, _, root = plain_run
     resumed, calls, seconds = _wire_run(
