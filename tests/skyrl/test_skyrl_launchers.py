@@ -1,13 +1,11 @@
 """`python -m adapter_skyrl.main --dry-run` (and `--help`, and through SkyRL's main_base), fed the real
-command lines of SkyRL's stock GSM8K example and of the seed integration's five launchers: each
-launcher runs with a stand-in `uv` that records its command line; only the entry point is changed."""
+command lines of SkyRL's stock GSM8K example and of the seed integration's five launchers, as recorded
+from them (launchers/README.md); only the entry point is changed."""
 
 from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,48 +14,21 @@ import yaml
 from adapter_skyrl.main import USAGE, dry_run, main
 
 LAUNCHERS = Path(__file__).parent / "launchers"
-SEED = sorted(LAUNCHERS.glob("seed_*.sh"))
-FAKE_UV = """#!/usr/bin/env bash
-python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$CAPTURE"
-"""
+RECORDED = json.loads((LAUNCHERS / "recorded_commands.json").read_text())  # see launchers/README.md
+SEED = sorted(name for name in RECORDED if name.startswith("seed_"))
 
 
-def recorded_command(script: Path, tmp_path: Path, **env: str) -> list[str]:
-    """The framework arguments the launcher passes to its Python entry point (after the module/file)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "uv").write_text(FAKE_UV)
-    (bin_dir / "uv").chmod(0o755)
-    capture = tmp_path / "capture.jsonl"
-    capture.unlink(missing_ok=True)
+def recorded_command(name: str, tmp_path: Path) -> list[str]:
+    """The framework arguments the launcher `name` passed to its Python entry point, as recorded, run
+    from `tmp_path` (its data folder made with GSM8K's train size); the seed's entry point removed."""
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    for name in ("train.parquet", "validation.parquet", "val.parquet"):  # 7473 rows: GSM8K's train size
-        pq.write_table(pa.table({"prompt": ["q"] * 7473}), data / name)
-    run_env = {
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "HOME": str(tmp_path),
-        "CAPTURE": str(capture),
-        "SKYRL_DIR": str(tmp_path),
-        "DATA_DIR": str(data),
-        **env,
-    }
-    subprocess.run(
-        ["bash", str(script)], env=run_env, check=True, capture_output=True, timeout=60, cwd=tmp_path
-    )
-    commands = [json.loads(line) for line in capture.read_text().splitlines()]
-    (command,) = [
-        c for c in commands if "skyrl.train.entrypoints.main_base" in c or any(a.endswith(".py") for a in c)
-    ]
-    start = (
-        command.index("skyrl.train.entrypoints.main_base") + 1
-        if "-m" in command
-        else next(i + 1 for i, a in enumerate(command) if a.endswith(".py"))
-    )
-    args = command[start:]
+    for file in ("train.parquet", "validation.parquet", "val.parquet"):  # 7473 rows: GSM8K's train size
+        pq.write_table(pa.table({"prompt": ["q"] * 7473}), data / file)
+    args = [arg.replace("@HOME@", str(tmp_path)) for arg in RECORDED[name]]
     # The one change: our entry point instead of the seed's (the FSDP baseline names none).
     return [a for a in args if not a.startswith("trainer.override_entrypoint=")]
 
@@ -143,7 +114,7 @@ def test_dry_run_through_skyrl_main_base(monkeypatch, capsys):
 
 def test_stock_gsm8k_example_with_the_switch(tmp_path):
     """SkyRL's examples/train/gsm8k/run_gsm8k.sh, NUM_GPUS=4 default, LOGGER=console (its own knob)."""
-    args = recorded_command(LAUNCHERS / "stock_run_gsm8k.sh", tmp_path, LOGGER="console")
+    args = recorded_command("stock_run_gsm8k.sh", tmp_path)
     code, out, err = run_dry(args)
     assert code == 0, err  # no problem at all (the allowance is one)
     document = document_of(out)
@@ -176,12 +147,12 @@ SEED_SENT = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("script", SEED, ids=lambda p: p.stem)
+@pytest.mark.parametrize("script", SEED, ids=lambda name: name.removesuffix(".sh"))
 def test_seed_launchers_pass_the_dry_run(script, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "test-key-not-used")  # SkyRL's validate_cfg demands one for wandb
-    args = recorded_command(script, tmp_path, WANDB_API_KEY="x", SPEC_MODEL="/models/spec")
+    args = recorded_command(script, tmp_path)
     code, out, err = run_dry(args)
-    want = SEED_SENT[script.name]
+    want = SEED_SENT[script]
     if want == "seed fails":
         assert code == 2 and err.startswith("1 problem in the SkyRL config"), err
         assert (
