@@ -314,9 +314,9 @@ def test_worker_env_exports_what_the_server_workers_need_for_the_placement():
 def test_every_launcher_sources_the_worker_env_of_its_placement(launcher: Path):
     text = launcher.read_text()
     overrides = launcher.with_suffix(".overrides").read_text()
-    # SkyRL recipes say trainer.arctic_rl.placement.colocate; verl's own field is its hybrid engine
+    # SkyRL's own field is trainer.placement.colocate_all; verl's is its hybrid engine
     colocated = (
-        re.search(r"(placement\.colocate|actor_rollout_ref\.hybrid_engine)=true", overrides) is not None
+        re.search(r"(placement\.colocate_all|actor_rollout_ref\.hybrid_engine)=true", overrides) is not None
     )
     expected = "colocated" if colocated else "separate"
     assert f"source recipes/worker-env.sh {expected} " in text
