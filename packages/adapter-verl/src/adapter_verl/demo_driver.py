@@ -159,11 +159,13 @@ class _MetricsTail:
         rollout_dir: Path,
         on_step: Callable[[int, dict[str, Any]], None],
         on_first_step: Callable[[], None],
+        on_poll: Callable[[], None] = lambda: None,
     ) -> None:
         self.path = path
         self.rollout_dir = rollout_dir
         self.on_step = on_step
         self.on_first_step = on_first_step
+        self.on_poll = on_poll
         self._seen_step = False
         self.error: BaseException | None = None
         self._offset = 0
@@ -185,6 +187,7 @@ class _MetricsTail:
     def _follow(self) -> None:
         while not self._stop.wait(_POLL_S):
             try:
+                self.on_poll()
                 self._read()
             except BaseException as error:  # reported by __exit__ in the driver's thread
                 self.error = error
@@ -206,6 +209,29 @@ class _MetricsTail:
                     self.on_first_step()
                 step = int(entry["step"])
                 self.on_step(step, step_record(entry["data"], step_rewards(self.rollout_dir, step)))
+
+
+class _LocationProbe:
+    """The backend's location, looked up while verl's run is up: the trainer shuts the backend it
+    started down when `fit` ends, so a short run's first metrics line can be read after the
+    reference engine's actor is gone."""
+
+    def __init__(self, options: DemoOptions) -> None:
+        self.options = options
+        self.found: dict[str, Any] | None = None
+
+    def poll(self) -> None:
+        import ray
+
+        if self.found is not None or not ray.is_initialized():  # never start a cluster of our own
+            return
+        try:
+            self.found = _backend_location(self.options)
+        except Exception:  # the session or the engine's actor is not up yet: the next poll asks again
+            return
+
+    def get(self) -> dict[str, Any]:
+        return self.found if self.found is not None else _backend_location(self.options)
 
 
 def _backend_location(options: DemoOptions) -> dict[str, Any]:
@@ -278,8 +304,13 @@ def run_grpo(
         # environment through the local cluster ray.init starts (and verl's runtime env)
         os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file.resolve())
         try:
+            location = _LocationProbe(options)
             tail = _MetricsTail(
-                metrics_file, run_dir / ROLLOUT_DIR, on_step, lambda: on_backend(_backend_location(options))
+                metrics_file,
+                run_dir / ROLLOUT_DIR,
+                on_step,
+                lambda: on_backend(location.get()),
+                location.poll,
             )
             with tail:
                 run_ppo(config, task_runner_class=TaskRunnerV1)
