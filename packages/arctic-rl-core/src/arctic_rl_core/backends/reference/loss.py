@@ -91,26 +91,10 @@ def aggregate(
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str) -> torch.Tensor:
-    """Per-token KL estimate (Schulman's k1/k2/k3 and |k1|). A trailing "+" keeps the forward value
-    and takes the gradient of k2 (straight-through); "k2+"/"mse+" equal "k2"."""
-    import torch
+    """Per-token KL estimate: the one the server-side losses use (arctic_rl_core.losses)."""
+    from arctic_rl_core.losses.aggregation import kl_penalty as server_kl_penalty
 
-    if kind not in KL_LOSS_TYPES:
-        raise ValueError(f"kl_loss_type={kind!r}: use one of {', '.join(KL_LOSS_TYPES)}")
-    base = kind.removesuffix("+")
-    if base in ("k1", "kl"):
-        forward = logprobs - ref_logprobs
-    elif base == "abs":
-        forward = (logprobs - ref_logprobs).abs()
-    elif base in ("k2", "mse"):
-        forward = 0.5 * (logprobs - ref_logprobs).square()
-    else:  # k3 / low_var_kl
-        log_ratio = torch.clamp(ref_logprobs - logprobs, min=-20.0, max=20.0)
-        forward = torch.clamp(torch.exp(log_ratio) - log_ratio - 1, min=-10.0, max=10.0)
-    if not kind.endswith("+") or base in ("k2", "mse"):
-        return forward
-    backward = 0.5 * (logprobs - ref_logprobs).square()
-    return backward - backward.detach() + forward.detach()
+    return server_kl_penalty(logprobs, ref_logprobs, kind)
 
 
 @dataclass(frozen=True)
