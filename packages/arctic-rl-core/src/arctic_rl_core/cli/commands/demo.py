@@ -24,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
         "--threads": args.threads,
         "--server": args.server,
         "--colocate": args.colocate,
+        "--async": args.max_staleness,
     }
     forwarded = launch.driver_args(
         framework=framework, task=args.task, steps=args.steps, out=args.out, resume=args.resume, extra=extra
