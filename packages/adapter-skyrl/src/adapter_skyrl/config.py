@@ -294,17 +294,17 @@ def _cross_field(
             )
         )
     algo = cfg.trainer.algorithm
-    if algo.policy_loss_type == "cispo" and algo.cispo.cispo_anchor == "rollout":
-        if algo.off_policy_correction.tis_ratio_type is not None or algo.use_tis:
-            found.append(
-                ConfigIssue(
-                    "trainer.algorithm.off_policy_correction.tis_ratio_type",
-                    algo.off_policy_correction.tis_ratio_type or "token (use_tis)",
-                    "cispo with cispo_anchor=rollout is already the off-policy correction; TIS would count it "
-                    "twice (SkyRL's cispo raises)",
-                    "unset tis_ratio_type (and use_tis)",
-                )
+    rollout_cispo = algo.policy_loss_type == "cispo" and algo.cispo.cispo_anchor == "rollout"
+    if rollout_cispo and (algo.off_policy_correction.tis_ratio_type is not None or algo.use_tis):
+        found.append(
+            ConfigIssue(
+                "trainer.algorithm.off_policy_correction.tis_ratio_type",
+                algo.off_policy_correction.tis_ratio_type or "token (use_tis)",
+                "cispo with cispo_anchor=rollout is already the off-policy correction; TIS would count it "
+                "twice (SkyRL's cispo raises)",
+                "unset tis_ratio_type (and use_tis)",
             )
+        )
     found += fully_async_issues(cfg)
     if algo.use_kl_loss and algo.kl_ctrl.type != "fixed":
         found.append(
