@@ -91,6 +91,7 @@ class ArcticBackend(Backend):
         self._ledger = state_ledger if state_ledger is not None else LocalStateLedger()
         self._closed = False
         self._onprem = getattr(client.config.backend, "type", "onprem") == "onprem"
+        self._weight_format = arctic_compat.weight_format(client.config)  # "lora" with training.peft
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -282,7 +283,9 @@ class ArcticBackend(Backend):
                 )
             await self._call(
                 "weight-sync",
-                arctic_compat.transfer_weights(self._client, cuda_ipc=cuda_ipc, low_memory=low_memory),
+                arctic_compat.transfer_weights(
+                    self._client, cuda_ipc=cuda_ipc, low_memory=low_memory, weight_format=self._weight_format
+                ),
             )
             record = await self._ledger.record(Transition("sync_weights"))
         return record.weights_version

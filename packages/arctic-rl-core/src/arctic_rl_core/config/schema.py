@@ -542,6 +542,76 @@ class CheckpointSettings(_Group):
     )
 
 
+# arctic-platform 0.1.4's `training.peft` carries these PEFT `LoraConfig` keys (its field description).
+LoraBias = Literal["none", "all", "lora_only"]
+PEFT_TYPE = "Lora"  # the Cortex spec's spelling of the adapter type (DSS-Server-API-Specification 13.5)
+
+
+class PeftSettings(_Group):
+    """LoRA adapters (PEFT) instead of full-weight training. arctic-platform 0.1.4 trains them only on
+    Cortex (`training.peft`, sent to the training and the sampling sub-job, weights synced in LoRA
+    format); its on-prem server trains dense only. The reference backend trains them with the `peft`
+    library and syncs only the adapter tensors, as Cortex does."""
+
+    lora_rank: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Rank r of the LoRA adapters; 0 = full-weight training (no adapters). > 0 needs backend.kind "
+            "cortex or reference."
+        ),
+    )
+    lora_alpha: float = Field(
+        default=16.0,
+        gt=0,
+        description="LoRA scaling numerator: the adapter's update is scaled by lora_alpha / lora_rank.",
+    )
+    lora_dropout: float = Field(
+        default=0.0, ge=0, lt=1, description="Dropout on the adapter's input during training."
+    )
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        default="all-linear",
+        description=(
+            "Modules that get adapters: a list of module names (e.g. [q_proj, v_proj]) or all-linear "
+            "(every linear layer except the LM head)."
+        ),
+    )
+    exclude_modules: list[str] | None = Field(
+        default=None, description="Module names never given an adapter (with all-linear); null = none."
+    )
+    bias: LoraBias = Field(
+        default="none", description="Which biases train with the adapters: none, all or lora_only."
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _named_modules(cls, value: Any) -> Any:
+        if isinstance(value, list) and (not value or not all(str(name).strip() for name in value)):
+            raise ValueError("give at least one module name (no empty names), or all-linear")
+        return value
+
+    @property
+    def enabled(self) -> bool:
+        return self.lora_rank > 0
+
+    def peft_config(self) -> dict[str, Any] | None:
+        """arctic-platform 0.1.4's `TrainingConfig.peft` (a PEFT `LoraConfig`); None = dense."""
+        if not self.enabled:
+            return None
+        alpha = self.lora_alpha
+        config: dict[str, Any] = {
+            "peft_type": PEFT_TYPE,
+            "r": self.lora_rank,
+            "lora_alpha": int(alpha) if float(alpha).is_integer() else alpha,  # PEFT types it int
+            "lora_dropout": self.lora_dropout,
+            "bias": self.bias,
+            "target_modules": self.target_modules,
+        }
+        if self.exclude_modules:
+            config["exclude_modules"] = list(self.exclude_modules)
+        return config
+
+
 class WireSettings(_Group):
     """Per-request payload options."""
 
@@ -658,6 +728,10 @@ class ArcticRLConfig(BaseModel):
         default_factory=CheckpointSettings, description="Checkpoint directory of the training job."
     )
     wire: WireSettings = Field(default_factory=WireSettings, description="Per-request payload options.")
+    peft: PeftSettings = Field(
+        default_factory=PeftSettings,
+        description="LoRA adapters instead of full-weight training (cortex and reference backends).",
+    )
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> ArcticRLConfig:
