@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
 from arctic_rl_core.config.errors import ConfigError, issues_from_validation_error
@@ -633,6 +633,40 @@ class WireSettings(_Group):
     )
 
 
+class AsyncSettings(_Group):
+    """Asynchronous GRPO with bounded staleness: generation of the next batches (with the weights the
+    sampler serves) overlaps training of the current one. A rollout sampled with weights version v is
+    trained at trainer step s only if s - v <= max_staleness. The config key is `async` (in Python:
+    `cfg.async_settings`, as `async` is a keyword)."""
+
+    max_staleness: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "k: how many optimizer steps older than the trainer a trained rollout's weights may be. 0 = the "
+            "synchronous path (generate, then train, then sync; bit-identical to a run without this group); "
+            "k > 0 needs a non-colocated backend (placement.colocate=false)."
+        ),
+    )
+    stale_policy: Literal["drop", "regenerate"] = Field(
+        default="drop",
+        description=(
+            "What happens to a rollout group older than max_staleness when it reaches the trainer: drop it "
+            "(the step trains on the rest), or regenerate its prompt with the current weights. Counted in "
+            "the metrics (async/dropped_groups, async/regenerated_groups). k > 0 only."
+        ),
+    )
+    is_weight_cap: float = Field(
+        default=2.0,
+        ge=1,
+        description=(
+            "Truncated importance-sampling weights min(exp(old_log_prob - rollout_log_prob), cap) per response "
+            "token, sent as rollout_is_weights (the server losses multiply each token's policy loss by them); "
+            "the statistics are logged per step (async/is_weight_*). k > 0 only."
+        ),
+    )
+
+
 def _without_paths(data: Any, paths: set[str]) -> Any:
     """A copy of nested `data` without the dotted `paths` (those that exist)."""
     if not isinstance(data, dict):
@@ -681,7 +715,7 @@ def _resolve_backend_defaults(cfg: ArcticRLConfig) -> None:
     _set_resolved(cfg, "batch", {"micro_batch_size_per_gpu": group if zorro_on else 1})
 
 
-class ArcticRLConfig(BaseModel):
+class _ArcticRLConfigGroups(BaseModel):
     """One Arctic RL run. Build it with `load_config` (YAML/TOML + overrides) or `from_dict`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -734,7 +768,7 @@ class ArcticRLConfig(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _cross_field_rules(self) -> ArcticRLConfig:
+    def _cross_field_rules(self) -> _ArcticRLConfigGroups:
         from arctic_rl_core.config.validation import check
 
         _resolve_backend_defaults(self)
@@ -797,6 +831,11 @@ class ArcticRLConfig(BaseModel):
         raise ConfigError(issues, source=source) from None
 
     @property
+    def async_settings(self) -> AsyncSettings:
+        """The `async` group (`async` is a Python keyword, so it is no attribute name)."""
+        return getattr(self, "async")
+
+    @property
     def is_arctic(self) -> bool:
         """True for the Arctic backends (ray, http, cortex)."""
         return self.backend.kind in ARCTIC_BACKENDS
@@ -836,3 +875,22 @@ class ArcticRLConfig(BaseModel):
         from arctic_rl_core.config.client_config import to_client_config
 
         return to_client_config(self)
+
+
+# `async` is a Python keyword: the group is added by name, so the key in files, overrides, errors,
+# `model_dump()` and the README reference is `async` like every other group's.
+ArcticRLConfig = create_model(
+    "ArcticRLConfig",
+    __base__=_ArcticRLConfigGroups,
+    __module__=__name__,
+    __doc__=_ArcticRLConfigGroups.__doc__,
+    **{
+        "async": (
+            AsyncSettings,
+            Field(
+                default_factory=AsyncSettings,
+                description="Asynchronous GRPO: generation overlapping training, bounded staleness.",
+            ),
+        )
+    },
+)

@@ -575,6 +575,41 @@ def _weight_sync_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
 
 
 # ----------------------------------------------------------------------------------------------
+# Asynchronous GRPO (bounded staleness)
+# ----------------------------------------------------------------------------------------------
+
+
+def _async_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    settings = cfg.async_settings
+    k = settings.max_staleness
+    if k == 0:
+        for name in ("stale_policy", "is_weight_cap"):
+            if _explicit(settings, name):
+                yield _issue(
+                    f"async.{name}",
+                    getattr(settings, name),
+                    "only the asynchronous pipeline uses it, and async.max_staleness is 0 (synchronous)",
+                    f"remove async.{name}, or set async.max_staleness >= 1",
+                )
+        return
+    if cfg.placement.colocate:
+        yield _issue(
+            "async.max_staleness",
+            k,
+            "colocated training and sampling share the same GPUs and take turns (the sampler sleeps while "
+            "the trainer runs, and the reverse), so generation of the next batch cannot overlap training",
+            "set placement.colocate=false (separate training and sampling GPUs), or async.max_staleness=0",
+        )
+    if cfg.loss.loss_fn == "sft":
+        yield _issue(
+            "async.max_staleness",
+            k,
+            "supervised training (loss.loss_fn=sft) samples no rollouts, so there is no generation to overlap",
+            "set async.max_staleness=0, or an RL loss (loss.loss_fn=verl_grpo or arctic_rl_core)",
+        )
+
+
+# ----------------------------------------------------------------------------------------------
 # ZoRRo and Arctic Inference
 # ----------------------------------------------------------------------------------------------
 
@@ -730,6 +765,7 @@ RULES: tuple[Rule, ...] = (
     _arctic_inference_rules,
     _vllm_rules,
     _peft_rules,
+    _async_rules,
 )
 
 
