@@ -97,6 +97,7 @@ class ArcticBackend(Backend):
         # only; no forward / log-probs (old log-probs come from the sampler), no load-checkpoint,
         # no sleep/wake (never colocated)
         self._cortex = getattr(client.config.backend, "protocol", None) == "cortex"
+        self._weight_format = arctic_compat.weight_format(client.config)  # "lora" with training.peft
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -307,7 +308,9 @@ class ArcticBackend(Backend):
                 )
             await self._call(
                 "weight-sync",
-                arctic_compat.transfer_weights(self._client, cuda_ipc=cuda_ipc, low_memory=low_memory),
+                arctic_compat.transfer_weights(
+                    self._client, cuda_ipc=cuda_ipc, low_memory=low_memory, weight_format=self._weight_format
+                ),
             )
             record = await self._ledger.record(Transition("sync_weights"))
         return record.weights_version

@@ -353,10 +353,18 @@ def call_context(
     return CallContext(op=op, job=job, server=server, payload_bytes=payload_bytes, server_log=log)
 
 
-async def transfer_weights(client: Any, *, cuda_ipc: bool | None, low_memory: bool | None) -> dict:
+def weight_format(client_config: Any) -> str | None:
+    """`"lora"` when the jobs train LoRA adapters (`training.peft`, Cortex only): the sync then sends
+    only the adapter tensors; None = the server's full-weight default."""
+    return "lora" if getattr(getattr(client_config, "training", None), "peft", None) else None
+
+
+async def transfer_weights(
+    client: Any, *, cuda_ipc: bool | None, low_memory: bool | None, weight_format: str | None = None
+) -> dict:
     """Only the weight-sync operation (no wake / reset around it)."""
     request = load_client_api().requests.sync_weights_request(
-        client.jobs, cuda_ipc=cuda_ipc, low_memory=low_memory
+        client.jobs, cuda_ipc=cuda_ipc, low_memory=low_memory, weight_format=weight_format
     )
     return await client.transport.acall(request)
 

@@ -602,6 +602,41 @@ def _weight_sync_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
 
 
 # ----------------------------------------------------------------------------------------------
+# Asynchronous GRPO (bounded staleness)
+# ----------------------------------------------------------------------------------------------
+
+
+def _async_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    settings = cfg.async_settings
+    k = settings.max_staleness
+    if k == 0:
+        for name in ("stale_policy", "is_weight_cap"):
+            if _explicit(settings, name):
+                yield _issue(
+                    f"async.{name}",
+                    getattr(settings, name),
+                    "only the asynchronous pipeline uses it, and async.max_staleness is 0 (synchronous)",
+                    f"remove async.{name}, or set async.max_staleness >= 1",
+                )
+        return
+    if cfg.placement.colocate:
+        yield _issue(
+            "async.max_staleness",
+            k,
+            "colocated training and sampling share the same GPUs and take turns (the sampler sleeps while "
+            "the trainer runs, and the reverse), so generation of the next batch cannot overlap training",
+            "set placement.colocate=false (separate training and sampling GPUs), or async.max_staleness=0",
+        )
+    if cfg.loss.loss_fn == "sft":
+        yield _issue(
+            "async.max_staleness",
+            k,
+            "supervised training (loss.loss_fn=sft) samples no rollouts, so there is no generation to overlap",
+            "set async.max_staleness=0, or an RL loss (loss.loss_fn=verl_grpo or arctic_rl_core)",
+        )
+
+
+# ----------------------------------------------------------------------------------------------
 # ZoRRo and Arctic Inference
 # ----------------------------------------------------------------------------------------------
 
@@ -692,6 +727,49 @@ def _arctic_inference_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
         )
 
 
+# ----------------------------------------------------------------------------------------------
+# LoRA (PEFT)
+# ----------------------------------------------------------------------------------------------
+
+# Why arctic-platform 0.1.4 cannot train LoRA off Cortex (its client and its server, read).
+ONPREM_PEFT_REASON = (
+    "arctic-platform 0.1.4's on-prem server trains dense only: its client refuses training.peft unless "
+    "the backend is Cortex, its /initialize has no PEFT field (an adapter config would be dropped) and "
+    "its weight sync always sends full weights (weight_format='lora' is Cortex only)"
+)
+
+
+def _peft_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    peft = cfg.peft
+    if not peft.enabled:
+        for name in ("lora_alpha", "lora_dropout", "target_modules", "exclude_modules", "bias"):
+            if _explicit(peft, name):
+                yield _issue(
+                    f"peft.{name}",
+                    getattr(peft, name),
+                    "a LoRA setting, and peft.lora_rank=0 trains full weights (no adapters)",
+                    f"set peft.lora_rank > 0 to train LoRA adapters, or remove peft.{name}",
+                )
+        return
+    kind = cfg.backend.kind
+    if kind in ("ray", "http"):
+        yield _issue(
+            "peft.lora_rank",
+            peft.lora_rank,
+            f"{ONPREM_PEFT_REASON}; backend.kind is '{kind}'",
+            "set backend.kind=cortex (LoRA on Snowflake Cortex), or peft.lora_rank=0 (full-weight training)",
+        )
+    if peft.exclude_modules is not None and isinstance(peft.target_modules, list):
+        overlap = sorted(set(peft.target_modules) & set(peft.exclude_modules))
+        if overlap:
+            yield _issue(
+                "peft.exclude_modules",
+                peft.exclude_modules,
+                f"{overlap} are also in peft.target_modules",
+                "name each module in only one of target_modules and exclude_modules",
+            )
+
+
 def _vllm_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     yield from _owned_keys("vllm.engine_args", cfg.vllm.engine_args, VLLM_OWNED_KEYS)
 
@@ -713,6 +791,8 @@ RULES: tuple[Rule, ...] = (
     _zorro_rules,
     _arctic_inference_rules,
     _vllm_rules,
+    _peft_rules,
+    _async_rules,
 )
 
 
