@@ -261,7 +261,7 @@ def test_kl_in_reward_gets_a_log_prob_job_or_is_rejected():
         check_supported(cortex, steps_per_epoch=4)
     problems = "\n".join(info.value.problems)
     assert "trainer.algorithm.use_kl_in_reward / " not in problems  # named by the SkyRL field alone
-    assert "Cortex has no forward pass" in problems and "trainer.algorithm.use_kl_in_reward" in problems
+    assert "Cortex has no forward op" in problems and "trainer.algorithm.use_kl_in_reward" in problems
 
 
 def test_settings_that_do_not_apply_are_listed_not_dropped():

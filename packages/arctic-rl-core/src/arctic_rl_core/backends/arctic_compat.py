@@ -106,6 +106,12 @@ def create_client(config: Any, *, server_state: Any = None) -> Any:
     """Construct the async RL client: creates the jobs, or attaches when the config carries job
     ids. BLOCKING (HTTP, polling): never call it on an event loop thread."""
     api = load_client_api()
+    if sends_token_to_base_url(config):
+        if server_state is not None:
+            raise ValueError(
+                "server_state is only meaningful for the in-process Ray transport (protocol='ray')"
+            )
+        return _client_with_transport(api, config, _cortex_transport_class()(config))
     if builds_own_http_transport(config):
         if server_state is not None:
             raise ValueError(
@@ -224,6 +230,39 @@ class _ConfigOnly:
 
     config: Any
     jobs: Any = None
+
+
+def sends_token_to_base_url(config: Any) -> bool:
+    """Cortex at a `base_url` with a PAT (the Cortex emulator on loopback): 0.1.4's `CortexTransport`
+    sends the PAT only on its `host` (https) path, so this layer's subclass sends it here too."""
+    backend = config.backend
+    pat = getattr(backend, "pat", None)
+    return (
+        getattr(backend, "protocol", None) == "cortex"
+        and backend.base_url is not None
+        and pat is not None
+        and bool(pat.get_secret_value())
+    )
+
+
+@functools.cache
+def _cortex_transport_class() -> type:
+    try:
+        from arctic_platform.client.transports.cortex import CortexTransport
+    except ImportError as exc:
+        raise ArcticUnavailableError(f"Cortex needs arctic-platform[cortex] ({exc})") from None
+
+    class TokenAtBaseUrlCortexTransport(CortexTransport):
+        """0.1.4's Cortex transport, sending the PAT headers to `base_url` as well (both its
+        `requests` session and its `aiohttp` session take `_auth_headers()`)."""
+
+        def _auth_headers(self) -> dict[str, str]:
+            return {
+                "Authorization": f"Bearer {self.config.backend.pat.get_secret_value()}",
+                "X-Snowflake-Authorization-Token-Type": "PROGRAMMATIC_ACCESS_TOKEN",
+            }
+
+    return TokenAtBaseUrlCortexTransport
 
 
 def _client_with_transport(api: ClientAPI, config: Any, transport: Any) -> Any:

@@ -92,9 +92,12 @@ def _backend_fields(cfg: ArcticRLConfig) -> dict[str, Any]:
             "endpoint": cortex.endpoint,
             "max_retries": cortex.max_retries,
         }
+        # Only the variable's NAME: the token is read when the client config is built (required
+        # with host; with base_url, sent when the variable is set, e.g. to the Cortex emulator)
         if cortex.host and not cortex.base_url:
-            # Only the variable's NAME: the token is read when the client config is built.
             fields["pat_from_env"] = cortex.token_env
+        else:
+            fields["pat_from_env_if_set"] = cortex.token_env
         return fields
     fields = {"type": "onprem", "protocol": backend.kind, "colocate": cfg.placement.colocate}
     if backend.kind == "http":

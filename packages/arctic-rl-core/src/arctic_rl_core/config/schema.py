@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 BackendKind = Literal["ray", "http", "cortex", "reference"]
 ARCTIC_BACKENDS: tuple[str, ...] = ("ray", "http", "cortex")
+# the Arctic on-prem server's kinds: ZoRRo and Arctic Inference default on there (not on Cortex)
+ONPREM_BACKENDS: tuple[str, ...] = ("ray", "http")
 
 LossAggMode = Literal[
     "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
@@ -65,7 +67,11 @@ class CortexSettings(_Group):
     environment variable NAMED by `token_env` when the client is built; it is never stored here."""
 
     base_url: str | None = Field(
-        default=None, description="Direct (or mock) Cortex URL; no token needed. Alternative to host."
+        default=None,
+        description=(
+            "Direct (or mock) Cortex URL, e.g. `arctic-rl serve --reference --api cortex`'s; the token is sent "
+            "when the variable named by token_env is set (the emulator requires it). Alternative to host."
+        ),
     )
     host: str | None = Field(
         default=None, description="Snowflake account host for programmatic-access-token (PAT) auth."
@@ -75,7 +81,7 @@ class CortexSettings(_Group):
     token_env: str = Field(
         default="ARCTIC_CORTEX_PAT",
         min_length=1,
-        description="NAME of the environment variable that holds the PAT (required with host).",
+        description="NAME of the environment variable that holds the PAT (required with host, optional with base_url).",
     )
     endpoint: str = Field(default="cortex-training", min_length=1, description="SnowAPI endpoint name.")
     max_retries: int = Field(default=10, ge=0, description="Retries of a transiently failing HTTP request.")
@@ -416,8 +422,9 @@ class ZorroSettings(_Group):
     enable: bool | None = Field(
         default=None,
         description=(
-            "Compute each prompt once per group in training (ZoRRo); null = on with the Arctic backends "
-            "(the seed integration's default), off on the reference backend (no CPU meaning)."
+            "Compute each prompt once per group in training (ZoRRo); null = on with the ray/http backends "
+            "(the seed integration's default), off on cortex (its forward-backward body has no ZoRRo switch) and "
+            "the reference backend (no CPU meaning)."
         ),
     )
     max_rollouts: int | None = Field(
@@ -452,8 +459,9 @@ class ArcticInferenceSettings(_Group):
     enable: bool | None = Field(
         default=None,
         description=(
-            "Load the plugin on sampling workers (ARCTIC_INFERENCE_ENABLED=1); null = on with the Arctic "
-            "backends (the seed integration's default), off on the reference backend (no CPU meaning)."
+            "Load the plugin on sampling workers (ARCTIC_INFERENCE_ENABLED=1); null = on with the ray/http "
+            "backends (the seed integration's default), off on cortex (0.1.4's create-job body carries no Arctic "
+            "Inference config) and the reference backend (no CPU meaning)."
         ),
     )
     fca: bool | None = Field(
@@ -704,10 +712,13 @@ def _set_resolved(cfg: BaseModel, group: str, values: dict[str, Any]) -> None:
 def _resolve_backend_defaults(cfg: ArcticRLConfig) -> None:
     """Null knobs take the backend's default: the seed's optimisations on the Arctic backends (ZoRRo
     with memory-lean logits and micro-batches of whole prompt groups, Liger, Arctic Inference with
-    FCA), all off on the reference backend. An explicit value always wins."""
+    FCA), all off on the reference backend. Cortex takes Liger (its `model_provider`) but neither ZoRRo
+    nor Arctic Inference: its forward-backward body and 0.1.4's create-job body have no place for them.
+    An explicit value always wins."""
     arctic = cfg.backend.kind in ARCTIC_BACKENDS
-    zorro_on = cfg.zorro.enable if cfg.zorro.enable is not None else arctic
-    ai_on = cfg.arctic_inference.enable if cfg.arctic_inference.enable is not None else arctic
+    onprem = cfg.backend.kind in ONPREM_BACKENDS
+    zorro_on = cfg.zorro.enable if cfg.zorro.enable is not None else onprem
+    ai_on = cfg.arctic_inference.enable if cfg.arctic_inference.enable is not None else onprem
     group = cfg.zorro.max_rollouts or cfg.batch.rollouts_per_prompt
     _set_resolved(cfg, "zorro", {"enable": zorro_on, "logits_optimization": "memory" if zorro_on else "none"})
     _set_resolved(cfg, "kernels", {"use_liger": arctic})
