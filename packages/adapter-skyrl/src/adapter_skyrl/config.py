@@ -16,7 +16,7 @@ from typing import Any
 
 from arctic_rl_core.config import ArcticRLConfig, ConfigError, ConfigIssue
 from arctic_rl_core.config.framework_fields import NotAppliedSetting, nest
-from arctic_rl_core.config.schema import ARCTIC_BACKENDS
+from arctic_rl_core.config.schema import ONPREM_BACKENDS
 from skyrl.train.config import SkyRLTrainConfig, make_config
 from skyrl.train.config.config import TrainerConfig
 
@@ -170,7 +170,7 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
     )
     kind = backend.setdefault("kind", DEFAULT_BACKEND) if isinstance(backend, dict) else DEFAULT_BACKEND
     zorro = _explicit_zorro(core_groups, legacy.values)
-    zorro_on = bool(zorro) if zorro is not None else kind in ARCTIC_BACKENDS
+    zorro_on = bool(zorro) if zorro is not None else kind in ONPREM_BACKENDS
 
     context = {field_table.ARCTIC_ZORRO: zorro_on, field_table.ARCTIC_BACKEND: dict(backend)}
     read = field_table.reader(cfg, {**context, "@data.steps_per_epoch": steps_per_epoch})
@@ -291,6 +291,18 @@ def _cross_field(
                 ref,
                 f"the Arctic log-prob job serves the policy's initial weights ({policy!r}), not another model",
                 "unset trainer.ref.model.path or set it to trainer.policy.model.path",
+            )
+        )
+    backend = core_groups.get("backend") if isinstance(core_groups.get("backend"), Mapping) else {}
+    if backend.get("kind") == "cortex" and cfg.trainer.resume_mode == "from_path":
+        from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS
+
+        found.append(
+            ConfigIssue(
+                "trainer.resume_mode",
+                cfg.trainer.resume_mode,
+                CORTEX_LIMITS["load-checkpoint"],
+                "set trainer.resume_mode=none (or latest on a fresh trainer.ckpt_path) for backend.kind=cortex",
             )
         )
     algo = cfg.trainer.algorithm

@@ -139,11 +139,24 @@ class ArcticWorkerDispatch(WorkerDispatch):
         **worker_kwargs: Any,
     ) -> WorkerOutput:
         """Log-probs of the batch's responses under the policy (`"policy"`) or the backend's frozen
-        reference model (`"ref"`), right-aligned per row as SkyRL's workers return them."""
+        reference model (`"ref"`), right-aligned per row as SkyRL's workers return them. On a backend
+        without forward (Cortex) the policy's are the sampler's rollout log-probs."""
+        from arctic_rl_core.backends.old_logprobs import from_sampler, sampler_logprobs
         from arctic_rl_core.wire import build_forward_payload, response_logprobs
 
         self._check_model(model)
         self._reject_extras("forward", loss_fn, loss_fn_config, model_id, worker_kwargs)
+        if model == "policy" and from_sampler(self.backend):
+            # no server forward (Cortex): the old log-probs are the sampler's, already right-aligned
+            # like SkyRL's workers' outputs
+            start = time.perf_counter()
+            values_B_R = sampler_logprobs(
+                data.get("rollout_logprobs"), data["response_mask"].cpu(), where="rollout_logprobs"
+            )
+            self._timed("forward_policy_from_sampler", start)
+            return WorkerOutput(
+                loss_fn_outputs=[{"logprobs": row.tolist()} for row in values_B_R], metrics={}
+            )
         self._ensure_training()
         start = time.perf_counter()
         samples = to_rollout_samples(data, with_advantages=False, with_old=False, with_ref=False)

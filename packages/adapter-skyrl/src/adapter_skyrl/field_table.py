@@ -30,6 +30,7 @@ from arctic_rl_core.config.framework_fields import (
     Reader,
     Rejected,
 )
+from arctic_rl_core.config.lora_fields import lora_entries
 
 FRAMEWORK = "SkyRL 0.4.0"
 ARCTIC_ZORRO = "@arctic.zorro"  # pseudo field: ZoRRo on for this run (resolved by the adapter)
@@ -246,6 +247,7 @@ _LOGPROB_KERNELS = (
     "the Arctic server computes log-probs and entropy itself (trainer.arctic_rl.zorro.logits_*)"
 )
 _TRACKER = "SkyRL's tracker and logging"
+_LORA = "trainer.policy.model.lora"
 _TIS = "the adapter's rollout_is_weights on the wire (SkyRL's compute_tis_ratio; the server's loss multiplies by them)"
 _OPC = (
     "SkyRL's off-policy correction, computed by the adapter with SkyRL's own compute_off_policy_correction "
@@ -273,10 +275,18 @@ ENTRIES = [
              why="the Arctic server's sequence parallelism is DeepSpeed Ulysses"),
     # -- model, kernels, precision ---------------------------------------------------------------
     Mapped("trainer.policy.model.path", "model.name", _model_name, "the model the Arctic server serves and trains"),
-    Rejected("trainer.policy.model.lora.rank", "set trainer.policy.model.lora.rank=0 (full-weight training)",
-             why="LoRA is not available on the Arctic path: this adapter does not send arctic-platform's "
-                 "TrainingConfig.peft, so the server would train full weights"),
-    NotApplicable("trainer.policy.model.lora", "LoRA settings apply only with lora.rank > 0, which is rejected"),
+    # LoRA -> peft.* (training.peft on Cortex; on-prem kinds reject lora.rank > 0 at dry run, with the reason)
+    *lora_entries(rank=f"{_LORA}.rank", alpha=f"{_LORA}.alpha", dropout=f"{_LORA}.dropout",
+                  target_modules=f"{_LORA}.target_modules", exclude_modules=f"{_LORA}.exclude_modules"),
+    Rejected(f"{_LORA}.init_method", "leave trainer.policy.model.lora.init_method at kaiming",
+             why="the Arctic server initialises its adapters itself (PEFT's default: Kaiming-uniform A, zero B); "
+                 "training.peft carries no init method"),
+    Rejected(f"{_LORA}.max_loras", "leave it at 1", why="the Arctic sampler serves the one trained adapter"),
+    Rejected(f"{_LORA}.max_cpu_loras", "unset it (null)", why="the Arctic sampler serves the one trained adapter"),
+    NotApplicable(f"{_LORA}.lora_sync_path",
+                  "the Arctic weight sync sends the adapter tensors itself (weight_format=lora): no files"),
+    NotApplicable(f"{_LORA}.sync_mode", "Megatron's adapter transport; the Arctic weight sync is the server's"),
+    NotApplicable(f"{_LORA}.share_expert_adapters", _MEGATRON),
     Rejected("trainer.policy.model.fake_int4_qat.enabled", "set it to false",
              why="the Arctic server has no quantization-aware training"),
     NotApplicable("trainer.policy.model.fake_int4_qat", "QAT settings apply only with fake_int4_qat.enabled"),
@@ -471,7 +481,8 @@ ENTRIES = [
              why="the Arctic backend does not return routed experts"),
     Rejected("generator.inference_engine.enable_return_sample_support_set", "set it to false",
              why="the Arctic backend does not capture sample support"),
-    NotApplicable("generator.inference_engine.fully_sharded_loras", "LoRA is rejected"),
+    NotApplicable("generator.inference_engine.fully_sharded_loras",
+                  "the Arctic sampler's vLLM LoRA kernels are the server's (training.peft enables them)"),
     NotApplicable("generator.inference_engine.enable_ray_prometheus_stats",
                   "there are no SkyRL vLLM engines to scrape (the adapter turns it off)"),
     NotApplicable("generator.inference_engine.offload_kv_for_weight_sync",

@@ -109,7 +109,12 @@ class ArcticGenerator(GeneratorInterface):
             for uid in {t.instance_id for t in input_batch.get("trajectory_ids") or ()}:
                 self.inputs_by_uid[uid] = input_batch
         conversations = input_batch["prompts"]
-        params = to_sampling_params(input_batch.get("sampling_params") or {})
+        from arctic_rl_core.backends.old_logprobs import sampling_params_for
+
+        # without a server forward (Cortex) the old-log-prob pass serves these log-probs
+        params = sampling_params_for(
+            self.backend, to_sampling_params(input_batch.get("sampling_params") or {})
+        )
         local_ids = [self._local_ids(c) for c in conversations]
         if self.prompt_format == "text":
             prompts: list[Any] = [self._template(c, tokenize=False) for c in conversations]

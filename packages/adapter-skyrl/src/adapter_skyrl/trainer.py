@@ -76,8 +76,12 @@ class ArcticPPOTrainer(RayPPOTrainer):
     ) -> Any:
         """SkyRL's forward batch carries only sequences and attention mask (its workers read the
         last `response_length` columns); the wire needs each row's prompt/response split, so the
-        response mask travels along."""
+        response mask travels along, and so do the rollout log-probs (the old log-probs on a backend
+        without forward)."""
         data_fwd_pass["response_mask"] = self._fwd_source["response_mask"]
+        rollout_logprobs = self._fwd_source.get("rollout_logprobs")
+        if rollout_logprobs is not None:  # what the old-log-prob pass serves on Cortex (no forward)
+            data_fwd_pass["rollout_logprobs"] = rollout_logprobs
         return super()._execute_forward_pass(model, data_fwd_pass, key, mini_batch_boundaries)
 
     def _normalize_advantages(
