@@ -82,6 +82,14 @@ class DemoOptions(BaseModel):
             "through the real arctic-platform client; None = the in-process reference engine."
         ),
     )
+    backend: Literal["http", "cortex"] = Field(
+        default="http",
+        description=(
+            "The API at `server`: the Arctic on-prem HTTP API (`http`), or Snowflake Cortex's REST API "
+            "(`cortex`, e.g. `arctic-rl serve --reference --api cortex`'s; the token is read from "
+            "ARCTIC_CORTEX_PAT). Only with `server`."
+        ),
+    )
     colocate: bool = Field(
         default=False, description="Training and sampling share the devices (sleep/wake around each phase)."
     )
@@ -111,6 +119,19 @@ class DemoOptions(BaseModel):
         if value is not None:
             server_address(value)
         return value
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> DemoOptions:
+        if self.backend == "cortex":
+            if self.server is None:
+                raise ValueError("backend='cortex' needs server=URL (the Cortex API's base URL)")
+            if self.colocate:
+                raise ValueError(
+                    "backend='cortex' never colocates (training and sampling are separate sub-jobs)"
+                )
+            if self.kl_loss_coef > 0:
+                raise ValueError("backend='cortex' has no reference log-probs: set kl_loss_coef=0")
+        return self
 
     @property
     def run_dir(self) -> Path:

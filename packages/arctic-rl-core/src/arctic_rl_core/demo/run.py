@@ -70,6 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "http://127.0.0.1:8000) through the real client (default: the in-process reference engine)",
     )
     parser.add_argument(
+        "--backend",
+        choices=("http", "cortex"),
+        default=None,
+        help="the API at --server: the Arctic on-prem HTTP API (default) or Snowflake Cortex's (e.g. "
+        "`arctic-rl serve --reference --api cortex`'s; the token is read from ARCTIC_CORTEX_PAT)",
+    )
+    parser.add_argument(
         "--colocate",
         action="store_true",
         default=None,
@@ -99,6 +106,7 @@ def _explicit(args: argparse.Namespace) -> dict[str, Any]:
         "eval_samples": "eval_samples",
         "threads": "num_threads",
         "server": "server",
+        "backend": "backend",
         "colocate": "colocate",
         "max_staleness": "max_staleness",
     }
@@ -307,14 +315,25 @@ def run_demo(options: DemoOptions) -> int:
             )
             seconds["grpo"] = time.perf_counter() - t0
 
-            # 4. Accuracy after GRPO, on the sampler's final weights (text prompts for a server).
-            t0 = time.perf_counter()
-            if _takes_text(backend):
-                train_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.train_rows]
-                heldout_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.heldout_rows]
-            after = _evaluate(progress, log, backend, task, "after", train_prompts, heldout_prompts, options)
-            asyncio.run(backend.shutdown())
-            seconds["eval_after"] = time.perf_counter() - t0
+            # 4. Accuracy after GRPO, on the sampler's final weights (text prompts for a server). None:
+            # the driver has no backend holding them (verl on Cortex: its jobs end with verl's trainer,
+            # and the 0.1.4 client cannot load a Cortex checkpoint into new ones).
+            after = None
+            if backend is None:
+                progress.console.print(
+                    "accuracy after GRPO: not measured (the run's Cortex jobs ended with verl's trainer; "
+                    "arctic-platform 0.1.4 cannot load a Cortex checkpoint into new jobs)"
+                )
+            else:
+                t0 = time.perf_counter()
+                if _takes_text(backend):
+                    train_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.train_rows]
+                    heldout_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.heldout_rows]
+                after = _evaluate(
+                    progress, log, backend, task, "after", train_prompts, heldout_prompts, options
+                )
+                asyncio.run(backend.shutdown())
+                seconds["eval_after"] = time.perf_counter() - t0
     except KeyboardInterrupt:
         console.print(
             f"\n[yellow]Interrupted.[/] Checkpoints are in {run_dir}; continue with: "
@@ -338,7 +357,8 @@ def run_demo(options: DemoOptions) -> int:
 
 
 def _grpo_backend(options: DemoOptions) -> str:
-    where = f"the Arctic server at {options.server}" if options.server else "the CPU reference backend"
+    api = "Cortex API" if options.backend == "cortex" else "Arctic server"
+    where = f"the {api} at {options.server}" if options.server else "the CPU reference backend"
     where += ", colocated" if options.colocate else ""
     return where + (
         f", asynchronous (max_staleness {options.max_staleness})" if options.max_staleness else ""
@@ -412,10 +432,11 @@ def _summary(options: DemoOptions, before, after, steps, seconds) -> dict[str, A
         "weights_version": [s["weights_version"] for s in steps],
         "rollout_weights_version": [s["rollout_weights_version"] for s in steps],
         "server": options.server,
+        "backend": options.backend if options.server else "reference",
         "colocate": options.colocate,
         "max_staleness": options.max_staleness,
         "before": {split: pick(before[split]) for split in EVAL_SPLITS},
-        "after": {split: pick(after[split]) for split in EVAL_SPLITS},
+        "after": None if after is None else {split: pick(after[split]) for split in EVAL_SPLITS},
         "seconds": seconds,
     }
 
@@ -439,13 +460,14 @@ def _print_summary(console, summary: dict[str, Any], plot: Path) -> None:
     for column in columns:
         table.add_column(column)
     for split in EVAL_SPLITS:
-        b, a = summary["before"][split], summary["after"][split]
+        b = summary["before"][split]
+        a = (summary["after"] or {}).get(split) or {"well_formatted": "-"}
         name = "held-out" if split == "heldout" else "train"
         table.add_row(
             name,
             b["metric"],
             share(b),
-            share(a),
+            share(a if "metric" in a else None),
             share(b.get("sampled")),
             share(a.get("sampled")),
             f"{b['well_formatted']} -> {a['well_formatted']}",

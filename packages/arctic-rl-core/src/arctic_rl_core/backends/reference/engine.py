@@ -74,6 +74,7 @@ class SyncReport:
     transfer: TransferReport
     cuda_ipc: bool
     low_memory: bool
+    weight_format: str = "full"  # "lora": only the adapter tensors were sent
 
 
 @dataclass
@@ -110,6 +111,8 @@ class ReferenceBackend(Backend):
         self._reference = (
             build_model(model_cfg, self.settings.seed, self.tokenizer).requires_grad_(False).eval()
         )
+        if self.settings.peft is not None:
+            self._add_adapters(self.settings.peft)
         self.vocab_size = int(self._trainer.get_input_embeddings().weight.shape[0])
         self.max_model_len = int(model_cfg.max_position_embeddings)
         self._stop_ids = stop_token_ids(self.tokenizer)
@@ -129,6 +132,25 @@ class ReferenceBackend(Backend):
         with _REGISTRY.lock:
             self._registry_id = next(_REGISTRY.ids)
             _REGISTRY.live[self._registry_id] = self
+
+    def _add_adapters(self, peft: dict[str, Any]) -> None:
+        """LoRA (Cortex's peft_config): the trainer trains fresh adapters over its frozen base, the sampler
+        serves the same adapter shape (starting from the trainer's adapters), the reference stays the base."""
+        import torch
+
+        from arctic_rl_core.backends.reference.lora import with_adapters
+        from arctic_rl_core.backends.reference.weight_transfer import transfer_weights
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.settings.seed + 2)  # the adapters' init, independent of anything before
+            self._trainer = with_adapters(self._trainer, peft)
+            self._sampler = with_adapters(self._sampler, peft).requires_grad_(False).eval()
+        transfer_weights(self._trainer, self._sampler, 1 << 30)  # same start (B = 0: the base's outputs)
+
+    @property
+    def trains_adapters(self) -> bool:
+        """True when the trainer trains LoRA adapters (settings.peft) and syncs them in LoRA format."""
+        return self.settings.peft is not None
 
     # -- plumbing -------------------------------------------------------------------------------
     @property
@@ -166,7 +188,7 @@ class ReferenceBackend(Backend):
         import torch
 
         return torch.optim.AdamW(
-            self._trainer.parameters(),
+            [p for p in self._trainer.parameters() if p.requires_grad],  # LoRA: the adapters only
             lr=opt.lr * self.settings.schedule.multiplier(0),
             betas=opt.betas,
             eps=opt.eps,
@@ -441,17 +463,43 @@ class ReferenceBackend(Backend):
         self._optimizer = self._build_optimizer(self.settings.optimizer)
 
     # -- weight sync and memory -----------------------------------------------------------------
-    async def sync_weights(self, *, cuda_ipc: bool | None = None, low_memory: bool | None = None) -> int:
-        return (await self.sync_weights_detailed(cuda_ipc=cuda_ipc, low_memory=low_memory)).weights_version
+    async def sync_weights(
+        self,
+        *,
+        cuda_ipc: bool | None = None,
+        low_memory: bool | None = None,
+        weight_format: str | None = None,
+    ) -> int:
+        report = await self.sync_weights_detailed(
+            cuda_ipc=cuda_ipc, low_memory=low_memory, weight_format=weight_format
+        )
+        return report.weights_version
 
     async def sync_weights_detailed(
-        self, *, cuda_ipc: bool | None = None, low_memory: bool | None = None
+        self,
+        *,
+        cuda_ipc: bool | None = None,
+        low_memory: bool | None = None,
+        weight_format: str | None = None,
     ) -> SyncReport:
-        return await self._run(self._with_sampler_lock, self._sync, cuda_ipc, low_memory)
+        """`weight_format`: "lora" sends only the adapter tensors (Cortex's weight-sync payload
+        `weight_format`; needs settings.peft), "vllm" / "hf" the full weights; None = "lora" when the
+        trainer trains adapters, else the full weights."""
+        return await self._run(self._with_sampler_lock, self._sync, cuda_ipc, low_memory, weight_format)
 
-    def _sync(self, cuda_ipc: bool | None, low_memory: bool | None) -> SyncReport:
+    def _sync(self, cuda_ipc: bool | None, low_memory: bool | None, weight_format: str | None) -> SyncReport:
+        from arctic_rl_core.backends.reference.lora import is_adapter
         from arctic_rl_core.backends.reference.weight_transfer import transfer_weights
 
+        if weight_format not in (None, "lora", "vllm", "hf"):
+            raise ValueError(f"weight_format={weight_format!r}: use 'lora', 'vllm' or 'hf' (or None)")
+        if weight_format == "lora" and not self.trains_adapters:
+            raise ValueError(
+                "weight_format='lora' syncs LoRA adapters, and this training job trains full weights: create "
+                "the training and sampling jobs with peft_config (training.peft), or sync without weight_format"
+            )
+        lora = weight_format == "lora" or (weight_format is None and self.trains_adapters)
+        fmt = "lora" if lora else "full"
         ipc = self.settings.cuda_ipc if cuda_ipc is None else bool(cuda_ipc)
         low = self.settings.low_memory if low_memory is None else bool(low_memory)
         if ipc and not self.settings.colocated:
@@ -464,14 +512,14 @@ class ReferenceBackend(Backend):
             # sync is lost (arctic-platform 0.1.4 checks nothing and reports success)
             from arctic_rl_core.backends.reference.weight_transfer import TransferReport
 
-            return SyncReport(self._weights_version, TransferReport(0, 0, 0), ipc, low)
+            return SyncReport(self._weights_version, TransferReport(0, 0, 0), ipc, low, fmt)
         bucket_bytes = 1 if low else max(1, int(self.settings.model.weight_sync_bucket_mb * 1024 * 1024))
         report = transfer_weights(
-            self._trainer, self._sampler, bucket_bytes
+            self._trainer, self._sampler, bucket_bytes, only=is_adapter if lora else None
         )  # 1 byte: one parameter per bucket
         self._weights_version = self._global_step  # the trainer step whose weights the sampler now serves
         self._state.synced()
-        return SyncReport(self._weights_version, report, ipc, low)
+        return SyncReport(self._weights_version, report, ipc, low, fmt)
 
     async def sleep_inference(self, level: int = 1) -> None:
         await self._run(self._with_sampler_lock, self._state.sleep_inference, level)

@@ -23,6 +23,7 @@ def run(args: argparse.Namespace) -> int:
         "--eval-samples": args.eval_samples,
         "--threads": args.threads,
         "--server": args.server,
+        "--backend": args.backend,
         "--colocate": args.colocate,
         "--async": args.max_staleness,
     }
