@@ -101,8 +101,9 @@ def _overrides(root: Path, server, *, name: str, colocate: bool, steps: int, val
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         # verl names the model (actor_rollout_ref.model.path): the server loads that directory
         *(o for o in server.overrides(core) if not o.startswith(f"{core}model.")),
-        f"{core}checkpoint.path={root / f'{name}-server-ckpt'}",
-        f"{core}placement.colocate={str(colocate).lower()}",
+        # main's verl mapping: the backend checkpoints under trainer.default_local_dir, colocation is
+        # verl's hybrid engine
+        f"actor_rollout_ref.hybrid_engine={str(colocate).lower()}",
         f"{core}placement.log_prob_gpus=1",  # use_kl_loss: reference log-probs from the log-prob job
         f"{core}zorro.enable=false",  # one prompt x 2 rollouts per micro-batch of 1 row
         f"remote_backend.trace_dir={root / f'{name}-trace{steps}'}",
