@@ -1,16 +1,21 @@
 """verl over the wire: verl 0.9.1's real V1 trainer (`python -m adapter_verl.main`, trainer mode
 `arctic`) drives `ArcticBackend` with the real arctic-platform 0.1.4 client over HTTP against
-`arctic-rl serve --reference` in its own process (default fidelity profile: answers as 0.1.4; the
-state guard on). verl's real layout: the trainer, the rank-0 worker and the rollout
-replica build their own client object from the handle, sharing one `RayStateLedger`; prompts go
-as text (the on-prem server takes no token ids).
+`arctic-rl serve --reference` in its own process (the suite's one server, tests/shared/wire_server.py:
+default fidelity profile, answers as 0.1.4; the state guard on; every request logged). The runs the
+README's verl wire claims rest on.
 
-Three runs, the slowest tests of the repository, so lean (tiny model, 2 steps, 2 prompts x 2):
-- separate placement with validation on (`val_before_train`, `test_freq=1`);
-- colocated (sleep/wake every step), saving a checkpoint at step 2;
-- resumed from that checkpoint for step 3.
-Each asserts the weights version every replica reports advances every step, and the exact
-sleep/wake/sync sequence the server received (its `--request-log`)."""
+verl's real layout: the trainer, the rank-0 forwarder worker and the rollout replica are separate
+Ray processes, each with its own client object built from the handle (sharing one state record,
+`backends/arctic_state.py`); prompts go as text (`ArcticBackend` refuses token ids on-prem).
+Rewards are the graded vowel share (tests/shared/learnable_reward.py), so advantages are non-zero.
+
+Two runs, lean (tiny model, 2 prompts x 2 rollouts, 8 tokens):
+- colocated (verl's hybrid engine: sleep/wake every step), validation on (`val_before_train`,
+  `test_freq=1`), 2 steps, a checkpoint at step 2;
+- resumed from that checkpoint for step 3 in the separate layout (verl's standalone rollout pool:
+  nothing sleeps), validation off.
+Each asserts the exact sleep/wake/sync sequence the server received, the weights version the replica
+reports for every generate, and the numbers verl logged."""
 
 from __future__ import annotations
 
@@ -26,10 +31,12 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("arctic_platform.client")
-from wire_server import serve_reference
 
-TRAIN_BATCH, ROLLOUT_N, MAX_RESPONSE, REPLICAS = 2, 2, 8, 1
+TRAIN_BATCH, ROLLOUT_N, MAX_RESPONSE, VAL_ROWS = 2, 2, 8, 10
+LEARNABLE_REWARD = Path(__file__).resolve().parents[1] / "shared" / "learnable_reward.py"
 TINY_MODEL = {"num_layers": 1, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
+# the weight-sync policy's sequences (arctic_rl_core.weight_sync): colocated, the trainer gives the
+# devices back after the sync; separate, nothing sleeps
 SYNC_COLOCATED = [
     "sleep-training(non_lp)",
     "wake-inference(['weights'])",
@@ -39,6 +46,12 @@ SYNC_COLOCATED = [
     "sleep-training(all)",
 ]
 SYNC_SEPARATE = ["weight-sync", "reset-prefix-cache"]
+# verl's per-step order on the forwarder: the replica hands the devices to training after sampling,
+# old log-probs on the training job, reference log-probs on the log-prob job (woken for it)
+TO_TRAINING = ["sleep-inference(2)", "wake-training"]
+REF_LOGPROBS = ["wake-log-prob", "sleep-log-prob"]
+DATA_ROUTES = {"forward", "forward-backward", "step", "status", "health"}
+VAL_METRIC = "val-core/bird/acc/mean@1"  # verl's core validation metric of the `bird` data source
 RUN_SECONDS: dict[str, float] = {}
 
 
@@ -56,14 +69,17 @@ def workdir(tmp_path_factory) -> Path:
     return root
 
 
-def _server(root: Path, name: str, *, colocate: bool):
-    log = root / f"{name}-requests.jsonl"
-    args = ["--num-threads", "1", "--request-log", str(log), "--colocate" if colocate else "--no-colocate"]
-    return serve_reference(root / f"{name}-server", args=args), log
-
-
-def _overrides(root: Path, server, *, name: str, colocate: bool, steps: int, validate: bool) -> list[str]:
+def _overrides(root: Path, server, *, colocate: bool, steps: int, validate: bool) -> list[str]:
     core = "++remote_backend.core."
+    layout = (
+        ["actor_rollout_ref.hybrid_engine=true"]
+        if colocate
+        else [  # verl's standalone rollout pool: sampling on its own (simulated) GPU
+            "actor_rollout_ref.hybrid_engine=false",
+            "actor_rollout_ref.rollout.nnodes=1",
+            "actor_rollout_ref.rollout.n_gpus_per_node=1",
+        ]
+    )
     return [
         "algorithm.adv_estimator=grpo",
         f"data.train_files={root / 'data' / 'train.parquet'}",
@@ -85,33 +101,37 @@ def _overrides(root: Path, server, *, name: str, colocate: bool, steps: int, val
         "actor_rollout_ref.actor.entropy_coeff=0.01",
         "actor_rollout_ref.actor.optim.lr=1e-3",
         "reward.num_workers=1",
-        "reward.custom_reward_function.path=pkg://arctic_rl_core.envs.bird.reward",
+        f"reward.custom_reward_function.path={LEARNABLE_REWARD}",
         "reward.custom_reward_function.name=compute_score",
-        # main's adapter runs one CPU forwarder and one rollout replica (n_gpus_per_node sizes the jobs)
         "trainer.n_gpus_per_node=1",
         "trainer.nnodes=1",
         f"trainer.total_training_steps={steps}",
         "trainer.logger=[console]",
         f"trainer.val_before_train={str(validate).lower()}",
         f"trainer.test_freq={1 if validate else -1}",
+        # validation samples (verl's default is greedy, where the tiny model answers blank lines)
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
         "trainer.save_freq=2",
-        f"trainer.default_local_dir={root / f'{name}-ckpt'}",
+        f"trainer.default_local_dir={root / 'ckpt'}",
+        f"trainer.rollout_data_dir={root / f'rollouts{steps}'}",
+        f"trainer.validation_data_dir={root / f'validation{steps}'}",
         "trainer.resume_mode=auto",
         "ray_kwargs.ray_init.num_cpus=8",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         # verl names the model (actor_rollout_ref.model.path): the server loads that directory
-        *(o for o in server.overrides(core) if not o.startswith(f"{core}model.")),
-        # main's verl mapping: the backend checkpoints under trainer.default_local_dir, colocation is
-        # verl's hybrid engine
-        f"actor_rollout_ref.hybrid_engine={str(colocate).lower()}",
+        *server.overrides(core, model=False),
+        *layout,
         f"{core}placement.log_prob_gpus=1",  # use_kl_loss: reference log-probs from the log-prob job
         f"{core}zorro.enable=false",  # one prompt x 2 rollouts per micro-batch of 1 row
-        f"remote_backend.trace_dir={root / f'{name}-trace{steps}'}",
+        f"remote_backend.trace_dir={root / f'trace{steps}'}",
     ]
 
 
-def _run(root: Path, server, label: str, **kw) -> str:
+def _run(root: Path, server, label: str, **kw) -> tuple[str, list[dict]]:
+    """One verl run; returns its log and the requests the server received during it."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0"}
+    mark = server.request_count()
     start = time.monotonic()
     out = subprocess.run(
         [sys.executable, "-m", "adapter_verl.main", *_overrides(root, server, **kw)],
@@ -119,61 +139,50 @@ def _run(root: Path, server, label: str, **kw) -> str:
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=600,
     )
     RUN_SECONDS[label] = time.monotonic() - start
+    print(f"\nverl wire run {label}: {RUN_SECONDS[label]:.0f} s", file=sys.stderr)
     log = out.stdout + out.stderr
     (root / f"{label}.log").write_text(log)
     assert out.returncode == 0, log[-6000:] + "\n--- server ---\n" + server.log_tail()
-    left = server.destroy_all_jobs()
-    assert left == [], f"the run left jobs {left} on the server"
-    return log
+    assert server.jobs() == {}, "the run left jobs on the server (the trainer shuts its backend down)"
+    return log, server.requests(mark)
 
 
-def _control_routes(log: Path) -> list[str]:
-    """The sleep/wake/sync/checkpoint calls the server received, in order (any client)."""
+def _control_routes(requests: list[dict]) -> list[str]:
+    """Sleep/wake/sync/checkpoint calls and generates, in the order the server received them (from
+    whichever client sent them); job set-up polls and training data calls left out."""
     names = []
-    for line in log.read_text().splitlines():
-        entry = json.loads(line)
+    for entry in requests:
         route = entry["route"].lstrip("/")
+        assert entry["status"] == 200, entry
         if route == "operation":
             route = entry["operation_type"]
-        if route.startswith("job/") or route in (
-            "initialize",
-            "destroy",
-            "status",
-            "health",
-            "forward",
-            "forward-backward",
-            "step",
-            "generate",
-        ):
+        if route.startswith("job/") or route in DATA_ROUTES:
             continue
-        assert entry["status"] == 200, entry
-        detail = entry.get("mode") or entry.get("tags") or entry.get("level")
+        detail = entry.get("mode") or entry.get("tags") or entry.get("level") or entry.get("job_type")
         names.append(f"{route}({detail})" if detail is not None else route)
     return names
 
 
-def _replica_versions(trace_dir: Path) -> dict[str, list[int]]:
-    """Per replica, the weights version of every generate it served, in order."""
-    versions: dict[str, list[int]] = {}
-    for path in sorted(trace_dir.glob("rollout*-*.jsonl")):
-        replica = path.name.split("-")[0]
-        records = [json.loads(line) for line in path.read_text().splitlines()]
-        versions.setdefault(replica, []).extend(
-            r["weights_version"] for r in records if r["op"] == "generate"
-        )
-    return versions
+def _collapse_generates(routes: list[str]) -> list[str]:
+    """Consecutive generates (one per rollout request) as one `generate`."""
+    out: list[str] = []
+    for name in routes:
+        if not (name == "generate" and out and out[-1] == "generate"):
+            out.append(name)
+    return out
 
 
-def _update_weights_versions(trace_dir: Path) -> list[int]:
+def _trace(root: Path, steps: int) -> list[dict]:
     from adapter_verl.trace import read_trace
 
-    return [r["weights_version"] for r in read_trace(trace_dir) if r["op"] == "update_weights"]
+    return read_trace(root / f"trace{steps}")
 
 
 def _step_metrics(log: str, step: int) -> dict[str, float]:
+    """verl's console logger prints `step:<n> - key:value - key:value ...` once per step."""
     lines = [line for line in log.splitlines() if re.search(rf"(^|\s)step:{step} - ", line)]
     assert lines, f"no metrics line for step {step}"
     metrics = {}
@@ -186,80 +195,131 @@ def _step_metrics(log: str, step: int) -> dict[str, float]:
     return metrics
 
 
-def _report_time(label: str) -> None:
-    print(f"\nverl wire run {label}: {RUN_SECONDS[label]:.0f} s", file=sys.stderr)
+def _dumped(directory: Path, step: int) -> list[dict]:
+    return [json.loads(line) for line in (directory / f"{step}.jsonl").read_text().splitlines()]
 
 
-def test_separate_placement_with_validation(workdir):
-    served, log_path = _server(workdir, "separate", colocate=False)
-    with served as server:
-        log = _run(workdir, server, "separate", name="separate", colocate=False, steps=2, validate=True)
-    _report_time("separate")
-    # nothing sleeps when not colocated: start-up sync, then one sync after each step (and verl's
-    # checkpoint at step 2, before its sync)
-    routes = _control_routes(log_path)
-    assert routes == SYNC_SEPARATE * 2 + ["save"] + SYNC_SEPARATE, routes
-    trace = workdir / "separate-trace2"
-    assert _update_weights_versions(trace) == [0, 2, 4]  # 2 mini-batches (optimizer steps) per step
-    versions = _replica_versions(trace)
-    assert sorted(versions) == [f"rollout{r}" for r in range(REPLICAS)]
-    for replica, seen in versions.items():
-        # validation before training and after each step, and the training rollouts, each on the
-        # weights synced last: the version every replica reports advances with every step
-        assert seen == sorted(seen) and set(seen) == {0, 2, 4}, (replica, seen)
-    for step in (1, 2):
-        metrics = _step_metrics(log, step)
-        assert math.isfinite(metrics["actor/loss"]) and metrics["actor/grad_norm"] > 0
-        assert metrics["arctic/rollout_weights_version"] == 2 * (step - 1)
-        assert metrics["arctic/weights_version"] == 2 * step
-    assert re.search(r"Initial validation metrics", log), "val_before_train did not run"
-    # validation before training and after each of the 2 steps (test_freq=1), rewarded as in training
-    assert len(re.findall(r"val-core/bird/reward/mean@1:\S+", log)) == 3
+START_UP = [
+    "initialize(sampling)",
+    "initialize(log_prob)",
+    "initialize(training)",
+]
+SHUT_DOWN = ["destroy(training)", "destroy(sampling)", "destroy(log_prob)"]
 
 
 @pytest.fixture(scope="module")
-def colocated(workdir):
-    served, log_path = _server(workdir, "colocated", colocate=True)
-    with served as server:
-        log = _run(workdir, server, "colocated", name="colocated", colocate=True, steps=2, validate=False)
-        _report_time("colocated")
-        yield server, log_path, log
+def colocated(wire_server, workdir):
+    return _run(workdir, wire_server, "colocated", colocate=True, steps=2, validate=True)
 
 
-def test_colocated_sleeps_and_wakes_every_step_in_the_policy_order(workdir, colocated):
-    _, log_path, log = colocated
-    routes = _control_routes(log_path)
-    save = routes.index("save")
-    # start-up: verl sleeps both replicas (the first sends it, the second finds it asleep), the
-    # worker syncs; each step: the replicas hand the devices to training, the worker syncs
-    to_training = ["sleep-inference(1)", "wake-training"]
-    expected = ["sleep-inference(1)", *SYNC_COLOCATED] + ([*to_training, *SYNC_COLOCATED] * 2)
-    assert routes[:save] + routes[save + 1 :] == expected, routes
-    trace = workdir / "colocated-trace2"
-    assert _update_weights_versions(trace) == [0, 2, 4]
-    versions = _replica_versions(trace)
-    assert sorted(versions) == [f"rollout{r}" for r in range(REPLICAS)]
-    for replica, seen in versions.items():
-        # step 1 on the start-up weights, step 2 on those synced after step 1's 2 optimizer steps
-        assert seen == sorted(seen) and set(seen) == {0, 2}, (replica, seen)
+@pytest.fixture(scope="module")
+def resumed(wire_server, workdir, colocated):
+    return _run(workdir, wire_server, "resumed", colocate=False, steps=3, validate=False)
+
+
+def test_colocated_sleeps_and_wakes_every_step_in_the_policy_order(wire, colocated):
+    _, requests = colocated
+    routes = _collapse_generates(_control_routes(requests))
+    # start-up: the log-prob job sleeps until needed, the replica hands the devices to training,
+    # the worker syncs the initial weights (training sleeps again). Then per step: sampling (after
+    # the validation before it, on the same awake sampler), the devices to training, log-probs,
+    # the update, the sync (verl saves its step-2 checkpoint before it); the last validation.
+    start = [*START_UP, "sleep-log-prob", "sleep-inference(2)", *SYNC_COLOCATED]
+    step = ["generate", *TO_TRAINING, *REF_LOGPROBS]
+    expected = [*start, *step, *SYNC_COLOCATED, *step, "save", *SYNC_COLOCATED, "generate", *SHUT_DOWN]
+    assert routes == expected, routes
+    # never a generate while inference sleeps, never a sync into a sleeping sampler (the server's
+    # state guard would have answered 409, which _control_routes refuses)
+
+
+def test_every_process_holds_its_own_client_and_the_replica_reports_the_synced_version(workdir, colocated):
+    trace = _trace(workdir, 2)
+    files = sorted(p.name for p in (workdir / "trace2").glob("*.jsonl"))
+    roles = {name.split("-")[0]: name.split("-")[1] for name in files}
+    assert sorted(roles) == ["rollout0", "worker0"] and roles["rollout0"] != roles["worker0"], files
+    # start-up sync, then one after each step's 2 optimizer steps
+    assert [r["weights_version"] for r in trace if r["op"] == "update_weights"] == [0, 2, 4]
+    generated = [r for r in trace if r["op"] == "generate"]
+    rows = TRAIN_BATCH * ROLLOUT_N
+    # validation (10 dev prompts), step 1, validation, step 2, validation: each on the weights
+    # the worker synced last, as the replica's own client object reports them
+    blocks = [VAL_ROWS, rows, VAL_ROWS, rows, VAL_ROWS]
+    versions = [0, 0, 2, 2, 4]
+    assert len(generated) == sum(blocks)
+    cursor = 0
+    for size, version in zip(blocks, versions, strict=True):
+        assert {r["weights_version"] for r in generated[cursor : cursor + size]} == {version}
+        cursor += size
+    assert all(r["max_tokens"] == MAX_RESPONSE for r in generated[VAL_ROWS : VAL_ROWS + rows])
+
+
+def test_colocated_run_learns_from_graded_rewards(workdir, colocated):
+    from learnable_reward import vowel_share
+
+    log, _ = colocated
     for step in (1, 2):
-        assert _step_metrics(log, step)["arctic/rollout_weights_version"] == 2 * (step - 1)
+        metrics = _step_metrics(log, step)
+        assert math.isfinite(metrics["actor/loss"]) and metrics["actor/grad_norm"] > 0
+        assert max(abs(metrics["critic/advantages/max"]), abs(metrics["critic/advantages/min"])) > 0.1
+        # the sync after each step, as verl logged it: 2 optimizer steps per step
+        assert metrics["arctic/rollout_weights_version"] == 2 * (step - 1)
+        assert metrics["arctic/weights_version"] == 2 * step
+        rows = _dumped(workdir / "rollouts2", step)
+        assert len(rows) == TRAIN_BATCH * ROLLOUT_N
+        for row in rows:
+            assert row["score"] == pytest.approx(vowel_share(row["output"]))
+        groups: dict[str, list[float]] = {}
+        for row in rows:
+            groups.setdefault(row["input"], []).append(row["score"])
+        assert len(groups) == TRAIN_BATCH and any(len(set(s)) > 1 for s in groups.values())
 
 
-def test_colocated_resume_continues_from_the_checkpoint(workdir, colocated):
-    server, log_path, _ = colocated
-    sent = len(log_path.read_text().splitlines())
-    log = _run(workdir, server, "resume", name="colocated", colocate=True, steps=3, validate=False)
-    _report_time("resume")
-    from adapter_verl.trace import read_trace
+def test_validation_runs_before_training_and_after_every_step(workdir, colocated):
+    """verl's validation (sampled here, val_kwargs) on the replica; the metric verl logs is the mean
+    of the reward function over the generations verl dumped, before training and after each step."""
+    from learnable_reward import vowel_share
 
-    trace = read_trace(workdir / "colocated-trace3")
+    log, _ = colocated
+    assert "Initial validation metrics" in log, "val_before_train did not run"
+    logged = {float(v) for v in re.findall(VAL_METRIC + r"'?:\s*(?:np\.float64\()?([-\d.e]+)", log)}
+    means = []
+    for step in (0, 1, 2):  # verl's validation dump per global step (0: before training)
+        rows = _dumped(workdir / "validation2", step)
+        assert len(rows) == VAL_ROWS and all(r["step"] == step for r in rows)
+        scores = [vowel_share(r["output"]) for r in rows]
+        assert [r["score"] for r in rows] == pytest.approx(scores)
+        means.append(sum(scores) / VAL_ROWS)
+        assert any(v == pytest.approx(means[-1]) for v in logged), (step, means[-1], logged)
+    assert all(m > 0 for m in means), means  # sampled answers hold letters: the metric is not a constant 0
+
+
+def test_resume_in_the_separate_layout_continues_from_the_checkpoint(wire, workdir, resumed):
+    log, requests = resumed
+    routes = _collapse_generates(_control_routes(requests))
+    # nothing sleeps when not colocated (no job shares devices with another); the restored weights
+    # are synced before the first rollout; verl saves its last step before that step's sync
+    assert routes == [
+        *START_UP,
+        "load-checkpoint",
+        *SYNC_SEPARATE,
+        "generate",
+        "save",
+        *SYNC_SEPARATE,
+        *SHUT_DOWN,
+    ], routes
+    (load,) = [r for r in requests if r["route"] == "/load-checkpoint"]
+    assert load["step"] == 2
+    trace = _trace(workdir, 3)
+    # the optimizer step counter continues the restored one; versions continue from 4
     assert [r["step"] for r in trace if r["op"] == "step"] == [5, 6]
-    assert re.search(r"(^|\s)step:3 - ", log) and not re.search(r"(^|\s)step:1 - ", log)
-    lines = log_path.read_text().splitlines()[sent:]
-    loads = [json.loads(line) for line in lines if json.loads(line)["route"] == "/load-checkpoint"]
-    assert len(loads) == 1 and loads[0]["status"] == 200
-    # the restored trainer is at 4 optimizer steps: the start-up sync serves version 4, step 3's sync 6
-    assert _update_weights_versions(workdir / "colocated-trace3") == [4, 6]
-    for seen in _replica_versions(workdir / "colocated-trace3").values():
-        assert set(seen) == {4}
+    assert [r["weights_version"] for r in trace if r["op"] == "update_weights"] == [4, 6]
+    assert {r["weights_version"] for r in trace if r["op"] == "generate"} == {4}
+    assert re.search(r"(^|\s)step:3 - ", log) and not re.search(r"(^|\s)step:[12] - ", log)
+    metrics = _step_metrics(log, 3)
+    assert (metrics["arctic/rollout_weights_version"], metrics["arctic/weights_version"]) == (4, 6)
+    assert math.isfinite(metrics["actor/loss"]) and metrics["actor/grad_norm"] > 0
+    # verl's dataloader state came back too: step 3 trains on the third batch of prompts, none of
+    # the first two steps' (data.shuffle=false)
+    seen = {r["input"] for s in (1, 2) for r in _dumped(workdir / "rollouts2", s)}
+    third = {r["input"] for r in _dumped(workdir / "rollouts3", 3)}
+    assert len(third) == TRAIN_BATCH and not third & seen
