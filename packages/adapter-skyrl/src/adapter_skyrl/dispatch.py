@@ -22,8 +22,9 @@ from skyrl.backends.skyrl_train.workers.worker_dispatch import WorkerDispatch
 
 from adapter_skyrl.loop_bridge import on_backend_loop
 from adapter_skyrl.samples import (
+    behaviour_logprobs,
+    off_policy_correction,
     response_lengths,
-    rollout_correction_weights,
     to_rollout_samples,
     to_skyrl_rows,
 )
@@ -218,9 +219,18 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self._ensure_training()
         start = time.perf_counter()
         with_ref = bool(self.spec.use_kl_loss)
-        weights = rollout_correction_weights(data, self.cfg.trainer.algorithm)
+        algorithm = self.cfg.trainer.algorithm
+        correction = off_policy_correction(data, algorithm)
+        for key, value in correction.metrics.items():
+            self._metrics[f"off_policy/{key}"].append(value)
         samples = to_rollout_samples(
-            data, with_advantages=True, with_old=True, with_ref=with_ref, is_weights_B_R=weights
+            data,
+            with_advantages=True,
+            with_old=True,
+            with_ref=with_ref,
+            is_weights_B_R=correction.is_weights_B_R,
+            old_B_R=behaviour_logprobs(data, algorithm),
+            loss_mask_B_R=correction.loss_mask_B_R,
         )
         payload = build_train_payload(samples, self.spec)
         self._record("forward_backward", payload)

@@ -3,8 +3,15 @@
 Three copies of the model: the trainer (AdamW), the sampler (receives the trainer's weights only
 through `sync_weights`, bucket by bucket) and a frozen reference (the initial weights, for
 `forward(reference_model=True)`). The weights version is the trainer step whose weights the sampler
-serves: 0 at start, the trainer's step count after each sync (what `weight_sync` checks). All compute runs on one worker thread per engine, in call order,
-so the event loop stays free and results are deterministic. See `validation` for the payload rules,
+serves: 0 at start, the trainer's step count after each sync (what `weight_sync` checks).
+
+Two worker threads per engine, so the event loop stays free: the sampler's (generation) and the
+trainer's (everything else). Calls awaited one after another run in call order with deterministic
+results, exactly as on one thread; a generate call issued while the trainer computes really overlaps
+it (torch releases the GIL inside its kernels; with `num_threads=1` each side keeps one core), as the
+separate sampling and training GPUs of the Arctic server do (asynchronous GRPO). The sampler lock
+makes a weight sync, a checkpoint save/load (the sampler's RNG) and a sleep/wake of the sampler wait for the generate call in
+flight to finish: a rollout's weights version is the one it was sampled with from start to end. See `validation` for the payload rules,
 `pipeline` for the forward/loss semantics, `sleep_state` for the sleep/wake rules.
 """
 
@@ -119,6 +126,10 @@ class ReferenceBackend(Backend):
         self._last_sync: SyncReport | None = None
         self._closed = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arctic-rl-reference")
+        self._sampler_executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="arctic-rl-reference-sampler"
+        )
+        self._sampler_lock = threading.Lock()  # held by a generate call, a sync, a load, a sampler sleep/wake
         with _REGISTRY.lock:
             self._registry_id = next(_REGISTRY.ids)
             _REGISTRY.live[self._registry_id] = self
@@ -165,6 +176,19 @@ class ReferenceBackend(Backend):
             raise RuntimeError("the reference backend is shut down: create a new one")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    async def _run_sampler(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn` on the sampler's thread, holding the sampler lock."""
+        if self._closed:
+            raise RuntimeError("the reference backend is shut down: create a new one")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._sampler_executor, functools.partial(self._with_sampler_lock, fn, *args)
+        )
+
+    def _with_sampler_lock(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._sampler_lock:
+            return fn(*args)
 
     def _build_optimizer(self, opt: OptimizerSettings):
         import torch
@@ -216,7 +240,9 @@ class ReferenceBackend(Backend):
         """Sampled sequences (with `top_logprobs` alternatives per token) and the weights version used.
         `extra_stop_ids` also end a generation (vLLM's stop_token_ids); `max_model_len` caps prompt +
         generation below the model's own limit."""
-        return await self._run(self._sample, prompts, params, top_logprobs, extra_stop_ids, max_model_len)
+        return await self._run_sampler(
+            self._sample, prompts, params, top_logprobs, extra_stop_ids, max_model_len
+        )
 
     def _sample(
         self,
@@ -465,7 +491,7 @@ class ReferenceBackend(Backend):
         """`weight_format`: "lora" sends only the adapter tensors (Cortex's weight-sync payload
         `weight_format`; needs settings.peft), "vllm" / "hf" the full weights; None = "lora" when the
         trainer trains adapters, else the full weights."""
-        return await self._run(self._sync, cuda_ipc, low_memory, weight_format)
+        return await self._run(self._with_sampler_lock, self._sync, cuda_ipc, low_memory, weight_format)
 
     def _sync(self, cuda_ipc: bool | None, low_memory: bool | None, weight_format: str | None) -> SyncReport:
         from arctic_rl_core.backends.reference.lora import is_adapter
@@ -503,10 +529,12 @@ class ReferenceBackend(Backend):
         return self._last_sync
 
     async def sleep_inference(self, level: int = 1) -> None:
-        await self._run(self._state.sleep_inference, level)
+        await self._run(self._with_sampler_lock, self._state.sleep_inference, level)
 
     async def wake_inference(self, tags: Sequence[str] | None = None) -> None:
-        await self._run(self._state.wake_inference, None if tags is None else list(tags))
+        await self._run(
+            self._with_sampler_lock, self._state.wake_inference, None if tags is None else list(tags)
+        )
 
     async def sleep_training(self, mode: str = "all") -> None:
         await self._run(self._state.sleep_training, mode)
@@ -515,7 +543,7 @@ class ReferenceBackend(Backend):
         await self._run(self._state.wake_training)
 
     async def reset_prefix_cache(self) -> None:
-        await self._run(self._state.reset_prefix_cache)
+        await self._run(self._with_sampler_lock, self._state.reset_prefix_cache)
 
     async def state(self) -> BackendState:
         return await self._run(self._snapshot)
@@ -554,7 +582,7 @@ class ReferenceBackend(Backend):
         self, directory: str | Path, *, export_hf: bool = False, extra: dict[str, Any] | None = None
     ) -> int:
         """Save the training state into `directory` (and a Hugging Face copy in `hf/`); returns the step."""
-        return await self._run(self._save, Path(directory), export_hf, extra)
+        return await self._run(self._with_sampler_lock, self._save, Path(directory), export_hf, extra)
 
     def _save(self, directory: Path, export_hf: bool, extra: dict[str, Any] | None) -> int:
         from arctic_rl_core.backends.reference.checkpoint import save_checkpoint
@@ -581,7 +609,7 @@ class ReferenceBackend(Backend):
     async def load_from(self, directory: str | Path) -> int:
         """Restore the training state saved in `directory`; returns the restored step. The sampler keeps
         its weights until the next `sync_weights` (as on the server)."""
-        return await self._run(self._load, Path(directory))
+        return await self._run(self._with_sampler_lock, self._load, Path(directory))
 
     def _load(self, directory: Path) -> int:
         from arctic_rl_core.backends.reference.checkpoint import load_checkpoint
@@ -650,6 +678,7 @@ class ReferenceBackend(Backend):
         with _REGISTRY.lock:
             _REGISTRY.live.pop(self._registry_id, None)
         self._executor.shutdown(wait=True)
+        self._sampler_executor.shutdown(wait=True)
 
 
 class InProcessHandle(BackendHandle):
