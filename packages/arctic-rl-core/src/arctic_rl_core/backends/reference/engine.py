@@ -123,6 +123,7 @@ class ReferenceBackend(Backend):
         self._global_step = 0
         self._weights_version = 0
         self._has_grads = False
+        self._last_sync: SyncReport | None = None
         self._closed = False
         # torch.set_num_threads in the constructor's thread does not reach a new thread's OpenMP team
         # size: each worker sets it itself. Without it, two workers at once each spin an OpenMP team of
@@ -153,6 +154,11 @@ class ReferenceBackend(Backend):
             self._trainer = with_adapters(self._trainer, peft)
             self._sampler = with_adapters(self._sampler, peft).requires_grad_(False).eval()
         transfer_weights(self._trainer, self._sampler, 1 << 30)  # same start (B = 0: the base's outputs)
+
+    @property
+    def last_sync(self) -> SyncReport | None:
+        """The report of the latest weight sync (what was sent, in which format); None before one."""
+        return self._last_sync
 
     @property
     def trains_adapters(self) -> bool:
@@ -532,7 +538,8 @@ class ReferenceBackend(Backend):
         )  # 1 byte: one parameter per bucket
         self._weights_version = self._global_step  # the trainer step whose weights the sampler now serves
         self._state.synced()
-        return SyncReport(self._weights_version, report, ipc, low, fmt)
+        self._last_sync = SyncReport(self._weights_version, report, ipc, low, fmt)
+        return self._last_sync
 
     async def sleep_inference(self, level: int = 1) -> None:
         await self._run(self._with_sampler_lock, self._state.sleep_inference, level)
