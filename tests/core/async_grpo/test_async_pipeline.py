@@ -65,6 +65,7 @@ class Recording:
         self.engine = engine
         self.train_delay_s = train_delay_s
         self.digests: list[str] = []
+        self.train_keys: list[set[str]] = []
         self.generate_calls = 0
         self.report_older: dict[int, int] = {}  # generate call number -> versions to subtract
 
@@ -73,6 +74,8 @@ class Recording:
 
     async def forward_backward(self, payload):
         self.digests.append(payload_digest(payload))
+        batches = payload.batch if isinstance(payload.batch, list) else [payload.batch]
+        self.train_keys.append(set(batches[0]))
         if self.train_delay_s:
             await asyncio.sleep(self.train_delay_s)  # slow training, injected
         return await self.engine.forward_backward(payload)
@@ -145,6 +148,7 @@ def test_k0_is_bit_identical_to_the_synchronous_path() -> None:
             r.metrics["async/staleness_max"] == 0 and r.metrics["async/is_weight_mean"] == 1.0
             for r in records
         )
+        assert not any("rollout_is_weights" in keys for keys in pipe_backend.train_keys)
     finally:
         asyncio.run(sync_engine.shutdown())
         asyncio.run(pipe_engine.shutdown())
@@ -171,6 +175,7 @@ def test_slow_training_never_trains_a_rollout_older_than_k(k: int) -> None:
     assert all(r.metrics["async/dropped_groups"] == 0 for r in records)
     stale_steps = [r for r in records if r.trainer_version - min(r.group_versions) > 0]
     assert any(r.metrics["async/is_weight_mean"] != 1.0 for r in stale_steps)  # IS weights off-policy
+    assert all("rollout_is_weights" in keys for keys in backend.train_keys)  # sent with every step
 
 
 @pytest.mark.parametrize("policy", ["drop", "regenerate"])
