@@ -88,7 +88,7 @@ def test_dry_run_lists_every_problem_at_once_and_exits_2():
     assert code == 2 and out == ""
     assert err.startswith("4 problems in the SkyRL config for the Arctic path:\n")
     for text in (
-        "lora.rank = 8",
+        "lora.rank (core peft.lora_rank) = 8: arctic-platform 0.1.4's on-prem server trains dense only",
         "zorro.enabel",
         "deepspeed.offload_param = true",
         "max_input_length",

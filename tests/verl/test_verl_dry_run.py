@@ -187,7 +187,8 @@ def test_bad_settings_are_all_reported_in_one_round(capsys):
         "not divisible by placement.sampling_tensor_parallel_size=3",
         "algorithm.use_kl_in_reward (core loss.use_kl_in_reward) = true: a KL penalty both in the reward and in "
         "the loss counts the KL twice",
-        "actor_rollout_ref.model.lora_rank = 16: LoRA adapters are not sent to the Arctic server",
+        "actor_rollout_ref.model.lora_rank (core peft.lora_rank) = 16: arctic-platform 0.1.4's on-prem server "
+        "trains dense only",
     ):
         assert expected in text, text
     assert "problems in the settings" in err

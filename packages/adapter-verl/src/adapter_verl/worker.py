@@ -152,6 +152,10 @@ class ArcticActorRolloutRefWorker(Worker):
     def _forward(self, data: TensorDict, *, reference_model: bool) -> TensorDict | None:
         if self.rank != 0:
             return None
+        from arctic_rl_core.backends.old_logprobs import from_sampler
+
+        if not reference_model and from_sampler(self._backend):
+            return self._sampler_logprobs(data)
         from dataclasses import replace
 
         from arctic_rl_core.wire import build_forward_payload, payload_to_trace_record, response_logprobs
@@ -178,6 +182,36 @@ class ArcticActorRolloutRefWorker(Worker):
             entropy_B_R, _ = response_logprobs(out.entropy_B_S, payload, spec)
             fields["entropy"] = full_sequence_nested(entropy_B_R, samples)
         metrics = {**out.metrics, "forward_time_s": elapsed, "mfu": out.metrics.get("mfu", math.nan)}
+        return tu.get_tensordict(tensor_dict=fields, non_tensor_dict={"metrics": metrics})
+
+    def _sampler_logprobs(self, data: TensorDict) -> TensorDict:
+        """The old-log-prob pass without a server forward (Cortex): the sampler's rollout log-probs
+        (every generation asks for them there), and as entropy their sampled-token estimate."""
+        from arctic_rl_core.backends.old_logprobs import sampled_token_entropy, sampler_logprobs
+
+        start = time.perf_counter()
+        samples = samples_from_tensordict(data, with_training_fields=False)
+        rows = _rows(data, "rollout_log_probs")
+        width = max(len(s.response_ids) for s in samples)
+        values_B_R = torch.zeros((len(samples), width), dtype=torch.float32)
+        mask_B_R = torch.zeros((len(samples), width), dtype=torch.bool)
+        for b, sample in enumerate(samples):
+            n = len(sample.response_ids)
+            mask_B_R[b, :n] = True
+            if rows is not None:
+                if rows[b].numel() < n:
+                    raise RuntimeError(
+                        f"rollout_log_probs row {b} has {rows[b].numel()} values for {n} response tokens"
+                    )
+                values_B_R[b, :n] = rows[b][:n].to(torch.float32)
+        logprobs_B_R = sampler_logprobs(
+            None if rows is None else values_B_R, mask_B_R, where="rollout_log_probs"
+        )
+        fields = {"log_probs": full_sequence_nested(logprobs_B_R, samples)}
+        if bool(tu.get(data, "calculate_entropy", default=False)):
+            fields["entropy"] = full_sequence_nested(sampled_token_entropy(logprobs_B_R), samples)
+        metrics = {"forward_time_s": time.perf_counter() - start, "mfu": math.nan}
+        self._trace.write({"op": "old_logprobs_from_sampler", "rows": len(samples)})
         return tu.get_tensordict(tensor_dict=fields, non_tensor_dict={"metrics": metrics})
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
