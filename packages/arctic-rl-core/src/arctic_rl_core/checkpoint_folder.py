@@ -20,24 +20,27 @@ BACKEND_FOLDER = "arctic_backend"
 _STEP = re.compile(r"global_step_(\d+)")
 
 
+def _step_folder(framework_path: str) -> str:
+    """The innermost `global_step_<n>` component of `framework_path` (the path up to it)."""
+    path = os.path.normpath(str(framework_path))
+    while path and path != os.path.dirname(path):
+        if _STEP.fullmatch(os.path.basename(path)):
+            return path
+        path = os.path.dirname(path)
+    raise ValueError(
+        f"checkpoint path {str(framework_path)!r} has no global_step_<n>: cannot tell the step it holds"
+    )
+
+
 def step_of(framework_path: str) -> int:
     """The step a framework checkpoint path names (`<run dir>/global_step_<n>[/<role>]`)."""
-    match = _STEP.search(str(framework_path))
-    if match is None:
-        raise ValueError(
-            f"checkpoint path {framework_path!r} has no global_step_<n>: cannot tell the step it holds"
-        )
-    return int(match.group(1))
+    return int(_STEP.fullmatch(os.path.basename(_step_folder(framework_path))).group(1))
 
 
 def backend_checkpoint_root(framework_path: str) -> str:
     """`<run dir>/global_step_<n>[/<role>]` -> `<run dir>/arctic_backend`, the folder whose
     `checkpoint-<n>` children the server saves and prunes."""
-    path = os.path.normpath(str(framework_path))
-    step_of(path)
-    while not _STEP.fullmatch(os.path.basename(path)):
-        path = os.path.dirname(path)
-    return os.path.join(os.path.dirname(path), BACKEND_FOLDER)
+    return os.path.join(os.path.dirname(_step_folder(framework_path)), BACKEND_FOLDER)
 
 
 def backend_checkpoint_dir(framework_path: str, step: int) -> str:
