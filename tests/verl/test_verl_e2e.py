@@ -220,7 +220,7 @@ def test_resume_continues_from_the_checkpoint(workdir, first_run):
     assert re.search(r"(^|\s)step:3 - ", log) and not re.search(r"(^|\s)step:1 - ", log)
     step3 = _step_metrics(log, 3)
     assert step3["actor/reward_kl_penalty_coeff"] == 0.5
-    assert step3["actor/reward_kl_penalty"] > 0  # the policy moved away from the reference in steps 1-2
+    assert step3["actor/reward_kl_penalty"] != 0  # the policy moved away from the reference in steps 1-2
     assert "actor/kl_loss" not in step3
     ops = [r["op"] for r in trace]
     assert ops.count("forward_ref") == 1  # the reference log-probs verl's penalty reads
