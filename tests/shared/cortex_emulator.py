@@ -89,6 +89,7 @@ def serve_cortex(log_dir: Path, pat: str = PAT, *, file_root: Path | None = None
 
 @pytest.fixture(scope="module")
 def cortex_emulator(tmp_path_factory) -> Iterator[CortexEmulator]:
+    pytest.importorskip("tenacity")  # arctic-platform[cortex]: the real CortexTransport needs it
     with pytest.MonkeyPatch.context() as patch, serve_cortex(tmp_path_factory.mktemp("cortex")) as emulator:
         patch.setenv(TOKEN_ENV, emulator.pat)
         yield emulator

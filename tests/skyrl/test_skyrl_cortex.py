@@ -20,7 +20,6 @@ CORTEX = [
 
 
 def test_demo_runs_grpo_on_the_cortex_emulator(cortex_emulator, tmp_path):  # noqa: F811
-    pytest.importorskip("tenacity")  # arctic-platform[cortex]
     from demo_checks import run_against_cortex
 
     summary = run_against_cortex("skyrl", tmp_path / "run", cortex_emulator)

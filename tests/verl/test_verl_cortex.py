@@ -27,7 +27,6 @@ BASE = [
 
 
 def test_demo_runs_grpo_on_the_cortex_emulator(cortex_emulator, tmp_path):  # noqa: F811
-    pytest.importorskip("tenacity")  # arctic-platform[cortex]
     from demo_checks import run_against_cortex
 
     summary = run_against_cortex("verl", tmp_path / "run", cortex_emulator)

@@ -193,6 +193,7 @@ def run_grpo(
                 tokenizer,
                 prompt_format=self.prompt_format,
                 chat_template_kwargs=cfg.generator.chat_template_kwargs,
+                **self.generator_version_options(),
             )
             return generator
 

@@ -29,7 +29,9 @@ LossAggMode = Literal[
     "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
 ]  # fmt: skip
 # `arctic_rl_core.losses.names.POLICY_LOSSES` (a test keeps the two equal).
-PolicyLoss = Literal["ppo_clip", "dual_clip", "gspo", "sapo", "cispo", "clip_cov", "kl_cov", "gpg"]
+PolicyLoss = Literal[
+    "ppo_clip", "dual_clip", "gspo", "sapo", "cispo", "clip_cov", "kl_cov", "gpg", "rollout_is"
+]  # fmt: skip
 # Server losses: the built-in verl_grpo and sft, or arctic_rl_core.losses imported by dotted path.
 LossFn = Literal["verl_grpo", "sft", "arctic_rl_core"]
 KlLossType = Literal[
@@ -277,7 +279,8 @@ class LossSettings(_Group):
         default="dual_clip",
         description=(
             "Loss family (loss_fn = arctic_rl_core; verl_grpo is dual_clip): ppo_clip (SkyRL regular), dual_clip "
-            "(SkyRL dual_clip, verl vanilla), gspo, sapo, cispo, clip_cov, kl_cov, gpg."
+            "(SkyRL dual_clip, verl vanilla), gspo, sapo, cispo, clip_cov, kl_cov, gpg, rollout_is (SkyRL rollout_is: "
+            "the IS weight against the rollout log-probs, zeroed outside the clip range)."
         ),
     )
     clip_ratio_low: float = Field(

@@ -94,6 +94,25 @@ class DemoOptions(BaseModel):
         default=False, description="Training and sampling share the devices (sleep/wake around each phase)."
     )
 
+    max_staleness: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "`--async K`: asynchronous GRPO, generation of the next batches overlapping training, no trained "
+            "rollout older than K optimizer steps (the core's async.max_staleness, which the framework's own "
+            "asynchronous trainer is set to); 0 = the synchronous trainer. Not with colocate."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _async_needs_separate_devices(self) -> DemoOptions:
+        if self.max_staleness and self.colocate:
+            raise ValueError(
+                f"--async {self.max_staleness} with --colocate: colocated training and sampling take turns on the "
+                "same devices, so generation cannot overlap training; drop --colocate, or --async 0"
+            )
+        return self
+
     @field_validator("server")
     @classmethod
     def _check_server(cls, value: str | None) -> str | None:

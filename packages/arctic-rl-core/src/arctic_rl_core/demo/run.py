@@ -82,6 +82,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="colocated GRPO: training and sampling share the devices, with sleep/wake every step",
     )
+    parser.add_argument(
+        "--async",
+        dest="max_staleness",
+        type=int,
+        default=None,
+        metavar="K",
+        help="asynchronous GRPO through the framework's own asynchronous trainer: the next batches are "
+        "generated while the current one trains, no rollout older than K steps is trained "
+        "(async.max_staleness; default 0 = synchronous; not with --colocate)",
+    )
 
 
 def _explicit(args: argparse.Namespace) -> dict[str, Any]:
@@ -98,6 +108,7 @@ def _explicit(args: argparse.Namespace) -> dict[str, Any]:
         "server": "server",
         "backend": "backend",
         "colocate": "colocate",
+        "max_staleness": "max_staleness",
     }
     return {field: getattr(args, flag) for flag, field in names.items() if getattr(args, flag) is not None}
 
@@ -177,11 +188,13 @@ def run_demo(options: DemoOptions) -> int:
     )
 
     from arctic_rl_core.demo.backend import reference_backend, synced
-    from arctic_rl_core.demo.drivers import load_driver
+    from arctic_rl_core.demo.drivers import load_driver, require_async_support
     from arctic_rl_core.demo.prompts import prompt_ids, prompt_text, response_ids
     from arctic_rl_core.demo.tasks import load_task
     from arctic_rl_core.demo.warm_start import warm_start
 
+    if options.max_staleness:  # before the warm start: a driver without an asynchronous mode fails now
+        require_async_support(load_driver(options.framework), options)
     # The demo's own output goes to a copy of stdout: fds 1 and 2 go to the run log meanwhile.
     console = Console(file=os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, closefd=True))
     run_dir = options.run_dir
@@ -346,7 +359,10 @@ def run_demo(options: DemoOptions) -> int:
 def _grpo_backend(options: DemoOptions) -> str:
     api = "Cortex API" if options.backend == "cortex" else "Arctic server"
     where = f"the {api} at {options.server}" if options.server else "the CPU reference backend"
-    return where + (", colocated" if options.colocate else "")
+    where += ", colocated" if options.colocate else ""
+    return where + (
+        f", asynchronous (max_staleness {options.max_staleness})" if options.max_staleness else ""
+    )
 
 
 def _takes_text(backend: Any) -> bool:
@@ -418,6 +434,7 @@ def _summary(options: DemoOptions, before, after, steps, seconds) -> dict[str, A
         "server": options.server,
         "backend": options.backend if options.server else "reference",
         "colocate": options.colocate,
+        "max_staleness": options.max_staleness,
         "before": {split: pick(before[split]) for split in EVAL_SPLITS},
         "after": None if after is None else {split: pick(after[split]) for split in EVAL_SPLITS},
         "seconds": seconds,

@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
         "--server": args.server,
         "--backend": args.backend,
         "--colocate": args.colocate,
+        "--async": args.max_staleness,
     }
     forwarded = launch.driver_args(
         framework=framework, task=args.task, steps=args.steps, out=args.out, resume=args.resume, extra=extra
