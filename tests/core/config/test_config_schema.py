@@ -12,6 +12,7 @@ from arctic_rl_core.config.errors import all_leaf_paths, schema_paths
 from pydantic import ValidationError
 
 CORE_API_GROUPS = (
+    "async",
     "backend",
     "placement",
     "batch",

@@ -66,7 +66,8 @@ def skyrl_overrides(
         "trainer.logger=console",
         f"trainer.seed={options.seed}",
         "trainer.ckpt_interval=1",
-        "trainer.max_ckpts_to_keep=2",
+        # a Cortex save keeps every checkpoint (no pruning through the 0.1.4 client): keep all there
+        f"trainer.max_ckpts_to_keep={-1 if options.backend == 'cortex' and options.server else 2}",
         f"trainer.ckpt_path={run_dir / CHECKPOINT_DIR}",
         f"trainer.export_path={run_dir / 'export'}",
         "trainer.resume_mode=latest",
@@ -192,6 +193,7 @@ def run_grpo(
                 tokenizer,
                 prompt_format=self.prompt_format,
                 chat_template_kwargs=cfg.generator.chat_template_kwargs,
+                **self.generator_version_options(),
             )
             return generator
 
@@ -202,7 +204,8 @@ def run_grpo(
     if options.server is None:
         on_backend({"where": "in process", **process_location()})
     else:
-        on_backend({"where": f"Arctic on-prem server at {options.server} (arctic-platform client)"})
+        api = "Cortex API" if options.backend == "cortex" else "Arctic on-prem server"
+        on_backend({"where": f"{api} at {options.server} (arctic-platform client)"})
     exp = DemoExp(cfg, backend=backend)
     latest = run_dir / CHECKPOINT_DIR / "latest_ckpt_global_step.txt"
     first_step = int(latest.read_text().strip()) + 1 if latest.is_file() else 1

@@ -17,13 +17,15 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_core.checkpoint_folder import backend_checkpoint_root
 from skyrl.backends.skyrl_train.distributed.dispatch import WorkerOutput
 from skyrl.backends.skyrl_train.workers.worker_dispatch import WorkerDispatch
 
 from adapter_skyrl.loop_bridge import on_backend_loop
 from adapter_skyrl.samples import (
+    behaviour_logprobs,
+    off_policy_correction,
     response_lengths,
-    rollout_correction_weights,
     to_rollout_samples,
     to_skyrl_rows,
 )
@@ -39,9 +41,16 @@ if TYPE_CHECKING:
 
     from adapter_skyrl.trace import PayloadTrace
 
-CHECKPOINT_MARKER = "arctic_checkpoint.json"
-BACKEND_SUBDIR = "backend"  # the backend's checkpoint, inside SkyRL's policy checkpoint folder
+CHECKPOINT_MARKER = (
+    "arctic_checkpoint.json"  # in SkyRL's global_step_<n>/policy: names the backend's checkpoint
+)
 _MODELS = ("policy", "ref")
+
+
+_ONE_ADAPTER = (
+    "the Arctic jobs train one LoRA adapter per run (trainer.policy.model.lora.* -> training.peft, Cortex or "
+    "the reference backend); multi-tenant named adapters are not supported"
+)
 
 
 class ArcticWorkerDispatch(WorkerDispatch):
@@ -138,11 +147,24 @@ class ArcticWorkerDispatch(WorkerDispatch):
         **worker_kwargs: Any,
     ) -> WorkerOutput:
         """Log-probs of the batch's responses under the policy (`"policy"`) or the backend's frozen
-        reference model (`"ref"`), right-aligned per row as SkyRL's workers return them."""
+        reference model (`"ref"`), right-aligned per row as SkyRL's workers return them. On a backend
+        without forward (Cortex) the policy's are the sampler's rollout log-probs."""
+        from arctic_rl_core.backends.old_logprobs import from_sampler, sampler_logprobs
         from arctic_rl_core.wire import build_forward_payload, response_logprobs
 
         self._check_model(model)
         self._reject_extras("forward", loss_fn, loss_fn_config, model_id, worker_kwargs)
+        if model == "policy" and from_sampler(self.backend):
+            # no server forward (Cortex): the old log-probs are the sampler's, already right-aligned
+            # like SkyRL's workers' outputs
+            start = time.perf_counter()
+            values_B_R = sampler_logprobs(
+                data.get("rollout_logprobs"), data["response_mask"].cpu(), where="rollout_logprobs"
+            )
+            self._timed("forward_policy_from_sampler", start)
+            return WorkerOutput(
+                loss_fn_outputs=[{"logprobs": row.tolist()} for row in values_B_R], metrics={}
+            )
         self._ensure_training()
         start = time.perf_counter()
         samples = to_rollout_samples(data, with_advantages=False, with_old=False, with_ref=False)
@@ -205,9 +227,18 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self._ensure_training()
         start = time.perf_counter()
         with_ref = bool(self.spec.use_kl_loss)
-        weights = rollout_correction_weights(data, self.cfg.trainer.algorithm)
+        algorithm = self.cfg.trainer.algorithm
+        correction = off_policy_correction(data, algorithm)
+        for key, value in correction.metrics.items():
+            self._metrics[f"off_policy/{key}"].append(value)
         samples = to_rollout_samples(
-            data, with_advantages=True, with_old=True, with_ref=with_ref, is_weights_B_R=weights
+            data,
+            with_advantages=True,
+            with_old=True,
+            with_ref=with_ref,
+            is_weights_B_R=correction.is_weights_B_R,
+            old_B_R=behaviour_logprobs(data, algorithm),
+            loss_mask_B_R=correction.loss_mask_B_R,
         )
         payload = build_train_payload(samples, self.spec)
         self._record("forward_backward", payload)
@@ -302,27 +333,29 @@ class ArcticWorkerDispatch(WorkerDispatch):
     def save_checkpoint(
         self, model: str, ckpt_dir: str, tokenizer: Any = None, model_id: str | None = None
     ) -> None:
-        """Backend checkpoint (weights, optimizer, scheduler, RNG, step) under `ckpt_dir`, plus a
-        marker naming it, so `load_checkpoint(ckpt_dir)` finds it."""
+        """Backend checkpoint (weights, optimizer, scheduler, RNG, step) in the run's backend folder
+        (`<trainer.ckpt_path>/arctic_backend/checkpoint-<step>`, arctic_rl_core.checkpoint_folder),
+        plus a marker in `ckpt_dir` (SkyRL's `global_step_<n>/policy`) naming it, so
+        `load_checkpoint(ckpt_dir)` finds it."""
         self._check_model(model, ("policy",))
         self._reject_extras("save_checkpoint", None, None, model_id, {})
         self._ensure_training()
         start = time.perf_counter()
         os.makedirs(ckpt_dir, exist_ok=True)
-        # The protocol's (path, step) pair names the checkpoint for both save and load.
-        backend_path = os.path.join(ckpt_dir, BACKEND_SUBDIR)
-        # SkyRL's own cleanup (trainer.max_ckpts_to_keep) removes whole global_step folders, this
-        # backend checkpoint with them; save_total_limit prunes inside the backend folder as well
+        # One folder for the run's backend checkpoints, so that the server keeps the newest
+        # checkpoint.save_total_limit of them (mapped from trainer.max_ckpts_to_keep; SkyRL's own
+        # cleanup keeps as many global_step folders, each with its marker).
+        backend_root = os.path.abspath(backend_checkpoint_root(ckpt_dir))
         saved = self._run(
             self.backend.save_checkpoint(
-                backend_path,
+                backend_root,
                 self.optimizer_steps,
                 export_hf=bool(self.checkpoint and self.checkpoint.export_hf),
                 save_total_limit=self.checkpoint.save_total_limit if self.checkpoint else None,
             )
         )
         marker = {
-            "backend_subdir": BACKEND_SUBDIR,
+            "backend_path": backend_root,
             "step": self.optimizer_steps,
             "saved_dir": str(saved),
             "weights_version": self.weights_version,
@@ -330,7 +363,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
         with open(os.path.join(ckpt_dir, CHECKPOINT_MARKER), "w", encoding="utf-8") as f:
             json.dump(marker, f)
         if self.trace is not None:
-            self.trace.record_event("save_checkpoint", path=backend_path, step=self.optimizer_steps)
+            self.trace.record_event("save_checkpoint", path=backend_root, step=self.optimizer_steps)
         if tokenizer is not None:
             tokenizer.save_pretrained(os.path.join(ckpt_dir, "tokenizer"))
         self._timed("save_checkpoint", start)
@@ -364,16 +397,10 @@ class ArcticWorkerDispatch(WorkerDispatch):
             )
         with open(marker_path, encoding="utf-8") as f:
             marker = json.load(f)
-        self._run(
-            self.backend.load_checkpoint(
-                os.path.join(ckpt_dir, marker["backend_subdir"]), int(marker["step"])
-            )
-        )
+        self._run(self.backend.load_checkpoint(marker["backend_path"], int(marker["step"])))
         self.optimizer_steps = int(marker["step"])
         if self.trace is not None:
-            self.trace.record_event(
-                "load_checkpoint", path=marker["backend_subdir"], step=self.optimizer_steps
-            )
+            self.trace.record_event("load_checkpoint", path=marker["backend_path"], step=self.optimizer_steps)
 
     def save_hf_model(self, model: str, export_dir: str, tokenizer: Any) -> None:
         raise NotImplementedError(
@@ -412,19 +439,18 @@ class ArcticWorkerDispatch(WorkerDispatch):
         raise NotImplementedError(f"register_actor_group({model!r}): the Arctic dispatch has no actor groups")
 
     # -- LoRA adapters (multi-tenant Tinker path) ---------------------------------------------------
+    # One adapter per run is trained (trainer.policy.model.lora.* -> training.peft); named adapters are not.
     def ensure_active_adapter(
         self, role: str, model_id: str | None, require_model_resident: bool = True
     ) -> None:
         if model_id is not None:
-            raise NotImplementedError(
-                f"ensure_active_adapter({role!r}, {model_id!r}): no LoRA adapters on Arctic"
-            )
+            raise NotImplementedError(f"ensure_active_adapter({role!r}, {model_id!r}): {_ONE_ADAPTER}")
 
     def register_adapter(self, role: str, model_id: str) -> None:
-        raise NotImplementedError(f"register_adapter({role!r}, {model_id!r}): no LoRA adapters on Arctic")
+        raise NotImplementedError(f"register_adapter({role!r}, {model_id!r}): {_ONE_ADAPTER}")
 
     def delete_adapter(self, role: str, model_id: str) -> None:
-        raise NotImplementedError(f"delete_adapter({role!r}, {model_id!r}): no LoRA adapters on Arctic")
+        raise NotImplementedError(f"delete_adapter({role!r}, {model_id!r}): {_ONE_ADAPTER}")
 
     # -- profiling ---------------------------------------------------------------------------------
     def start_profile(self, model: str, config: dict | None = None, raise_on_error: bool = False) -> None:

@@ -302,6 +302,14 @@ def resolve(config: DictConfig, total_training_steps: int | None) -> Resolution:
                 named = VERL_FIELDS.in_framework_terms(issue, extension_prefix=CORE_PREFIX)
                 if not any(path in named.path for path in mapped_bad):
                     problems.append(named.render())
+    resume_mode = _get(config, "trainer.resume_mode", "auto")
+    if cfg is not None and cfg.backend.kind == "cortex" and resume_mode == "resume_path":
+        from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS
+
+        problems.append(
+            f"trainer.resume_mode={resume_mode!r}: {CORTEX_LIMITS['load-checkpoint']}; set "
+            "trainer.resume_mode=disable (or auto on a fresh trainer.default_local_dir) for backend.kind=cortex"
+        )
     return Resolution(
         config=None if problems else cfg, problems=problems, not_applicable=translation.not_applied
     )

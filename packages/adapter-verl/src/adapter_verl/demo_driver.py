@@ -134,7 +134,8 @@ def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
         "reward_mean": float(data["critic/rewards/mean"]),
         "rollout_ex": rollout_ex(rewards),
         "loss": float(data["actor/pg_loss"]),
-        "grad_norm": float(data["actor/grad_norm"]),
+        # null in verl's file log when the backend measures none (Cortex's step reports no gradient norm)
+        "grad_norm": math.nan if data["actor/grad_norm"] is None else float(data["actor/grad_norm"]),
         # the adapter's trainer logs what its weight sync reports after every step
         "weights_version": int(data["arctic/weights_version"]),
         "rollout_weights_version": int(data["arctic/rollout_weights_version"]),
@@ -238,7 +239,8 @@ def _backend_location(options: DemoOptions) -> dict[str, Any]:
     """Where verl's trainer started the reference engine: its Ray actor's process and node (or
     the Arctic server the run drives)."""
     if options.server is not None:
-        return {"where": f"Arctic on-prem server at {options.server} (arctic-platform client)"}
+        api = "Cortex API" if options.backend == "cortex" else "Arctic on-prem server"
+        return {"where": f"{api} at {options.server} (arctic-platform client)"}
     from adapter_verl.session import lookup_session
 
     handle = lookup_session().handle
@@ -258,9 +260,9 @@ def run_grpo(
     on_step: Callable[[int, dict[str, Any]], None],
     on_ready: Callable[[int, list[str], dict[str, Any]], None],
     on_backend: Callable[[dict[str, Any]], None],
-) -> Backend:
+) -> Backend | None:
     """Run (or resume) the GRPO steps; returns an in-process reference backend holding the
-    final trained weights, synced to its sampler (the caller shuts it down).
+    final trained weights, synced to its sampler (the caller shuts it down); None on Cortex.
 
     `on_ready(first_step, overrides, arctic_config)` is called before training (a resumed run
     starts after its latest checkpoint); `on_backend(location)` once the trainer's backend runs
@@ -317,6 +319,10 @@ def run_grpo(
         finally:
             ray.shutdown()  # also on Ctrl-C: the trainer and backend actors end with the cluster
 
+    if options.backend == "cortex" and options.server is not None:
+        # the final weights were in the run's Cortex jobs, which ended with verl's trainer; Cortex
+        # keeps the checkpoints in its own store, which the 0.1.4 client cannot load from
+        return None
     return asyncio.run(_restored_backend(options, model_path, checkpoints))
 
 

@@ -34,6 +34,7 @@ from arctic_rl_core.config.framework_fields import (
     Reader,
     Rejected,
 )
+from arctic_rl_core.config.lora_fields import lora_entries
 
 A = "actor_rollout_ref.actor"
 M = "actor_rollout_ref.model"
@@ -51,9 +52,10 @@ FSDP_ENGINE = (
     "verl's FSDP engine setting: the Arctic training job is DeepSpeed (remote_backend.core.deepspeed.*)"
 )
 PROFILER = "verl's profiler profiles verl's own workers; the Arctic jobs run on the Arctic server"
-LORA = (
-    "LoRA adapters are not sent to the Arctic server (arctic-platform 0.1.4 has TrainingConfig.peft; "
-    "this adapter sends none): set it to 0"
+MEGATRON_LORA = (
+    "verl's Megatron-Bridge LoRA (model.lora.*) belongs to verl's Megatron engine; the Arctic LoRA "
+    "adapters (training.peft) are set by actor_rollout_ref.model.lora_rank / lora_alpha / target_modules: "
+    "leave model.lora.rank at 0 and set those"
 )
 REF_WORKER = "verl's reference-policy FSDP worker: the reference model runs in the Arctic log-prob job"
 LOGPROB_BATCHING = "the Arctic training job batches no-grad forwards by ppo_micro_batch_size_per_gpu"
@@ -122,8 +124,9 @@ def _sampling_gpus(read: Reader) -> int:
 
 def _log_prob_gpus(read: Reader) -> Any:
     """verl's reference policy shares the actor's GPUs: the log-prob job gets as many, when a KL
-    loss needs reference log-probs (`remote_backend.core.placement.log_prob_gpus` overrides)."""
-    if read("remote_backend.core.placement.log_prob_gpus") is not None or not read(f"{A}.use_kl_loss"):
+    loss or KL in the reward needs reference log-probs (`remote_backend.core.placement.log_prob_gpus` overrides)."""
+    wants = read(f"{A}.use_kl_loss") or read("algorithm.use_kl_in_reward")
+    if read("remote_backend.core.placement.log_prob_gpus") is not None or not wants:
         return UNSET
     return _training_gpus(read)
 
@@ -162,6 +165,11 @@ def _min_lr(read: Reader) -> Any:
 
 def _checkpoint_path(value: Any) -> str:
     return os.path.abspath(str(value))
+
+
+def _keep_count(value: Any) -> Any:
+    # verl's checkpoint managers prune only for a positive count
+    return int(value) if value is not None and int(value) > 0 else UNSET
 
 
 def _grad_clip(value: Any) -> Any:
@@ -258,14 +266,20 @@ ENTRIES: tuple[Entry, ...] = (
     _m(f"{M}.enable_gradient_checkpointing", "kernels.gradient_checkpointing", transform=bool),
     _r(f"{M}.enable_activation_offload", "set it to false (use actor.fsdp_config.param_offload for offload)"),
     _na(f"{M}.use_remove_padding", "the Arctic training job packs its own batches"),
-    _r(f"{M}.lora_rank", LORA),
-    _r(f"{M}.lora.rank", LORA),
-    _r(f"{M}.lora_adapter_path", "no LoRA on the Arctic path: remove it"),
-    _r(f"{M}.lora.adapter_path", "no LoRA on the Arctic path: remove it"),
-    _na(f"{M}.lora_alpha", "LoRA is off"),
-    _na(f"{M}.target_modules", "LoRA is off"),
-    _na(f"{M}.exclude_modules", "LoRA is off"),
-    _na(f"{M}.lora", "LoRA is off"),
+    # LoRA -> peft.* (training.peft on Cortex; on-prem kinds reject lora_rank > 0 at dry run, with the reason)
+    *lora_entries(
+        rank=f"{M}.lora_rank",
+        alpha=f"{M}.lora_alpha",
+        target_modules=f"{M}.target_modules",
+        exclude_modules=f"{M}.exclude_modules",
+    ),
+    _r(
+        f"{M}.lora_adapter_path",
+        "training.peft starts fresh adapters (arctic-platform 0.1.4 sends no adapter to load): remove it",
+    ),
+    _r(f"{M}.lora.rank", MEGATRON_LORA),
+    _r(f"{M}.lora.adapter_path", MEGATRON_LORA),
+    _na(f"{M}.lora", "verl's Megatron LoRA settings (model.lora.*): apply only with model.lora.rank > 0"),
     _m(
         f"{M}.use_liger",
         "kernels.use_liger",
@@ -411,9 +425,9 @@ ENTRIES: tuple[Entry, ...] = (
     _m(f"{A}.use_kl_loss", "loss.use_kl_loss", transform=bool),
     Derived(
         "placement.log_prob_gpus",
-        (f"{A}.use_kl_loss",),
+        (f"{A}.use_kl_loss", "algorithm.use_kl_in_reward"),
         _log_prob_gpus,
-        "use_kl_loss: as many as training (verl's reference shares the actor's GPUs); "
+        "use_kl_loss or use_kl_in_reward: as many as training (verl's reference shares the actor's GPUs); "
         "remote_backend.core.placement.log_prob_gpus overrides",
     ),
     _m(f"{A}.kl_loss_coef", "loss.kl_loss_coef", transform=_float),
@@ -544,13 +558,15 @@ ENTRIES: tuple[Entry, ...] = (
     _p("algorithm", "verl computes advantages"),
     _na("algorithm.gamma", "GAE only (needs a critic)"),
     _na("algorithm.lam", "GAE only (needs a critic)"),
-    _r(
+    _m(
         "algorithm.use_kl_in_reward",
-        "KL in the reward is not on the Arctic path: use actor_rollout_ref.actor.use_kl_loss=true "
-        "(KL in the loss, reference log-probs from the Arctic log-prob job)",
+        "loss.use_kl_in_reward",
+        "verl subtracts the KL penalty from the rewards (apply_kl_penalty) with reference log-probs from the "
+        "Arctic log-prob job; no KL term in the server loss",
+        bool,
     ),
-    _na("algorithm.kl_penalty", "KL in the reward only (algorithm.use_kl_in_reward)"),
-    _na("algorithm.kl_ctrl", "KL in the reward only (algorithm.use_kl_in_reward)"),
+    _p("algorithm.kl_penalty", "verl's KL-in-reward estimator (apply_kl_penalty)"),
+    _p("algorithm.kl_ctrl", "verl's KL-in-reward controller (apply_kl_penalty)"),
     _p(
         "algorithm.rollout_correction",
         "verl computes the rollout importance-sampling weights (rollout_is*) and the rejection mask "
@@ -581,10 +597,12 @@ ENTRIES: tuple[Entry, ...] = (
         _checkpoint_path,
     ),
     _r("trainer.default_hdfs_dir", "the Arctic backend saves to the filesystem only: set it to null"),
-    _r(
+    _m(
         "trainer.max_actor_ckpt_to_keep",
-        "arctic-platform 0.1.4 has save_checkpoint(save_total_limit) but this adapter does not send it yet: "
-        "set it to null",
+        "checkpoint.save_total_limit",
+        "the server keeps the newest N backend checkpoints (one folder per run, arctic_backend/checkpoint-<n>); "
+        "null or <= 0 keeps all, as in verl",
+        _keep_count,
     ),
     _na("trainer.max_critic_ckpt_to_keep", "no critic"),
     _r("trainer.del_local_ckpt_after_load", "checkpoints belong to the Arctic backend: set it to false"),

@@ -114,7 +114,12 @@ class ArcticRolloutServer:
         if image_data is not None or video_data is not None or kwargs.get("audio_data") is not None:
             raise ValueError("multi-modal prompts are not supported by the Arctic rollout")
         await self._connected()
-        params = sampling_params_from_verl(sampling_params, self.response_length)
+        from arctic_rl_core.backends.old_logprobs import sampling_params_for
+
+        # without a server forward (Cortex) the old-log-prob pass serves the sampler's log-probs
+        params = sampling_params_for(
+            self._backend, sampling_params_from_verl(sampling_params, self.response_length)
+        )
         served = await self._batcher.generate(self._prompt(prompt_ids), params)
         completion = served.completion
         if self.text_prompts and completion.prompt_len != len(prompt_ids):

@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import torch
+from arctic_rl_core.checkpoint_folder import backend_checkpoint_root, step_of
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.utils import tensordict_utils as tu
@@ -151,6 +152,10 @@ class ArcticActorRolloutRefWorker(Worker):
     def _forward(self, data: TensorDict, *, reference_model: bool) -> TensorDict | None:
         if self.rank != 0:
             return None
+        from arctic_rl_core.backends.old_logprobs import from_sampler
+
+        if not reference_model and from_sampler(self._backend):
+            return self._sampler_logprobs(data)
         from dataclasses import replace
 
         from arctic_rl_core.wire import build_forward_payload, payload_to_trace_record, response_logprobs
@@ -177,6 +182,36 @@ class ArcticActorRolloutRefWorker(Worker):
             entropy_B_R, _ = response_logprobs(out.entropy_B_S, payload, spec)
             fields["entropy"] = full_sequence_nested(entropy_B_R, samples)
         metrics = {**out.metrics, "forward_time_s": elapsed, "mfu": out.metrics.get("mfu", math.nan)}
+        return tu.get_tensordict(tensor_dict=fields, non_tensor_dict={"metrics": metrics})
+
+    def _sampler_logprobs(self, data: TensorDict) -> TensorDict:
+        """The old-log-prob pass without a server forward (Cortex): the sampler's rollout log-probs
+        (every generation asks for them there), and as entropy their sampled-token estimate."""
+        from arctic_rl_core.backends.old_logprobs import sampled_token_entropy, sampler_logprobs
+
+        start = time.perf_counter()
+        samples = samples_from_tensordict(data, with_training_fields=False)
+        rows = _rows(data, "rollout_log_probs")
+        width = max(len(s.response_ids) for s in samples)
+        values_B_R = torch.zeros((len(samples), width), dtype=torch.float32)
+        mask_B_R = torch.zeros((len(samples), width), dtype=torch.bool)
+        for b, sample in enumerate(samples):
+            n = len(sample.response_ids)
+            mask_B_R[b, :n] = True
+            if rows is not None:
+                if rows[b].numel() < n:
+                    raise RuntimeError(
+                        f"rollout_log_probs row {b} has {rows[b].numel()} values for {n} response tokens"
+                    )
+                values_B_R[b, :n] = rows[b][:n].to(torch.float32)
+        logprobs_B_R = sampler_logprobs(
+            None if rows is None else values_B_R, mask_B_R, where="rollout_log_probs"
+        )
+        fields = {"log_probs": full_sequence_nested(logprobs_B_R, samples)}
+        if bool(tu.get(data, "calculate_entropy", default=False)):
+            fields["entropy"] = full_sequence_nested(sampled_token_entropy(logprobs_B_R), samples)
+        metrics = {"forward_time_s": time.perf_counter() - start, "mfu": math.nan}
+        self._trace.write({"op": "old_logprobs_from_sampler", "rows": len(samples)})
         return tu.get_tensordict(tensor_dict=fields, non_tensor_dict={"metrics": metrics})
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
@@ -303,9 +338,10 @@ class ArcticActorRolloutRefWorker(Worker):
             raise ValueError(
                 f"trainer.default_hdfs_dir={hdfs_path!r}: the Arctic backend saves to local paths only"
             )
-        # One backend folder for every step (`<default_local_dir>/arctic_backend/checkpoint-<n>`), so that
-        # the server prunes to verl's max_ckpt_to_keep (trainer.max_actor_ckpt_to_keep) or, unset,
-        # checkpoint.save_total_limit; verl's global_step_<n>/actor folder names the step.
+        # One backend folder for every step (`<default_local_dir>/arctic_backend/checkpoint-<n>`,
+        # arctic_rl_core.checkpoint_folder), so that the server keeps checkpoint.save_total_limit of them
+        # (mapped from trainer.max_actor_ckpt_to_keep; verl passes the same count here, or 1 with its
+        # deprecated remove_previous_ckpt_in_save); verl's global_step_<n>/actor folder names the step.
         root = backend_checkpoint_root(local_path)
         checkpoint = self._arctic_config.checkpoint
         limit = max_ckpt_to_keep if max_ckpt_to_keep is not None and max_ckpt_to_keep > 0 else None
@@ -328,7 +364,7 @@ class ArcticActorRolloutRefWorker(Worker):
     ) -> None:
         if self.rank != 0:
             return None
-        step = _step_of(local_path)
+        step = step_of(local_path)
         root = backend_checkpoint_root(local_path)
         self._run(self._backend.load_checkpoint(root, step))
         self._trace.write({"op": "load_checkpoint", "path": root, "verl_path": local_path, "step": step})
@@ -338,23 +374,3 @@ class ArcticActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
         return None
-
-
-def backend_checkpoint_root(actor_path: str) -> str:
-    """`<dir>/global_step_<n>/actor` -> `<dir>/arctic_backend` (the backend's checkpoint-<n> live there)."""
-    import os
-
-    _step_of(actor_path)
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.normpath(actor_path))), "arctic_backend")
-
-
-def _step_of(actor_path: str) -> int:
-    """verl's checkpoint layout is `<dir>/global_step_<n>/actor`."""
-    import re
-
-    match = re.search(r"global_step_(\d+)", actor_path)
-    if match is None:
-        raise ValueError(
-            f"checkpoint path {actor_path!r} has no global_step_<n>: cannot tell the step to load"
-        )
-    return int(match.group(1))
