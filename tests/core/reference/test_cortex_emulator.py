@@ -350,3 +350,38 @@ def test_error_bodies_are_json_and_name_the_problem(server, job):
         transport._prefix.replace("cortex-training", "cortex-post-training"), timeout=30
     )
     assert resp.status_code == 404 and "cortex-training" in resp.json()["message"]
+
+
+def test_job_states_and_cancel(server):
+    transport = _transport(server.url, sampling=False)
+    created = transport._send(
+        "POST", transport._prefix, json={"sub_job_configs": transport._sub_job_configs()}
+    )
+    job_url = f"{transport._prefix}/{created['job_id']}"
+    assert transport.session.get(job_url, timeout=30).json()["status"] in ("pending", "initializing")
+    early = transport.session.post(f"{job_url}/step", json={}, timeout=30)
+    assert (
+        early.status_code == 409 and "wait until it is running" in early.json()["message"]
+    )  # 0.1.4 retries 409
+    transport.job_id = created["job_id"]
+    transport._wait_running()
+    assert transport.session.post(f"{job_url}:cancel", timeout=30).status_code == 200
+    assert transport.session.post(f"{job_url}:cancel", timeout=30).status_code == 200  # idempotent
+    assert transport._job()["status"] == "cancelled"
+    assert server.emulator.jobs[created["job_id"]].engine is None
+    late = transport.session.post(f"{job_url}/step", json={}, timeout=30)
+    assert late.status_code == 400 and "cancelled" in late.json()["message"]
+    bad = transport.session.post(
+        transport._prefix, json={"sub_job_configs": [{"job_type": "trainer"}]}, timeout=30
+    )
+    assert bad.status_code == 400 and "job_type" in bad.json()["message"]
+
+
+def test_finished_request_records_are_pruned():
+    from arctic_rl_core.backends.reference.cortex_server import RequestRecord, _prune
+
+    records = {
+        str(i): RequestRecord(str(i), "step", status="done" if i < 8 else "running") for i in range(10)
+    }
+    _prune(records, keep=4)
+    assert list(records) == ["6", "7", "8", "9"]
