@@ -36,7 +36,7 @@ LR = 1e-2
 
 
 class _Server:
-    def __init__(self, emulator: CortexEmulator) -> None:
+    def __init__(self, emulator: CortexEmulator, ssl_context=None) -> None:
         from aiohttp import web
 
         self.emulator = emulator
@@ -47,12 +47,12 @@ class _Server:
         async def start() -> int:
             self.runner = web.AppRunner(emulator.application(), access_log=None)
             await self.runner.setup()
-            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            site = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=ssl_context)
             await site.start()
             return self.runner.addresses[0][1]
 
         self.port = asyncio.run_coroutine_threadsafe(start(), self.loop).result(60)
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if ssl_context else 'http'}://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(60)
@@ -385,3 +385,48 @@ def test_finished_request_records_are_pruned():
     }
     _prune(records, keep=4)
     assert list(records) == ["6", "7", "8", "9"]
+
+
+def test_tls_host_path_sends_the_pat_itself(tmp_path, monkeypatch):
+    """`--tls`: the unmodified 0.1.4 transport on its host path (https, its own PAT headers)."""
+    from arctic_rl_core.backends.reference.cortex_tls import self_signed
+
+    tls = self_signed(tmp_path / "tls")
+    settings = ReferenceEngineSettings(num_threads=1, colocated=False)
+    srv = _Server(CortexEmulator(PAT, settings, file_root=tmp_path / "files"), tls.server_context())
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls.cert))
+    try:
+
+        def transport(pat: str) -> CortexTransport:
+            config = _config(srv.url, sampling=False).model_copy(
+                update={
+                    "backend": CortexConfig.model_validate(
+                        {
+                            "host": f"127.0.0.1:{srv.port}",
+                            "pat": pat,
+                            "database": DB,
+                            "schema": SCHEMA,
+                            "max_retries": 0,
+                        }
+                    )
+                }
+            )
+            made = CortexTransport(config)
+            made.poll_interval = 0.05
+            return made
+
+        with pytest.raises(requests.HTTPError) as err:
+            transport("not-the-pat").initialize()
+        assert err.value.response.status_code == 401
+        real = transport(PAT)
+        assert real._prefix.startswith(
+            f"https://127.0.0.1:{srv.port}/api/v2/databases/{DB}/schemas/{SCHEMA}/"
+        )
+        jobs = real.initialize()
+        out = real.call(builders.fwd_bwd_request(jobs, _cortex_body()))
+        assert out["avg_loss"] == pytest.approx(-1.0, abs=1e-5)
+        assert real.call(builders.step_request(jobs))["global_steps"] == 1
+        real.shutdown()
+        assert srv.emulator.jobs[real.job_id].status == "cancelled"
+    finally:
+        srv.stop()

@@ -1110,8 +1110,10 @@ async def serve(
     stop: asyncio.Event | None = None,
     fidelity: Fidelity | None = None,
     emulator: CortexEmulator | None = None,
+    ssl_context: Any = None,
 ) -> None:
-    """Run the emulator until `stop` is set (or SIGINT/SIGTERM when `stop` is None)."""
+    """Run the emulator until `stop` is set (or SIGINT/SIGTERM when `stop` is None); https with
+    `ssl_context` (`cortex_tls`)."""
     import signal
 
     from aiohttp import web
@@ -1119,7 +1121,7 @@ async def serve(
     server = emulator or CortexEmulator(token, settings, fidelity=fidelity, file_root=file_root)
     runner = web.AppRunner(server.application(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     await site.start()
     bound = runner.addresses[0][1] if runner.addresses else port
     if stop is None:
