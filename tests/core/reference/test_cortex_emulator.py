@@ -342,6 +342,13 @@ def test_error_bodies_are_json_and_name_the_problem(server, job):
     with pytest.raises(requests.HTTPError) as err:
         transport.call(builders.fwd_bwd_request(jobs, wrong_loss))
     assert "dotted path" in err.value.response.json()["message"]
+    too_big = transport.session.post(
+        f"{transport._prefix}/{transport.job_id}/generate",
+        data=b"\0" * (60 * 1024 * 1024 + 128 * 1024),
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=60,
+    )
+    assert too_big.status_code == 413 and "request chunks" in too_big.json()["message"]
     resp = transport.session.get(f"{transport._prefix}/nosuchjob", timeout=30)
     assert resp.status_code == 404 and resp.json()["code"] == 404
     resp = transport.session.get(f"{transport._prefix}/{transport.job_id}/requests/nope", timeout=30)
