@@ -200,3 +200,33 @@ def test_rollout_correction_weights_reach_the_wire_and_change_the_loss(setup):
     rest = weights[mask & ~first_two]
     assert torch.allclose(rest, torch.ones_like(rest), atol=1e-3)  # same weights sampled: ratio 1
     assert weighted != pytest.approx(plain, rel=1e-6)
+
+
+def _without_forward(target):
+    """`target` as a backend without forward (Cortex): the policy's old log-probs must not call it."""
+    from arctic_rl_core.backends.forwarding import ForwardingBackend
+
+    class NoForward(ForwardingBackend):
+        serves_forward = False
+
+        async def forward(self, payload, *, reference_model=False):
+            raise AssertionError("forward() called on a backend without forward")
+
+    return NoForward(target)
+
+
+def test_without_a_server_forward_the_old_log_probs_are_the_samplers(setup):
+    """Cortex: SkyRL's old-log-prob pass returns the rollout log-probs (right-aligned, zeros in front)
+    with no backend call; a batch without them is a clear error."""
+    dispatch, data = setup
+    dispatch.backend = _without_forward(dispatch.backend)
+    policy = _logprobs(dispatch, "policy", data)
+    mask = data["response_mask"] > 0
+    assert torch.equal(policy[mask], data["rollout_logprobs"][mask].float())
+    assert torch.all(policy[~mask] == 0)
+    without = TrainingInputBatch(
+        {key: data[key] for key in ("sequences", "attention_mask", "response_mask", "loss_mask")}
+    )
+    without.metadata = dict(data.metadata)
+    with pytest.raises(RuntimeError, match="no rollout_logprobs: on a backend without forward"):
+        dispatch.forward("policy", without)

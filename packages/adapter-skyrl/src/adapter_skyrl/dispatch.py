@@ -47,6 +47,12 @@ CHECKPOINT_MARKER = (
 _MODELS = ("policy", "ref")
 
 
+_ONE_ADAPTER = (
+    "the Arctic jobs train one LoRA adapter per run (trainer.policy.model.lora.* -> training.peft, Cortex or "
+    "the reference backend); multi-tenant named adapters are not supported"
+)
+
+
 class ArcticWorkerDispatch(WorkerDispatch):
     """Policy (and reference log-probs) on an Arctic backend; no critic, no SkyRL workers."""
 
@@ -433,19 +439,18 @@ class ArcticWorkerDispatch(WorkerDispatch):
         raise NotImplementedError(f"register_actor_group({model!r}): the Arctic dispatch has no actor groups")
 
     # -- LoRA adapters (multi-tenant Tinker path) ---------------------------------------------------
+    # One adapter per run is trained (trainer.policy.model.lora.* -> training.peft); named adapters are not.
     def ensure_active_adapter(
         self, role: str, model_id: str | None, require_model_resident: bool = True
     ) -> None:
         if model_id is not None:
-            raise NotImplementedError(
-                f"ensure_active_adapter({role!r}, {model_id!r}): no LoRA adapters on Arctic"
-            )
+            raise NotImplementedError(f"ensure_active_adapter({role!r}, {model_id!r}): {_ONE_ADAPTER}")
 
     def register_adapter(self, role: str, model_id: str) -> None:
-        raise NotImplementedError(f"register_adapter({role!r}, {model_id!r}): no LoRA adapters on Arctic")
+        raise NotImplementedError(f"register_adapter({role!r}, {model_id!r}): {_ONE_ADAPTER}")
 
     def delete_adapter(self, role: str, model_id: str) -> None:
-        raise NotImplementedError(f"delete_adapter({role!r}, {model_id!r}): no LoRA adapters on Arctic")
+        raise NotImplementedError(f"delete_adapter({role!r}, {model_id!r}): {_ONE_ADAPTER}")
 
     # -- profiling ---------------------------------------------------------------------------------
     def start_profile(self, model: str, config: dict | None = None, raise_on_error: bool = False) -> None:
