@@ -65,6 +65,7 @@ ENDPOINT = "cortex-training"
 PREFIX = "/api/v2/databases/{database}/schemas/{schema}/{endpoint}"
 MAX_REQUEST_BYTES = 60 * 1024 * 1024  # SnowAPI's per-request cap (the client splits frames at it)
 MAX_EVENTS_DEFAULT, MAX_EVENTS_CAP = 16, 512
+MAX_REQUESTS_KEPT = 1024  # finished request records kept per job
 TOKEN_TYPE_HEADER = "X-Snowflake-Authorization-Token-Type"
 TOKEN_TYPE = "PROGRAMMATIC_ACCESS_TOKEN"
 SUB_JOB_SEGMENT = {"training": "training", "sampling": "sampling", "log_probability": "log_prob"}
@@ -495,7 +496,8 @@ class CortexEmulator:
             raise CortexError(400, f"job {job.job_id} has failed ({job.reason}); there is nothing to cancel")
         if job.status != "cancelled":
             job.set_status("cancelled", "cancelled by the caller")
-            await self._release(job)
+            async with job.op_lock:  # a running op finishes first; queued ones then fail as cancelled
+                await self._release(job)
         return web.Response(status=200)
 
     async def _release(self, job: CortexJob) -> None:
@@ -563,6 +565,7 @@ class CortexEmulator:
         """A request record for `op`, run (in submission order) unless it shares `execution`."""
         record = RequestRecord(request_id=secrets.token_hex(8), op=op)
         job.requests[record.request_id] = record
+        _prune(job.requests)
         done = asyncio.Event()
         self._waiters[record.request_id] = done
         if execution is None:
@@ -958,6 +961,16 @@ class FaultPlan:
 # -- helpers ----------------------------------------------------------------------------------------
 
 
+def _prune(requests: dict[str, RequestRecord], keep: int = MAX_REQUESTS_KEPT) -> None:
+    """Forget the oldest finished request records beyond `keep` (a long run's results do not pile up;
+    polling a forgotten one answers 404)."""
+    excess = len(requests) - keep
+    if excess <= 0:
+        return
+    for request_id in [rid for rid, r in requests.items() if r.status in ("done", "failed")][:excess]:
+        del requests[request_id]
+
+
 def _check_scope(request: web.Request) -> None:
     info = request.match_info
     if info.get("endpoint") != ENDPOINT:
@@ -1151,8 +1164,10 @@ async def serve(
     stop: asyncio.Event | None = None,
     fidelity: Fidelity | None = None,
     emulator: CortexEmulator | None = None,
+    ssl_context: Any = None,
 ) -> None:
-    """Run the emulator until `stop` is set (or SIGINT/SIGTERM when `stop` is None)."""
+    """Run the emulator until `stop` is set (or SIGINT/SIGTERM when `stop` is None); https with
+    `ssl_context` (`cortex_tls`)."""
     import signal
 
     from aiohttp import web
@@ -1160,7 +1175,7 @@ async def serve(
     server = emulator or CortexEmulator(token, settings, fidelity=fidelity, file_root=file_root)
     runner = web.AppRunner(server.application(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     await site.start()
     bound = runner.addresses[0][1] if runner.addresses else port
     if stop is None:
