@@ -84,6 +84,7 @@ class ArcticRolloutServer:
         self.text_prompts = self._arctic_config.backend.kind in TEXT_PROMPT_BACKENDS
         self._model_path = info.settings.model_path
         self._trust_remote_code = info.settings.trust_remote_code
+        self._steps_per_version = info.settings.optimizer_steps_per_version
 
     def _prompt(self, prompt_ids: list[int]) -> list[int] | str:
         if not self.text_prompts:
@@ -141,8 +142,19 @@ class ArcticRolloutServer:
             token_ids=list(completion.token_ids),
             log_probs=list(completion.logprobs) if params.logprobs and completion.logprobs else None,
             stop_reason="aborted" if completion.finish_reason == "abort" else "completed",
-            extra_fields={WEIGHTS_VERSION_KEY: served.weights_version},
+            extra_fields={WEIGHTS_VERSION_KEY: self._verl_version(served.weights_version)},
         )
+
+    def _verl_version(self, weights_version: int) -> int:
+        """The backend's weights version (optimizer steps) in verl's units: the step whose weight sync
+        installed these weights (separate async: ppo_epochs optimizer steps per step; sync: as is)."""
+        version, rest = divmod(int(weights_version), self._steps_per_version)
+        if rest:
+            raise RuntimeError(
+                f"the sampler serves weights version {weights_version}, not a multiple of the "
+                f"{self._steps_per_version} optimizer steps per verl step: a sync happened between verl steps"
+            )
+        return version
 
     async def sleep(self) -> None:
         """verl calls this once sampling is over (`on_sample_end`) and before loading a checkpoint:
@@ -201,6 +213,17 @@ class ArcticRolloutReplica(RolloutReplica):
 
     def rollout_worker_use_gpu(self) -> bool:
         return False
+
+    async def init_standalone(self) -> None:
+        """verl's standalone replica (separate async) without its GPU pool and rollout workers: the
+        sampling job's GPUs belong to the Arctic backend, and the server actor forwards to it. No worker
+        means nothing for a collective checkpoint engine to reach; the adapter's async trainer syncs
+        through the forwarder's `update_weights` (the naive engine)."""
+        from verl.workers.rollout.replica import RolloutMode
+
+        self.rollout_mode = RolloutMode.STANDALONE
+        self.workers = []
+        await self.launch_servers()
 
     async def launch_servers(self) -> None:
         name = f"arctic_rollout_server_{self.replica_rank}{self.name_suffix}"

@@ -25,7 +25,7 @@ from verl.single_controller.base.decorator import Dispatch, make_nd_compute_data
 from verl.utils import tensordict_utils as tu
 
 from adapter_verl.trace import TraceWriter
-from adapter_verl.verl_internals import collect_on_rank0
+from adapter_verl.verl_internals import ROLLOUT_VERSIONS_KEY, collect_on_rank0
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MESHES = ("actor", "ref", "rollout")
+_ONE_UPDATE_PER_SYNC = (
+    "verl asked the forwarder for a saved copy of pi_old (trainer.v1.separate_async.parameter_sync_step > 1): "
+    "the Arctic training job keeps one copy of the weights; set trainer.v1.separate_async.parameter_sync_step=1"
+)
 
 
 def _rows(data: TensorDict, key: str) -> list[torch.Tensor] | None:
@@ -81,6 +85,38 @@ def samples_from_tensordict(data: TensorDict, *, with_training_fields: bool) -> 
             )
         )
     return samples
+
+
+def truncated_is_samples(
+    samples: list[RolloutSample], *, cap: float
+) -> tuple[list[RolloutSample], dict[str, float]]:
+    """Each sample with rollout_is_weights = min(exp(old - rollout), cap) per response token, and the
+    weights' statistics (over masked-in tokens)."""
+    from dataclasses import replace
+
+    out, weights_all, clipped = [], [], 0
+    for sample in samples:
+        old = torch.tensor(sample.old_logprobs, dtype=torch.float32)
+        rollout = torch.tensor(sample.rollout_logprobs, dtype=torch.float32)[: old.numel()]
+        raw = torch.exp(old - rollout)
+        weights = torch.clamp(raw, max=cap)
+        mask = (
+            torch.ones_like(weights, dtype=torch.bool)
+            if sample.response_mask is None
+            else torch.tensor(sample.response_mask, dtype=torch.bool)[: weights.numel()]
+        )
+        weights_all.append(weights[mask])
+        clipped += int((raw[mask] > cap).sum())
+        out.append(replace(sample, rollout_is_weights=weights.tolist()))
+    flat = torch.cat(weights_all) if weights_all else torch.zeros(0)
+    if flat.numel() == 0:
+        return out, {}
+    return out, {
+        "arctic/is_weight_mean": float(flat.mean()),
+        "arctic/is_weight_max": float(flat.max()),
+        "arctic/is_weight_min": float(flat.min()),
+        "arctic/is_weight_clipped_fraction": clipped / flat.numel(),
+    }
 
 
 def full_sequence_nested(values_B_R: torch.Tensor, samples: list[RolloutSample]) -> torch.Tensor:
@@ -207,8 +243,13 @@ class ArcticActorRolloutRefWorker(Worker):
                 f"{expected} (ppo_mini_batch_size x rollout.n): the trainer and the adapter settings disagree"
             )
         metrics: dict[str, list[float]] = {}
-        # verl's sync trainer samples a step's rollouts on the weights synced before it
-        self._rollout_weights_version = self.weights_version
+        rollout_versions = tu.pop(data, key=ROLLOUT_VERSIONS_KEY, default=None)
+        if rollout_versions is None:
+            # verl's sync trainer samples a step's rollouts on the weights synced before it
+            self._rollout_weights_version = self.weights_version
+            async_metrics: dict[str, float] = {}
+        else:
+            async_metrics = self._check_staleness(list(rollout_versions), len(data))
         iterator = tu.make_iterator(
             data,
             mini_batch_size=mini_batch_size,
@@ -218,6 +259,10 @@ class ArcticActorRolloutRefWorker(Worker):
         )
         for mini_batch in iterator:
             samples = samples_from_tensordict(mini_batch, with_training_fields=True)
+            if rollout_versions is not None and self._arctic_config.async_settings.max_staleness > 0:
+                samples, is_metrics = self._off_policy_correction(samples)
+                for key, value in is_metrics.items():
+                    metrics.setdefault(key, []).append(float(value))
             payload = build_train_payload(samples, self._spec)
             self._trace.write(payload_to_trace_record("forward_backward", payload))
             start = time.perf_counter()
@@ -243,7 +288,63 @@ class ArcticActorRolloutRefWorker(Worker):
             raise ValueError(
                 f"update_actor produced no mini-batch from {len(data)} rows (mini_batch_size={mini_batch_size})"
             )
+        for key, value in async_metrics.items():
+            metrics[key] = [float(value)]
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
+
+    # -- asynchronous training (verl's separate_async mode) -----------------------------------------
+    def _check_staleness(self, versions: list[int], rows: int) -> dict[str, float]:
+        """Every row's sampling version (verl's units: the step whose sync installed the weights; -1 for
+        verl's padding rows) against `async.max_staleness`, before anything is trained: a row sampled
+        with Arctic weights version v (= verl version x optimizer steps per step) may be trained with the
+        trainer at version s only if s - v <= k (`require_fresh_weights`). verl's replay buffer drops
+        (or waits for) older groups first, so a failure here means its bound and the core's disagree."""
+        from arctic_rl_core.weight_sync import require_fresh_weights
+
+        if len(versions) != rows:
+            raise ValueError(
+                f"update_actor got {len(versions)} rollout versions for {rows} rows: the trainer and the "
+                "worker disagree on the batch"
+            )
+        per_version = self._settings.optimizer_steps_per_version
+        k = self._arctic_config.async_settings.max_staleness
+        trainer_version = self._run(self._backend.state()).trainer_version
+        real = [v * per_version for v in versions if v >= 0]
+        if not real:
+            raise ValueError("update_actor got only padding rows: nothing to train")
+        for version in real:
+            require_fresh_weights(version, expected=trainer_version, max_staleness=k)
+        staleness = [trainer_version - v for v in real]
+        self._rollout_weights_version = min(real)
+        self._trace.write(
+            {
+                "op": "staleness",
+                "trainer_version": trainer_version,
+                "rollout_versions": real,
+                "max_staleness": k,
+            }
+        )
+        return {
+            "arctic/staleness_mean": sum(staleness) / len(staleness),
+            "arctic/staleness_max": float(max(staleness)),
+            "arctic/max_staleness": float(k),
+        }
+
+    def _off_policy_correction(
+        self, samples: list[RolloutSample]
+    ) -> tuple[list[RolloutSample], dict[str, float]]:
+        """verl's own rollout correction when it computed weights (`algorithm.rollout_correction.rollout_is`);
+        otherwise the core's truncated importance-sampling weights min(exp(old - rollout), cap) per response
+        token (`async.is_weight_cap`), sent as rollout_is_weights."""
+        if all(sample.rollout_is_weights is not None for sample in samples):
+            return samples, {}
+        missing = [i for i, sample in enumerate(samples) if sample.rollout_logprobs is None]
+        if missing:
+            raise ValueError(
+                f"rows {missing[:5]} carry no rollout log-probs: the off-policy correction of "
+                "asynchronous training needs actor_rollout_ref.rollout.calculate_log_probs=true"
+            )
+        return truncated_is_samples(samples, cap=self._arctic_config.async_settings.is_weight_cap)
 
     # -- weights --------------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
@@ -261,6 +362,14 @@ class ArcticActorRolloutRefWorker(Worker):
         start = time.perf_counter()
         policy = WeightSyncPolicy.from_config(self._arctic_config)
         self.weights_version = await sync_after_step(self._backend, policy)
+        if self._settings.separate_async and global_steps is not None:
+            expected = int(global_steps) * self._settings.optimizer_steps_per_version
+            if self.weights_version != expected:
+                raise RuntimeError(
+                    f"after verl step {global_steps} the sampler serves weights version {self.weights_version}, "
+                    f"expected {expected} ({self._settings.optimizer_steps_per_version} optimizer step(s) per verl "
+                    "step): the versions the rollout replicas report to verl's replay buffer would be wrong"
+                )
         self._trace.write(
             {"op": "update_weights", "global_steps": global_steps, "weights_version": self.weights_version}
         )
@@ -333,6 +442,23 @@ class ArcticActorRolloutRefWorker(Worker):
         self._run(self._backend.load_checkpoint(root, step))
         self._trace.write({"op": "load_checkpoint", "path": root, "verl_path": local_path, "step": step})
         return None
+
+    # verl's separate-async trainer keeps pi_old on the CPU for parameter_sync_step > 1 (Decoupled PPO);
+    # the Arctic path runs parameter_sync_step=1 (checked at dry run): the backend's current weights are
+    # pi_old for the one update of each step, so there is nothing to save.
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_model_to_cpu(self, n: int) -> None:
+        if n != 0:
+            raise ValueError(_ONE_UPDATE_PER_SYNC)
+        return None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def restore_model_from_cpu(self, n: int) -> None:
+        raise ValueError(_ONE_UPDATE_PER_SYNC)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def clear_cpu_model(self, n: int) -> None:
+        raise ValueError(_ONE_UPDATE_PER_SYNC)
 
     # Stock methods verl may call around training; nothing to move on a forwarder.
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
