@@ -132,7 +132,7 @@ class RecordingExp(ArcticPPOExp):
             self.backend,
             tokenizer,
             prompt_format=self.prompt_format,
-            expected_weights_version=self._synced_version,
+            **self.generator_version_options(),
         )
         return self.generator
 

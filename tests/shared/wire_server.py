@@ -8,8 +8,12 @@ client (through `ArcticBackend`) talks HTTP to it as it would to the on-prem Arc
 - `WireServer.core_config(*overrides)`: an `ArcticRLConfig` with `backend.kind=http` pointing at the
   server and the model it serves; `WireServer.overrides(prefix)` the same as `key=value` strings for
   a framework's CLI (e.g. prefix `trainer.arctic_rl.` for SkyRL).
+- `WireServer.requests(since)`: what the server received (its `--request-log`: route, job id and
+  control fields per request, in order, from every client), from entry `since` on; `request_count()`
+  marks where a run starts.
 - Fixtures (import them into a suite's conftest.py, with `pytest_runtest_makereport` for the logs):
-  `wire_server` (one server per session, shared by every test that asks) and `wire`, the same server
+  `wire_server` (one server per session, shared by every test that asks, logging its requests) and
+  `wire`, the same server
   checked per test: alive before the test, and no job left behind after it (a leftover job would
   break the next test's `/initialize`: each job type runs once). A failing test that used the server
   gets the server log's tail as a report section.
@@ -53,6 +57,7 @@ class WireServer:
     port: int
     log_path: Path
     process: subprocess.Popen = field(repr=False)
+    request_log: Path | None = None  # `--request-log` when the server was started with one
 
     @property
     def url(self) -> str:
@@ -109,6 +114,20 @@ class WireServer:
         )
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read())
+
+    def request_count(self) -> int:
+        """How many requests the server has logged so far (a mark for `requests`)."""
+        return len(self.requests())
+
+    def requests(self, since: int = 0) -> list[dict[str, Any]]:
+        """The requests the server received, oldest first, from entry `since` on (one dict each:
+        route, job_id, status and the control fields of its body)."""
+        if self.request_log is None:
+            raise WireServerError(f"the server at {self.url} was started without --request-log")
+        if not self.request_log.exists():
+            return []
+        lines = self.request_log.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines[since:] if line.strip()]
 
     def jobs(self) -> dict[int, dict[str, Any]]:
         """The jobs the server holds now (id -> info), from `/status`."""
@@ -168,10 +187,11 @@ def serve_reference(
             start_new_session=True,  # a Ctrl-C of the test run reaches it only through our stop
         )
     server: WireServer | None = None
+    request_log = next((Path(args[i + 1]) for i, a in enumerate(args[:-1]) if a == "--request-log"), None)
     try:
         deadline = time.monotonic() + startup_timeout_s
         host, port = _wait_listening(process, log_path, deadline)
-        server = WireServer(host or "127.0.0.1", port, log_path, process)
+        server = WireServer(host or "127.0.0.1", port, log_path, process, request_log)
         if not port:
             server.check_alive()
             raise WireServerError(
@@ -221,8 +241,9 @@ _SERVER_KEY = pytest.StashKey[WireServer]()
 
 @pytest.fixture(scope="session")
 def wire_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WireServer]:
-    """One `arctic-rl serve --reference` for the whole session."""
-    with serve_reference(tmp_path_factory.mktemp("wire-server")) as server:
+    """One `arctic-rl serve --reference` for the whole session, logging every request it receives."""
+    log_dir = tmp_path_factory.mktemp("wire-server")
+    with serve_reference(log_dir, args=["--request-log", str(log_dir / "requests.jsonl")]) as server:
         yield server
 
 

@@ -157,5 +157,8 @@ def test_an_unhonourable_skyrl_setting_fails_naming_it(tmp_path: Path):
             dry_run(LAUNCHERS[0], tmp_path, "trainer.policy.model.lora.rank=8"), "adapter_skyrl.main"
         )
     )
-    with pytest.raises(UnsupportedSkyRLSettingError, match=r"lora\.rank = 8"):
+    with pytest.raises(
+        UnsupportedSkyRLSettingError,
+        match=r"lora\.rank \(core peft\.lora_rank\) = 8: arctic-platform 0\.1\.4's on-prem server trains dense only",
+    ):
         check_supported(cfg)

@@ -86,6 +86,8 @@ class _OnPremShaped:
     """The reference engine's completions as the on-prem server returns them: no prompt ids,
     only `prompt_len` (here one token more than the local tokenisation, as a drifting server)."""
 
+    serves_forward = True  # the on-prem server has /forward (old log-probs are not the sampler's)
+
     def __init__(self, engine, extra: int):
         self.engine, self.extra = engine, extra
 

@@ -14,6 +14,7 @@ import yaml
 from adapter_skyrl.main import USAGE, dry_run, main
 
 LAUNCHERS = Path(__file__).parent / "launchers"
+REPO = Path(__file__).resolve().parents[2]
 RECORDED = json.loads((LAUNCHERS / "recorded_commands.json").read_text())  # see launchers/README.md
 SEED = sorted(name for name in RECORDED if name.startswith("seed_"))
 
@@ -87,7 +88,7 @@ def test_dry_run_lists_every_problem_at_once_and_exits_2():
     assert code == 2 and out == ""
     assert err.startswith("4 problems in the SkyRL config for the Arctic path:\n")
     for text in (
-        "lora.rank = 8",
+        "lora.rank (core peft.lora_rank) = 8: arctic-platform 0.1.4's on-prem server trains dense only",
         "zorro.enabel",
         "deepspeed.offload_param = true",
         "max_input_length",
@@ -133,51 +134,194 @@ def test_stock_gsm8k_example_with_the_switch(tmp_path):
     assert (loss["loss_fn"], loss["policy_loss"]) == ("arctic_rl_core", "ppo_clip")  # SkyRL's regular
 
 
-# What the seed sent (its `build_rl_config`, read by hand for each launcher's defaults) where the plan
-# must agree: GPUs, colocation, TP, vLLM memory, ZeRO, offload, ZoRRo, micro-batch, lr.
-SEED_SENT = {
-    # The seed itself stops here: mini-batch 16 rows / 8 GPUs = 2 per rank, not a whole ZoRRo group of 4
-    # (its `assert mini_per_dp % train_micro_batch_size_per_gpu == 0`); the dry run names the fix.
-    "seed_run_bird_grpo_smoke.sh": "seed fails",
-    "seed_run_gsm8k_grpo_4gpu.sh": dict(train=2, sample=1, colocate=False, tp=1, mem=0.7, zero=2, offload=False,
-                                        zorro=True, micro=4, lr=1.7e-6),
-    "seed_run_bird_grpo_8b_32gpu.sh": None,
-    "seed_run_bird_grpo_32b_32gpu.sh": None,
-    "seed_run_bird_grpo_32b_32gpu_fsdp.sh": None,
-}  # fmt: skip
+# What the seed sent: its `build_rl_config` output for each launcher (launchers/seed_sent.json, recorded
+# once by running the seed's own function; see launchers/README.md), compared field by field with the
+# 0.1.4 client config our plan carries (`plan.client`). Where each seed field lives in 0.1.4's shape
+# (longest prefix wins); None: 0.1.4's on-prem client config has no such field.
+SENT = json.loads((LAUNCHERS / "seed_sent.json").read_text())
+SMOKE_FIX = ["trainer.policy_mini_batch_size=8", "trainer.train_batch_size=8"]
+SEED_FIELD_IN_0_1_4 = {
+    "backend": "backend.type",
+    "comm_protocol": "backend.protocol",
+    "colocate": "backend.colocate",
+    "checkpoint_path": "training.checkpoint_path",
+    "full_determinism": "training.full_determinism",
+    "ds_config": "training.ds_config",
+    "ds_worker_config": "training.ds_worker_config",
+    "vllm_config": "sampling.vllm",
+    "arctic_inference_config": "sampling.arctic_inference_config",
+    "log_prob_engine": "sampling.log_prob_engine",
+    "startup_timeout": "job_ready_timeout",
+    "server_logs": None,
+    "training_config": None,
+    "training_config.max_length": "max_seq_len",
+    "training_config.attn_implementation": "training.ds_worker_config.attn_implementation",
+    "training_config.optimizer.lr": "training.ds_config.optimizer.params.lr",
+    "training_config.optimizer.betas": "training.ds_config.optimizer.params.betas",
+    "training_config.optimizer.weight_decay": "training.ds_config.optimizer.params.weight_decay",
+    "training_config.optimizer.gradient_clipping": "training.ds_config.gradient_clipping",
+}
+MISSING = "(not sent)"
+# Every field where our plan differs from what the seed sent (seed name where 0.1.4 has no such field),
+# with the row of the README's field-by-field table that says why, and what ours must be.
+SEED_DIFFERENCES = {
+    "backend.type": ("`backend.type`", lambda ours, seed: (seed, ours) == ("local", "onprem")),
+    "sampling.log_prob_engine": ("`log_prob_engine`", lambda ours, seed: ours == "deepspeed"),
+    "job_ready_timeout": ("`job_ready_timeout`", lambda ours, seed: (seed, ours) == (300.0, 1800.0)),
+    "request_timeout": ("`job_ready_timeout`", lambda ours, seed: ours == 1800.0),
+    "server_logs": ("`server_logs`", lambda ours, seed: ours == MISSING),
+    "sampling.arctic_inference_config": (
+        "`arctic_inference_config`",
+        lambda ours, seed: seed is None and ours["zorro_inference"] == {"enable": True},
+    ),
+    "training.ds_config.zero_optimization.offload_optimizer.device": (
+        "`offload_optimizer` / `offload_param`",
+        lambda ours, seed: (seed, ours) == ("none", MISSING),
+    ),
+    "training.ds_config.zero_optimization.offload_param.device": (
+        "`offload_optimizer` / `offload_param`",
+        lambda ours, seed: (seed, ours) == ("none", MISSING),
+    ),
+    "training.ds_config.zero_optimization.stage": (
+        "`zero_optimization.stage`",
+        lambda o, s: (s, o) == (0, 2),
+    ),
+    "backend.colocate": ("`backend.colocate`", lambda ours, seed: (seed, ours) == (False, True)),
+    "sampling.vllm.enforce_eager": ("`enforce_eager`", lambda ours, seed: (seed, ours) == (True, False)),
+    "sampling.vllm.max_num_seqs": ("`max_num_seqs`", lambda ours, seed: (seed, ours) == (256, 1024)),
+    "sampling.vllm.max_num_batched_tokens": (
+        "`max_num_batched_tokens`",
+        lambda ours, seed: (seed, ours) == (MISSING, 8192),
+    ),
+    "sampling.vllm.compilation_config.cudagraph_mode": (
+        "`compilation_config.cudagraph_mode`",
+        lambda ours, seed: (seed, ours) == (MISSING, "PIECEWISE"),
+    ),
+    **{
+        f"training.ds_config.{key}": ("`torch_autocast`, `data_types`", lambda ours, seed, v=value: ours == v)
+        for key, value in (
+            ("torch_autocast.enabled", False),
+            ("data_types.grad_accum_dtype", "fp32"),
+            ("communication_data_type", "fp32"),
+        )
+    },
+    "training.ds_worker_config.use_autocast": ("`torch_autocast`, `data_types`", lambda o, s: o is False),
+    "training.cuda_ipc": ("`cuda_ipc`, `low_memory`", lambda ours, seed: seed == MISSING),
+    "training.low_memory": ("`cuda_ipc`, `low_memory`", lambda ours, seed: seed == MISSING),
+    "sampling.log_prob_ds_config": ("`log_prob_ds_config`", lambda ours, seed: ours is None),
+    **{
+        f"training_config.{key}": ("`training_config`", lambda ours, seed: ours == MISSING)
+        for key in ("lr_scheduler.type", "lr_scheduler.warmup_ratio", "training_horizon", "model_config")
+    },
+    **{
+        f"training.ds_config.scheduler.{key}": ("`training_config`", lambda ours, seed: seed == MISSING)
+        for key in (
+            "type",
+            "params.warmup_min_lr",
+            "params.warmup_max_lr",
+            "params.warmup_num_steps",
+            "params.warmup_type",
+        )
+    },
+}
 
 
-@pytest.mark.parametrize("script", SEED, ids=lambda name: name.removesuffix(".sh"))
-def test_seed_launchers_pass_the_dry_run(script, tmp_path, monkeypatch):
+def _leaves(data, prefix: str = ""):
+    if isinstance(data, dict) and data:
+        for key, value in data.items():
+            yield from _leaves(value, f"{prefix}{key}.")
+    else:
+        yield prefix[:-1], data
+
+
+def _in_0_1_4(seed_path: str) -> str | None:
+    for prefix in sorted(SEED_FIELD_IN_0_1_4, key=len, reverse=True):
+        if seed_path == prefix or seed_path.startswith(prefix + "."):
+            target = SEED_FIELD_IN_0_1_4[prefix]
+            return None if target is None else target + seed_path[len(prefix) :]
+    return seed_path  # the same name in 0.1.4 (model_name, seed, *_gpus)
+
+
+def _get(data: dict, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return MISSING
+        data = data[part]
+    return data
+
+
+def seed_differences(sent: dict, client: dict) -> dict[str, tuple]:
+    """Every field where `client` (our plan's 0.1.4 client config) differs from what the seed `sent`:
+    name -> (ours, the seed's); each seed leaf looked up where 0.1.4 keeps it, each of our leaves
+    that no seed field covers compared with "not sent"."""
+    out, covered = {}, set()
+    for path, seed in _leaves(sent):
+        target = _in_0_1_4(path)
+        ours = MISSING if target is None else _get(client, target)
+        covered.add(target)
+        if ours != seed:
+            out[target or path] = (ours, seed)
+    for path, ours in _leaves(client):
+        if not any(path == c or path.startswith(c + ".") for c in covered if c):
+            out[path] = (ours, MISSING)
+    return out
+
+
+@pytest.mark.parametrize(
+    "script", [*SEED, "seed_run_bird_grpo_smoke.sh + fix"], ids=lambda name: name.removesuffix(".sh")
+)
+def test_seed_launchers_send_what_the_seed_sent_but_where_the_readme_says_why(script, tmp_path, monkeypatch):
+    """The seed's five launchers with only the entry point changed pass `--dry-run` (the smoke launcher
+    after the one fix the seed itself needs), and the plan's client config equals the seed's
+    `build_rl_config` field by field except where the README's table says why ours is better."""
     monkeypatch.setenv("WANDB_API_KEY", "test-key-not-used")  # SkyRL's validate_cfg demands one for wandb
-    args = recorded_command(script, tmp_path)
+    name, fixed = script.removesuffix(" + fix"), script.endswith(" + fix")
+    args = recorded_command(name, tmp_path)
     code, out, err = run_dry(args)
-    want = SEED_SENT[script]
-    if want == "seed fails":
+    if name == "seed_run_bird_grpo_smoke.sh":
+        # the seed itself stops here, in build_rl_config's assert: mini-batch 16 rows / 8 GPUs = 2 per
+        # rank, not a whole ZoRRo group of 4; the dry run reports the same impossibility with the fix
+        assert SENT[name]["assertion"].startswith("per-DP-rank mini-batch (2) must be divisible")
         assert code == 2 and err.startswith("1 problem in the SkyRL config"), err
         assert (
             "a mini-batch has 4 prompts x 4 rollouts = 16 rows, not divisible by data-parallel size 8" in err
         )
-        code, out, err = run_dry([*args, "trainer.policy_mini_batch_size=8", "trainer.train_batch_size=8"])
-        assert code == 0, err
-        assert document_of(out)["config"]["batch"]["micro_batch_size_per_gpu"] == 4  # whole groups of 4
-        return
+        if not fixed:
+            return
+        code, out, err = run_dry([*args, *SMOKE_FIX])
+        name = f"{name} {' '.join(SMOKE_FIX)}"
     assert code == 0, err
     document = document_of(out)
-    cfg = document["config"]
-    if want is None:
-        assert cfg["backend"]["kind"] == "ray"
-        return
-    place = cfg["placement"]
-    assert (place["training_gpus"], place["sampling_gpus"], place["colocate"]) == (
-        want["train"],
-        want["sample"],
-        want["colocate"],
-    )
-    assert place["sampling_tensor_parallel_size"] == want["tp"]
-    assert cfg["vllm"]["gpu_memory_utilization"] == want["mem"]
-    ds = cfg["deepspeed"]
-    assert (ds["zero_stage"], ds["offload_optimizer"]) == (want["zero"], want["offload"])
-    assert cfg["zorro"]["enable"] is want["zorro"]
-    assert cfg["batch"]["micro_batch_size_per_gpu"] == want["micro"]
-    assert cfg["optimizer"]["lr"] == want["lr"]
+    client, shape = document["plan"]["client"], document["plan"]["shape"]
+    sent = json.loads(json.dumps(SENT[name]).replace("@HOME@", str(tmp_path)))
+    differing = seed_differences(sent, client)
+    unexplained = {k: v for k, v in differing.items() if k not in SEED_DIFFERENCES}
+    assert not unexplained, unexplained
+    for path, (ours, seed) in differing.items():
+        assert SEED_DIFFERENCES[path][1](ours, seed), (path, ours, seed)
+    # the fields the seed's users tune by hand, equal (GPUs, TP, memory, batch shape, ZeRO, ZoRRo, lr)
+    for path in (
+        "training_gpus", "sampling_gpus", "log_prob_gpus", "model_name", "seed", "max_seq_len",
+        "training.checkpoint_path", "sampling.vllm.tensor_parallel_size", "sampling.vllm.gpu_memory_utilization",
+        "training.ds_config.train_batch_size", "training.ds_config.train_micro_batch_size_per_gpu",
+        "training.ds_config.gradient_accumulation_steps", "training.ds_config.optimizer.params.lr",
+        "training.ds_worker_config.max_token_len", "training.ds_worker_config.zorro_train_enable",
+    ):  # fmt: skip
+        assert path not in differing, (path, differing.get(path))
+    # the seed's warmup (training_config, which 0.1.4's on-prem client cannot send) is a DeepSpeed
+    # schedule over the run's own optimizer steps
+    ratio = sent["training_config"]["lr_scheduler"]["warmup_ratio"]
+    scheduler = client["training"]["ds_config"].get("scheduler")
+    if ratio:
+        assert scheduler["params"]["warmup_num_steps"] == round(ratio * shape["training_horizon"]) > 0
+    else:
+        assert scheduler is None
+    # the seed's sync knobs (sent per sync_weights call) are 0.1.4's TrainingConfig fields
+    knobs = {a.split("=")[0]: a.split("=")[1] for a in args if a.startswith("trainer.arctic_rl.")}
+    for knob, field in (("cuda_ipc_weight_sync", "cuda_ipc"), ("low_memory_weight_sync", "low_memory")):
+        assert client["training"][field] is (knobs.get(f"trainer.arctic_rl.{knob}", "false") == "true")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("#### Coming from the SkyRL integration") :]
+    table = table[table.index("Field by field") : table.index("<!-- skyrl-seed-keys:start -->")]
+    for path in differing:
+        assert f"| {SEED_DIFFERENCES[path][0]} |" in table, path

@@ -53,24 +53,27 @@ def test_skyrl_launcher_dispatches_to_us_and_the_override_is_stripped(monkeypatc
         "trainer.override_entrypoint=adapter_skyrl.main",
         *GOOD,
         "trainer.logger=console",
-        "trainer.policy.model.lora.rank=4",
+        "trainer.policy.model.lora.max_loras=2",
     ]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(UnsupportedSkyRLSettingError) as info:
         main_base.main()
     # Only our rule fired: the override argument itself was not rejected by the strict parse.
-    assert len(info.value.problems) == 1 and "lora.rank = 4" in info.value.problems[0]
+    assert len(info.value.problems) == 1 and "lora.max_loras = 2" in info.value.problems[0]
 
 
 def test_module_entry_point_exits_non_zero_with_the_message():
     proc = subprocess.run(
-        [sys.executable, "-m", "adapter_skyrl.main", *GOOD, "trainer.policy.model.lora.rank=4"],
+        [sys.executable, "-m", "adapter_skyrl.main", *GOOD, "trainer.policy.model.lora.max_loras=2"],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 2
-    assert "trainer.policy.model.lora.rank = 4: LoRA is not available on the Arctic path" in proc.stderr
+    assert (
+        "trainer.policy.model.lora.max_loras = 2: the Arctic sampler serves the one trained adapter"
+        in proc.stderr
+    )
 
 
 def test_skyrl_launcher_runs_a_grpo_step_through_us(tmp_path, bird_jsonl):

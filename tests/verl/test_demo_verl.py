@@ -98,3 +98,18 @@ def test_demo_server_flags_compose_into_verls_config(tmp_path, colocate):
     # verl's checkpoint folder is the Arctic training job's (adapter_verl.field_table)
     assert cfg.checkpoint.path == str(Path(config.trainer.default_local_dir).resolve())
     assert cfg.checkpoint.path.startswith(str(tmp_path.resolve()))
+
+
+def test_colocated_demo_drives_an_arctic_server_through_the_real_client(wire, tmp_path):
+    """`arctic-rl demo --framework verl --colocate --server URL --steps 2` against the suite's
+    `arctic-rl serve --reference` in its own process: GRPO through verl's trainer, `ArcticBackend`
+    and the real client over HTTP, sleep/wake every step; the weights version the sampler reports
+    advances every step (0, 1 sampled; 1, 2 synced)."""
+    from demo_checks import run_against_server
+
+    mark = wire.request_count()
+    run_against_server("verl", tmp_path / "run", wire.url, colocate=True)
+    routes = [r["route"] for r in wire.requests(mark)]
+    # colocated: every step's rollouts are followed by the replica handing the devices to training
+    assert routes.count("/sleep-inference") >= 2 and routes.count("/wake-inference") >= 4
+    assert all(r["status"] == 200 for r in wire.requests(mark))

@@ -190,8 +190,6 @@ def _gate_worker(trainer_version: int, *, k: int, epochs: int = 1):
     worker._settings = ArcticVerlSettings(
         core=cfg.model_dump(mode="json", exclude_unset=True),
         model_path="unused",
-        separate_async=True,
-        optimizer_steps_per_version=epochs,
     )
     worker._arctic_config = cfg
     worker._backend = _StateOnly(trainer_version)
@@ -200,22 +198,22 @@ def _gate_worker(trainer_version: int, *, k: int, epochs: int = 1):
 
 
 def test_the_worker_trains_rows_within_the_bound_and_reports_their_staleness():
-    worker = _gate_worker(trainer_version=4, k=2, epochs=2)  # verl step 3 of 2 epochs: version 4
-    metrics = worker._check_staleness([1, 2, -1, 2], rows=4)  # verl versions (-1: verl's padding row)
-    # Arctic versions 2, 4, 4 against 4: stale 2, 0, 0 optimizer steps
-    assert metrics == {
-        "arctic/staleness_mean": 2 / 3,
-        "arctic/staleness_max": 2.0,
-        "arctic/max_staleness": 2.0,
-    }
+    worker = _gate_worker(trainer_version=4, k=2, epochs=2)  # after verl step 2 of 2 epochs each
+    # versions 2, padding (-1), 4, 4 against 4: stale 2, 0, 0 optimizer steps
+    assert worker._check_staleness([2, -1, 4, 4], rows=4) == [2, 0, 0]
+    metrics = worker._async_step_metrics([2, 0, 0], [])
+    assert metrics["async/staleness_max"] == 2.0 and metrics["async/max_staleness"] == 2.0
+    assert metrics["async/staleness_mean"] == pytest.approx(2 / 3)
 
 
-@pytest.mark.parametrize(("versions", "says"), [([0, 2], "at most 1 behind"), ([3], "ahead of")])
+@pytest.mark.parametrize(
+    ("versions", "says"), [([0, 2], r"staleness 2 > async.max_staleness=1"), ([3], "ahead of the trainer")]
+)
 def test_the_worker_refuses_a_stale_or_future_row_before_training(versions, says):
-    from arctic_rl_core.weight_sync import StaleWeightsError
+    from arctic_rl_core.async_grpo.staleness import StaleRolloutError
 
     worker = _gate_worker(trainer_version=2, k=1)
-    with pytest.raises(StaleWeightsError, match=says):
+    with pytest.raises(StaleRolloutError, match=says):
         worker._check_staleness(versions, rows=len(versions))
 
 
@@ -233,8 +231,8 @@ def test_truncated_is_weights_are_capped_per_token_and_counted():
         rollout_logprobs=[-1.5, -2.0, -3.0],
     )
     (out,), stats = truncated_is_samples([sample], cap=2.0)
-    assert out.rollout_is_weights == pytest.approx([math.exp(0.5), 2.0, 2.0])
+    # masked-out tokens weigh 1 (the loss ignores them anyway)
+    assert out.rollout_is_weights == pytest.approx([math.exp(0.5), 2.0, 1.0])
     # statistics over the masked-in tokens only: exp(0.5) and the capped exp(1.5)
-    assert stats["arctic/is_weight_max"] == 2.0
-    assert stats["arctic/is_weight_min"] == pytest.approx(math.exp(0.5))
-    assert stats["arctic/is_weight_clipped_fraction"] == 0.5
+    assert (stats.max, stats.tokens, stats.clipped_fraction) == (2.0, 2, 0.5)
+    assert stats.min == pytest.approx(math.exp(0.5))

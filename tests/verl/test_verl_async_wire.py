@@ -126,14 +126,14 @@ def test_every_trained_rollout_was_sampled_within_the_staleness_bound(run):
     sampled: dict[str, int] = {}
     for entry in run["requests"]:
         if entry["route"] == "/generate":
-            for row in entry["rows"]:
+            for row in entry["rollouts"]:
                 sampled.setdefault(row, entry["weights_version"])
     trains = [e for e in run["requests"] if e["route"] == "/forward-backward"]
     assert [e["trainer_version"] for e in trains] == list(range(STEPS))  # one update per verl step
     staleness = []
     for entry in trains:
-        assert len(entry["rows"]) == TRAIN_BATCH * ROLLOUT_N
-        for row in entry["rows"]:
+        assert len(entry["rollouts"]) == TRAIN_BATCH * ROLLOUT_N
+        for row in entry["rollouts"]:
             assert row in sampled, "a trained row the server never generated"
             staleness.append(entry["trainer_version"] - sampled[row])
     assert min(staleness) >= 0 and max(staleness) <= THRESHOLD - 1
@@ -153,10 +153,10 @@ def test_verl_logged_the_versions_staleness_and_is_weights(run):
     for step in range(1, STEPS + 1):
         metrics = _step_metrics(run["log"], step)
         assert metrics["arctic/weights_version"] == step
-        assert metrics["actor/arctic/max_staleness"] == THRESHOLD - 1
-        assert 0 <= metrics["actor/arctic/staleness_max"] <= THRESHOLD - 1
+        assert metrics["actor/async/max_staleness"] == THRESHOLD - 1
+        assert 0 <= metrics["actor/async/staleness_max"] <= THRESHOLD - 1
         # verl's own view of the same versions (the replicas report them in extra_fields)
         assert 0 <= metrics["training/off_policy/trajectory_staleness/max"] <= THRESHOLD - 1
         # the truncated IS weights (cap 2.0) went on the wire
-        assert 0 < metrics["actor/arctic/is_weight_max"] <= 2.0
-    assert _step_metrics(run["log"], 2)["actor/arctic/staleness_max"] == 1
+        assert 0 < metrics["actor/async/is_weight_max"] <= 2.0
+    assert _step_metrics(run["log"], 2)["actor/async/staleness_max"] == 1

@@ -96,7 +96,7 @@ def test_settings_arctic_cannot_honour_are_all_rejected_at_once(compose):
         "algorithm.adv_estimator=gae",
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
         "actor_rollout_ref.rollout.data_parallel_size=2",
-        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora.rank=8",  # verl's Megatron LoRA (the Arctic LoRA is model.lora_rank)
         "actor_rollout_ref.actor.policy_loss.loss_mode=dppo_tv",
         "actor_rollout_ref.actor.optim.lr_warmup_steps=5",
         "algorithm.use_kl_in_reward=true",
@@ -113,7 +113,8 @@ def test_settings_arctic_cannot_honour_are_all_rejected_at_once(compose):
         "algorithm.adv_estimator='gae'",
         "actor_rollout_ref.actor.use_dynamic_bsz = true",
         "actor_rollout_ref.rollout.data_parallel_size = 2",
-        "actor_rollout_ref.model.lora_rank = 8: LoRA adapters are not sent to the Arctic server (arctic-platform 0.1.4 has TrainingConfig.peft",
+        "actor_rollout_ref.model.lora.rank = 8: verl's Megatron-Bridge LoRA (model.lora.*) belongs to verl's "
+        "Megatron engine; the Arctic LoRA adapters (training.peft) are set by actor_rollout_ref.model.lora_rank",
         'actor_rollout_ref.actor.policy_loss.loss_mode = "dppo_tv": the Arctic server computes',
         "actor_rollout_ref.actor.optim.lr_warmup_steps = 5",
         "algorithm.use_kl_in_reward = true: KL in the reward is not on the Arctic path",
@@ -199,3 +200,57 @@ def test_verl_loads_the_core_rewards_by_package_path(compose, tmp_path):
     )
     assert gsm8k("openai/gsm8k", "63 * 3 = 189\n#### 189", "189")["score"] == 1.0
     assert gsm8k("openai/gsm8k", "#### 188", "189")["score"] == 0.0
+
+
+LORA = [
+    "actor_rollout_ref.model.lora_rank=16",
+    "actor_rollout_ref.model.lora_alpha=32",
+    "actor_rollout_ref.model.target_modules=[q_proj,v_proj]",
+]
+
+
+def test_verl_lora_maps_to_peft_and_trains_on_the_reference_engine(compose):
+    from adapter_verl.config import settings_from_verl
+
+    cfg = settings_from_verl(compose(*LORA), total_training_steps=5).arctic_config()
+    assert cfg.peft.peft_config() == {
+        "peft_type": "Lora",
+        "r": 16,
+        "lora_alpha": 32,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "target_modules": ["q_proj", "v_proj"],
+    }
+    assert cfg.plan()["weight_format"] == "lora"
+    # verl's default target_modules (all-linear) and alpha at rank > 0
+    cfg = settings_from_verl(
+        compose("actor_rollout_ref.model.lora_rank=4"), total_training_steps=5
+    ).arctic_config()
+    assert (cfg.peft.lora_rank, cfg.peft.lora_alpha, cfg.peft.target_modules) == (4, 16.0, "all-linear")
+
+
+def test_verl_lora_on_ray_is_refused_with_the_reason(compose):
+    from adapter_verl.config import UnsupportedVerlSettingError, settings_from_verl
+
+    with pytest.raises(UnsupportedVerlSettingError) as info:
+        settings_from_verl(
+            compose(
+                *LORA, "remote_backend.core.backend.kind=ray", "actor_rollout_ref.actor.use_kl_loss=false"
+            ),
+            total_training_steps=5,
+        )
+    text = str(info.value)
+    assert (
+        "actor_rollout_ref.model.lora_rank (core peft.lora_rank) = 16: arctic-platform 0.1.4's on-prem"
+        in text
+    )
+    assert "backend.kind=cortex" in text
+
+
+def test_verl_lora_alpha_at_rank_0_is_not_sent(compose):
+    from adapter_verl.config import settings_from_verl
+
+    cfg = settings_from_verl(
+        compose("actor_rollout_ref.model.lora_alpha=64"), total_training_steps=5
+    ).arctic_config()
+    assert not cfg.peft.enabled and "peft" not in cfg.plan()

@@ -186,7 +186,8 @@ def test_bad_settings_are_all_reported_in_one_round(capsys):
         "remote_backend.core.zorro.enabel = true: unknown key. Fix: did you mean 'zorro.enable'?",
         "not divisible by placement.sampling_tensor_parallel_size=3",
         "algorithm.use_kl_in_reward = true: KL in the reward is not on the Arctic path",
-        "actor_rollout_ref.model.lora_rank = 16: LoRA adapters are not sent to the Arctic server",
+        "actor_rollout_ref.model.lora_rank (core peft.lora_rank) = 16: arctic-platform 0.1.4's on-prem server "
+        "trains dense only",
     ):
         assert expected in text, text
     assert "problems in the settings" in err

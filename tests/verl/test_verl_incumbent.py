@@ -170,12 +170,6 @@ def problems_of(err: str) -> list[str]:
     return [line[4:] for line in err.splitlines() if line.startswith("  - ")]
 
 
-def _at(data: dict, dotted: str):
-    for part in dotted.split("."):
-        data = data[part]
-    return data
-
-
 # What the incumbent's `_initialize_client` builds from each launcher (read from its source): the
 # client config fields, by dotted path. `checkpoint_path` is verl's trainer.default_local_dir as is.
 INCUMBENT = {
@@ -203,6 +197,10 @@ INCUMBENT = {
             "params": {"lr": 1e-6, "weight_decay": 0.01, "betas": [0.9, 0.999], "eps": 1e-8},
         },
         "training.ds_config.gradient_clipping": 1.0,
+        # the rest of its remote_backend.train.deepspeed block (arctic.yaml), passed through as is
+        "training.ds_config.zero_optimization.offload_optimizer.device": "none",
+        "training.ds_config.zero_optimization.offload_param.device": "none",
+        "training.ds_config.log_level": "INFO",
         "training.ds_worker_config.use_liger": False,
         "training.ds_worker_config.enable_gradient_checkpointing": True,
         "training.ds_worker_config.attn_implementation": "flash_attention_2",
@@ -228,6 +226,10 @@ INCUMBENT = {
         },
         "sampling.log_prob_engine": "deepspeed",
         "sampling.log_prob_ds_config": None,
+        # what 0.1.4's ArcticRLClientConfig / OnPremConfig fill in for fields it does not set
+        "job_ready_timeout": 1800.0,
+        "request_timeout": 1800.0,
+        "backend.type": "onprem",
     },
 }
 INCUMBENT["gsm8k"] = {
@@ -260,18 +262,87 @@ FIXES = {
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=20",
     ),
 }
-# Where our plan differs from the incumbent's, by field (each one is a row of the README table).
+MISSING = "(not sent)"
+# Where our plan differs from the incumbent's, by field: the first cell of the README table's row that
+# says why, and what ours must be. Fields only our plan sends are compared with "not sent".
 DIFFERENCES = {
-    "training.checkpoint_path": lambda ours, theirs: ours == str(Path(theirs).resolve()),
-    "training.ds_worker_config.max_token_len": lambda ours, theirs: ours == 36864,  # the bird fix
-    "training.ds_config.train_micro_batch_size_per_gpu": lambda ours, theirs: ours == 20,  # the gsm8k fix
-    "training.ds_config.gradient_accumulation_steps": lambda ours, theirs: ours == 4,  # the gsm8k fix
-    "sampling.arctic_inference_config": lambda ours, theirs: (
-        ours is None or ours["zorro_inference"]["enable"]
+    "training.checkpoint_path": (
+        "`checkpoint_path`",
+        lambda ours, theirs: ours == str(Path(theirs).resolve()),
     ),
-    "training.ds_worker_config.logits_optimization": lambda ours, theirs: ours == "memory",  # seed default
-    "training.ds_worker_config.use_liger": lambda ours, theirs: ours is True,  # seed default
+    "training.ds_worker_config.max_token_len": ("`max_token_len` (BIRD)", lambda ours, theirs: ours == 36864),
+    "training.ds_config.train_micro_batch_size_per_gpu": (
+        "`train_micro_batch_size_per_gpu`, `gradient_accumulation_steps` (GSM8K)",
+        lambda ours, theirs: ours == 20,
+    ),
+    "training.ds_config.gradient_accumulation_steps": (
+        "`train_micro_batch_size_per_gpu`, `gradient_accumulation_steps` (GSM8K)",
+        lambda ours, theirs: ours == 4,
+    ),
+    "sampling.arctic_inference_config": (
+        "`arctic_inference_config`",
+        lambda ours, theirs: ours["zorro_inference"]["enable"] is True,
+    ),
+    "sampling.vllm.forest_cascade_attn_configs": ("`arctic_inference_config`", lambda ours, _: ours == "{}"),
+    "sampling.vllm.compilation_config.cudagraph_mode": (
+        "`arctic_inference_config`",
+        lambda ours, theirs: ours == "PIECEWISE",
+    ),
+    "training.ds_worker_config.logits_optimization": (
+        "`logits_optimization`",
+        lambda ours, _: ours == "memory",
+    ),
+    "training.ds_worker_config.use_liger": ("`use_liger`", lambda ours, theirs: ours is True),
+    "training.ds_config.zero_optimization.offload_optimizer.device": (
+        "`offload_optimizer` / `offload_param`",
+        lambda ours, theirs: (theirs, ours) == ("none", MISSING),
+    ),
+    "training.ds_config.zero_optimization.offload_param.device": (
+        "`offload_optimizer` / `offload_param`",
+        lambda ours, theirs: (theirs, ours) == ("none", MISSING),
+    ),
+    "training.ds_config.log_level": ("`log_level`", lambda ours, theirs: ours == MISSING),
+    **{
+        f"training.ds_config.{key}": (
+            "`torch_autocast`, `data_types`",
+            lambda ours, theirs, v=value: ours == v,
+        )
+        for key, value in (
+            ("bf16.enabled", True),
+            ("torch_autocast.enabled", False),
+            ("data_types.grad_accum_dtype", "fp32"),
+            ("communication_data_type", "fp32"),
+        )
+    },
+    "training.ds_worker_config.use_autocast": (
+        "`torch_autocast`, `data_types`",
+        lambda ours, _: ours is False,
+    ),
+    "sampling.vllm.enable_prefix_caching": (
+        "`enable_prefix_caching`, `max_num_batched_tokens`",
+        lambda o, _: o,
+    ),
+    "sampling.vllm.max_num_batched_tokens": (
+        "`enable_prefix_caching`, `max_num_batched_tokens`",
+        lambda ours, theirs: ours == 8192,
+    ),
 }
+
+
+def _leaves(data, prefix: str = ""):
+    if isinstance(data, dict) and data:
+        for key, value in data.items():
+            yield from _leaves(value, f"{prefix}{key}.")
+    else:
+        yield prefix[:-1], data
+
+
+def _get(data: dict, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return MISSING
+        data = data[part]
+    return data
 
 
 @pytest.fixture(scope="module")
@@ -296,17 +367,25 @@ def test_incumbent_launcher_dry_run(launcher, capsys, config_dir, monkeypatch, t
     code, out, err = dry_run(capsys, [*argv, fix])
     assert code == 0, err
     client = yaml.safe_load(out.partition("Arctic RL run settings")[0])["plan"]["client"]
+    theirs_all = INCUMBENT[launcher]
     differing = {}
-    for path, theirs in INCUMBENT[launcher].items():
-        ours = _at(client, path)
+    for path, theirs in theirs_all.items():
+        ours = _get(client, path)
         if ours != theirs:
-            differing[path] = ours
-            assert path in DIFFERENCES and DIFFERENCES[path](ours, theirs), (path, ours, theirs)
+            differing[path] = (ours, theirs)
+    for path, ours in _leaves(client):  # and every field only our plan sends
+        if not any(path == p or path.startswith(p + ".") for p in theirs_all):
+            differing[path] = (ours, MISSING)
     assert "training.checkpoint_path" in differing
+    unexplained = {path: v for path, v in differing.items() if path not in DIFFERENCES}
+    assert not unexplained, unexplained
+    for path, (ours, theirs) in differing.items():
+        assert DIFFERENCES[path][1](ours, theirs), (path, ours, theirs)
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("### Coming from Arctic's verl integration") :]
+    section = section[: section.index("### The verl mapping table")]
     for path in differing:
-        assert f"`{path.rsplit('.', 1)[-1]}`" in section, path
+        assert f"| {DIFFERENCES[path][0]} |" in section, path
 
 
 def test_incumbent_keys_are_all_translated_or_named(capsys):

@@ -6,7 +6,7 @@ process (tests/shared/wire_server.py)."""
 from __future__ import annotations
 
 from loss_wire_checks import check_wire_run, wire_grpo_steps
-from wire_server import REFERENCE_MODEL_NAME, wire, wire_server  # noqa: F401  (fixtures)
+from wire_server import REFERENCE_MODEL_NAME
 
 VERL = [
     "algorithm.adv_estimator=grpo",
@@ -32,7 +32,7 @@ VERL = [
 ]
 
 
-def test_verl_gspo_runs_on_the_server_through_the_wire(wire, tmp_path):  # noqa: F811
+def test_verl_gspo_runs_on_the_server_through_the_wire(wire, tmp_path):
     from adapter_verl.config import arctic_config_from_verl
     from adapter_verl.main import compose, with_arctic_defaults
 

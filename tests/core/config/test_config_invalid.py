@@ -138,7 +138,35 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
     ),
     ("cortex-colocated", CORTEX, ["placement.colocate=true"], "placement.colocate", "colocate=false"),
     ("cortex-with-kl", CORTEX, ["loss.use_kl_loss=true"], "loss.use_kl_loss", "use_kl_loss=false"),
-    ("cortex-several-epochs", CORTEX, ["batch.epochs=2"], "batch.epochs", "epochs=1"),
+    (
+        "cortex-arctic-inference",
+        CORTEX,
+        ["arctic_inference.enable=true"],
+        "arctic_inference.enable",
+        "remove arctic_inference.enable",
+    ),
+    (
+        "cortex-export-hf",
+        CORTEX,
+        ["checkpoint.export_hf=true"],
+        "checkpoint.export_hf",
+        "remove checkpoint.export_hf",
+    ),
+    (
+        "cortex-save-limit",
+        CORTEX,
+        ["checkpoint.save_total_limit=2"],
+        "checkpoint.save_total_limit",
+        "remove checkpoint.save_total_limit",
+    ),
+    ("cortex-sft", CORTEX, ["loss.loss_fn=sft"], "loss.loss_fn", "loss.loss_fn=verl_grpo"),
+    (
+        "cortex-log-prob-job",
+        CORTEX,
+        ["placement.log_prob_gpus=1"],
+        "placement.log_prob_gpus",
+        "log_prob_gpus=0",
+    ),
     ("unknown-top-level-key", RAY, ["lr=0.1"], "lr", "optimizer.lr"),
     ("unknown-key-typo", RAY, ["batch.epoch=2"], "batch.epoch", "batch.epochs"),
     (
@@ -174,7 +202,7 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
         "loss.clip_ratio_high",
         "loss_fn=arctic_rl_core",
     ),
-    ("clip-low-on-cortex", CORTEX, ["loss.clip_ratio_low=0.1"], "loss.clip_ratio_low", "clip_ratio_low=0.2"),
+    ("gspo-on-cortex", CORTEX, ["loss.policy_loss=gspo"], "loss.policy_loss", "loss.policy_loss=dual_clip"),
     ("dual-clip-on-http", RAY, ["backend.kind=http", "loss.clip_ratio_c=5"], "loss.clip_ratio_c", "=3.0"),
     (
         "scale-factor-without-norm-mode",
@@ -460,3 +488,35 @@ def test_reference_backend_honours_any_clip_ratio() -> None:
 def test_direct_construction_also_rejects() -> None:
     with pytest.raises(ValueError, match=r"weight_sync\.cuda_ipc"):
         ArcticRLConfig.model_validate(apply_overrides(RAY, ["weight_sync.cuda_ipc=true"]))
+
+
+def test_cortex_honours_clip_ratios_and_several_updates_per_batch() -> None:
+    """Cortex's grpo loss takes eps_clip / eps_clip_higher / c_clip, and its old log-probs are the
+    sampler's (not recomputed from the live policy), so several epochs / mini-batches are sound."""
+    cfg = ArcticRLConfig.from_dict(
+        apply_overrides(
+            CORTEX,
+            [
+                "loss.clip_ratio_low=0.1",
+                "loss.clip_ratio_high=0.28",
+                "batch.epochs=2",
+                "batch.mini_batch_prompts=32",
+            ],
+        )
+    )
+    assert (cfg.loss.clip_ratio_low, cfg.loss.clip_ratio_high, cfg.batch.epochs) == (0.1, 0.28, 2)
+
+
+def test_cortex_defaults_leave_out_what_its_bodies_cannot_carry() -> None:
+    """ZoRRo and Arctic Inference default off on Cortex (on with ray/http); Liger stays on."""
+    base = {key: value for key, value in CORTEX.items() if key != "zorro"}
+    cortex = ArcticRLConfig.from_dict(base)
+    ray = ArcticRLConfig.from_dict(
+        {**{k: v for k, v in base.items() if k != "kernels"}, "backend": {"kind": "ray"}}
+    )
+    assert (cortex.zorro.enable, cortex.arctic_inference.enable, cortex.kernels.use_liger) == (
+        False,
+        False,
+        True,
+    )
+    assert (ray.zorro.enable, ray.arctic_inference.enable) == (True, True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from arctic_rl_core.config import ArcticRLConfig, ConfigError, ConfigIssue
 from arctic_rl_core.config.framework_fields import NotAppliedSetting, nest
-from arctic_rl_core.config.schema import ARCTIC_BACKENDS
+from arctic_rl_core.config.schema import ONPREM_BACKENDS
 from skyrl.train.config import SkyRLTrainConfig, make_config
 from skyrl.train.config.config import TrainerConfig
 
@@ -170,7 +170,7 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
     )
     kind = backend.setdefault("kind", DEFAULT_BACKEND) if isinstance(backend, dict) else DEFAULT_BACKEND
     zorro = _explicit_zorro(core_groups, legacy.values)
-    zorro_on = bool(zorro) if zorro is not None else kind in ARCTIC_BACKENDS
+    zorro_on = bool(zorro) if zorro is not None else kind in ONPREM_BACKENDS
 
     context = {field_table.ARCTIC_ZORRO: zorro_on, field_table.ARCTIC_BACKEND: dict(backend)}
     read = field_table.reader(cfg, {**context, "@data.steps_per_epoch": steps_per_epoch})
@@ -293,7 +293,31 @@ def _cross_field(
                 "unset trainer.ref.model.path or set it to trainer.policy.model.path",
             )
         )
+    backend = core_groups.get("backend") if isinstance(core_groups.get("backend"), Mapping) else {}
+    if backend.get("kind") == "cortex" and cfg.trainer.resume_mode == "from_path":
+        from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS
+
+        found.append(
+            ConfigIssue(
+                "trainer.resume_mode",
+                cfg.trainer.resume_mode,
+                CORTEX_LIMITS["load-checkpoint"],
+                "set trainer.resume_mode=none (or latest on a fresh trainer.ckpt_path) for backend.kind=cortex",
+            )
+        )
     algo = cfg.trainer.algorithm
+    rollout_cispo = algo.policy_loss_type == "cispo" and algo.cispo.cispo_anchor == "rollout"
+    if rollout_cispo and (algo.off_policy_correction.tis_ratio_type is not None or algo.use_tis):
+        found.append(
+            ConfigIssue(
+                "trainer.algorithm.off_policy_correction.tis_ratio_type",
+                algo.off_policy_correction.tis_ratio_type or "token (use_tis)",
+                "cispo with cispo_anchor=rollout is already the off-policy correction; TIS would count it "
+                "twice (SkyRL's cispo raises)",
+                "unset tis_ratio_type (and use_tis)",
+            )
+        )
+    found += fully_async_issues(cfg)
     if algo.use_kl_loss and algo.kl_ctrl.type != "fixed":
         found.append(
             ConfigIssue(
@@ -301,6 +325,80 @@ def _cross_field(
                 algo.kl_ctrl.type,
                 "with use_kl_loss=true the KL coefficient is fixed on the Arctic server",
                 "use trainer.algorithm.kl_ctrl.type=fixed",
+            )
+        )
+    return found
+
+
+def fully_async_issues(cfg: SkyRLTrainConfig) -> list[ConfigIssue]:
+    """What SkyRL's `FullyAsyncRayPPOTrainer` asserts when it is built (after the backend is up),
+    reported with the rest at dry run; colocation is refused with the reason."""
+    fa, trainer, algo = cfg.trainer.fully_async, cfg.trainer, cfg.trainer.algorithm
+    if not fa.enabled:
+        return []
+    found = []
+    if trainer.placement.colocate_all:
+        found.append(
+            ConfigIssue(
+                "trainer.placement.colocate_all",
+                True,
+                "SkyRL's fully asynchronous trainer overlaps generation with training; colocated Arctic jobs "
+                "share the GPUs and take turns (the sampler sleeps while the trainer runs), so nothing can "
+                "overlap (SkyRL itself refuses colocate_all with fully_async)",
+                "set trainer.placement.colocate_all=false (separate training and sampling GPUs), or "
+                "trainer.fully_async.enabled=false",
+            )
+        )
+    mini = trainer.policy_mini_batch_size
+    if trainer.train_batch_size != mini:
+        found.append(
+            ConfigIssue(
+                "trainer.train_batch_size",
+                trainer.train_batch_size,
+                f"SkyRL's fully async trainer trains one mini-batch per step (policy_mini_batch_size={mini})",
+                f"set trainer.train_batch_size={mini}",
+            )
+        )
+    workers, k = fa.num_parallel_generation_workers, fa.max_staleness_steps
+    if not mini <= workers <= mini * (k + 1):
+        found.append(
+            ConfigIssue(
+                "trainer.fully_async.num_parallel_generation_workers",
+                workers,
+                f"SkyRL needs policy_mini_batch_size <= workers <= policy_mini_batch_size x (max_staleness_steps "
+                f"+ 1) = {mini * (k + 1)} (fewer waste throughput, more can never all run)",
+                f"set it between {mini} and {mini * (k + 1)}",
+            )
+        )
+    if cfg.generator.batched:
+        found.append(
+            ConfigIssue(
+                "generator.batched",
+                True,
+                "SkyRL's fully async trainer generates one prompt group per request",
+                "set generator.batched=false",
+            )
+        )
+    if fa.sample_full_batch and not algo.zero_variance_filter:
+        found.append(
+            ConfigIssue(
+                "trainer.fully_async.sample_full_batch",
+                True,
+                "SkyRL drops zero-variance groups only with the zero-variance filter on",
+                "set trainer.algorithm.zero_variance_filter=true",
+            )
+        )
+    from adapter_skyrl.samples import rollout_anchored
+
+    if not rollout_anchored(algo) and algo.policy_loss_type != "dppo":
+        found.append(
+            ConfigIssue(
+                "trainer.algorithm.policy_loss_type",
+                algo.policy_loss_type,
+                "SkyRL's fully async trainer keeps no stale policies to recompute old log-probs from: the loss "
+                "must optimize against the rollout log-probs",
+                "use rollout_is (SkyRL's fully async examples do), or cispo with "
+                "trainer.algorithm.cispo.cispo_anchor=rollout",
             )
         )
     return found

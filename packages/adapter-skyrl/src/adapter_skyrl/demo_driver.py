@@ -192,6 +192,7 @@ def run_grpo(
                 tokenizer,
                 prompt_format=self.prompt_format,
                 chat_template_kwargs=cfg.generator.chat_template_kwargs,
+                **self.generator_version_options(),
             )
             return generator
 
@@ -202,7 +203,8 @@ def run_grpo(
     if options.server is None:
         on_backend({"where": "in process", **process_location()})
     else:
-        on_backend({"where": f"Arctic on-prem server at {options.server} (arctic-platform client)"})
+        api = "Cortex API" if options.backend == "cortex" else "Arctic on-prem server"
+        on_backend({"where": f"{api} at {options.server} (arctic-platform client)"})
     exp = DemoExp(cfg, backend=backend)
     latest = run_dir / CHECKPOINT_DIR / "latest_ckpt_global_step.txt"
     first_step = int(latest.read_text().strip()) + 1 if latest.is_file() else 1

@@ -22,8 +22,9 @@ from skyrl.backends.skyrl_train.workers.worker_dispatch import WorkerDispatch
 
 from adapter_skyrl.loop_bridge import on_backend_loop
 from adapter_skyrl.samples import (
+    behaviour_logprobs,
+    off_policy_correction,
     response_lengths,
-    rollout_correction_weights,
     to_rollout_samples,
     to_skyrl_rows,
 )
@@ -138,11 +139,24 @@ class ArcticWorkerDispatch(WorkerDispatch):
         **worker_kwargs: Any,
     ) -> WorkerOutput:
         """Log-probs of the batch's responses under the policy (`"policy"`) or the backend's frozen
-        reference model (`"ref"`), right-aligned per row as SkyRL's workers return them."""
+        reference model (`"ref"`), right-aligned per row as SkyRL's workers return them. On a backend
+        without forward (Cortex) the policy's are the sampler's rollout log-probs."""
+        from arctic_rl_core.backends.old_logprobs import from_sampler, sampler_logprobs
         from arctic_rl_core.wire import build_forward_payload, response_logprobs
 
         self._check_model(model)
         self._reject_extras("forward", loss_fn, loss_fn_config, model_id, worker_kwargs)
+        if model == "policy" and from_sampler(self.backend):
+            # no server forward (Cortex): the old log-probs are the sampler's, already right-aligned
+            # like SkyRL's workers' outputs
+            start = time.perf_counter()
+            values_B_R = sampler_logprobs(
+                data.get("rollout_logprobs"), data["response_mask"].cpu(), where="rollout_logprobs"
+            )
+            self._timed("forward_policy_from_sampler", start)
+            return WorkerOutput(
+                loss_fn_outputs=[{"logprobs": row.tolist()} for row in values_B_R], metrics={}
+            )
         self._ensure_training()
         start = time.perf_counter()
         samples = to_rollout_samples(data, with_advantages=False, with_old=False, with_ref=False)
@@ -205,9 +219,18 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self._ensure_training()
         start = time.perf_counter()
         with_ref = bool(self.spec.use_kl_loss)
-        weights = rollout_correction_weights(data, self.cfg.trainer.algorithm)
+        algorithm = self.cfg.trainer.algorithm
+        correction = off_policy_correction(data, algorithm)
+        for key, value in correction.metrics.items():
+            self._metrics[f"off_policy/{key}"].append(value)
         samples = to_rollout_samples(
-            data, with_advantages=True, with_old=True, with_ref=with_ref, is_weights_B_R=weights
+            data,
+            with_advantages=True,
+            with_old=True,
+            with_ref=with_ref,
+            is_weights_B_R=correction.is_weights_B_R,
+            old_B_R=behaviour_logprobs(data, algorithm),
+            loss_mask_B_R=correction.loss_mask_B_R,
         )
         payload = build_train_payload(samples, self.spec)
         self._record("forward_backward", payload)

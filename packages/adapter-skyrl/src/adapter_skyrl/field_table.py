@@ -30,6 +30,7 @@ from arctic_rl_core.config.framework_fields import (
     Reader,
     Rejected,
 )
+from arctic_rl_core.config.lora_fields import lora_entries
 
 FRAMEWORK = "SkyRL 0.4.0"
 ARCTIC_ZORRO = "@arctic.zorro"  # pseudo field: ZoRRo on for this run (resolved by the adapter)
@@ -55,6 +56,8 @@ SKYRL_POLICY_LOSSES = {
     "cispo": "cispo",
     "clip_cov": "clip_cov",
     "kl_cov": "kl_cov",
+    # the behaviour policy is the rollout: the adapter sends the rollout log-probs as old log-probs
+    "rollout_is": "rollout_is",
 }
 
 
@@ -93,8 +96,8 @@ def _attn(r: Reader) -> Any:
 def _family(value: Any) -> str:
     if value not in SKYRL_POLICY_LOSSES:
         raise FieldProblem(
-            "the Arctic server computes the GRPO-family losses (arctic_rl_core.losses); the others need "
-            "rollout log-probs as the behaviour policy or are not RL losses",
+            "the Arctic server computes the GRPO-family losses and rollout_is (arctic_rl_core.losses); "
+            "dppo's divergence mask has no server loss, the others are not RL losses",
             f"use one of {list(SKYRL_POLICY_LOSSES)}",
         )
     return SKYRL_POLICY_LOSSES[value]
@@ -212,6 +215,23 @@ def _model_name(value: Any) -> Any:
     return value
 
 
+def _max_staleness(r: Reader) -> Any:
+    if not r("trainer.fully_async.enabled"):
+        return UNSET  # the core default: 0, the synchronous path
+    return int(r("trainer.fully_async.max_staleness_steps")) * int(r("trainer.update_epochs_per_batch"))
+
+
+def _is_weight_cap(r: Reader) -> Any:
+    """The token TIS cap of an asynchronous run (SkyRL computes the weights; the core records the cap)."""
+    if _max_staleness(r) in (UNSET, 0):
+        return UNSET
+    if r("trainer.algorithm.off_policy_correction.tis_ratio_type") == "token":
+        return float(r("trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high"))
+    if r("trainer.algorithm.off_policy_correction.tis_ratio_type") is None and r("trainer.algorithm.use_tis"):
+        return float(r("trainer.algorithm.tis_imp_ratio_cap"))
+    return UNSET
+
+
 def _one(value: Any) -> bool:
     return value == 1
 
@@ -227,7 +247,13 @@ _LOGPROB_KERNELS = (
     "the Arctic server computes log-probs and entropy itself (trainer.arctic_rl.zorro.logits_*)"
 )
 _TRACKER = "SkyRL's tracker and logging"
+_LORA = "trainer.policy.model.lora"
 _TIS = "the adapter's rollout_is_weights on the wire (SkyRL's compute_tis_ratio; the server's loss multiplies by them)"
+_OPC = (
+    "SkyRL's off-policy correction, computed by the adapter with SkyRL's own compute_off_policy_correction "
+    "(pi_old vs pi_rollout): TIS weights -> rollout_is_weights, sequence / outlier / token masks -> the loss "
+    "mask sent on the wire"
+)
 _UNUSED_LOSS = "a parameter of a SkyRL policy loss the Arctic server does not compute"
 
 ENTRIES = [
@@ -249,10 +275,18 @@ ENTRIES = [
              why="the Arctic server's sequence parallelism is DeepSpeed Ulysses"),
     # -- model, kernels, precision ---------------------------------------------------------------
     Mapped("trainer.policy.model.path", "model.name", _model_name, "the model the Arctic server serves and trains"),
-    Rejected("trainer.policy.model.lora.rank", "set trainer.policy.model.lora.rank=0 (full-weight training)",
-             why="LoRA is not available on the Arctic path: this adapter does not send arctic-platform's "
-                 "TrainingConfig.peft, so the server would train full weights"),
-    NotApplicable("trainer.policy.model.lora", "LoRA settings apply only with lora.rank > 0, which is rejected"),
+    # LoRA -> peft.* (training.peft on Cortex; on-prem kinds reject lora.rank > 0 at dry run, with the reason)
+    *lora_entries(rank=f"{_LORA}.rank", alpha=f"{_LORA}.alpha", dropout=f"{_LORA}.dropout",
+                  target_modules=f"{_LORA}.target_modules", exclude_modules=f"{_LORA}.exclude_modules"),
+    Rejected(f"{_LORA}.init_method", "leave trainer.policy.model.lora.init_method at kaiming",
+             why="the Arctic server initialises its adapters itself (PEFT's default: Kaiming-uniform A, zero B); "
+                 "training.peft carries no init method"),
+    Rejected(f"{_LORA}.max_loras", "leave it at 1", why="the Arctic sampler serves the one trained adapter"),
+    Rejected(f"{_LORA}.max_cpu_loras", "unset it (null)", why="the Arctic sampler serves the one trained adapter"),
+    NotApplicable(f"{_LORA}.lora_sync_path",
+                  "the Arctic weight sync sends the adapter tensors itself (weight_format=lora): no files"),
+    NotApplicable(f"{_LORA}.sync_mode", "Megatron's adapter transport; the Arctic weight sync is the server's"),
+    NotApplicable(f"{_LORA}.share_expert_adapters", _MEGATRON),
     Rejected("trainer.policy.model.fake_int4_qat.enabled", "set it to false",
              why="the Arctic server has no quantization-aware training"),
     NotApplicable("trainer.policy.model.fake_int4_qat", "QAT settings apply only with fake_int4_qat.enabled"),
@@ -328,21 +362,7 @@ ENTRIES = [
     Mapped("trainer.algorithm.clip_ratio_c", "loss.clip_ratio_c"),
     Derived("loss.loss_scale_factor", ("trainer.algorithm.max_seq_len", "trainer.algorithm.loss_reduction"),
             _scale_factor, "max_seq_len with seq_mean_token_sum_norm"),
-    *(PassedThrough(f"trainer.algorithm.{name}", _TIS) for name in (
-        "use_tis", "tis_imp_ratio_cap", "off_policy_correction.tis_ratio_type",
-        "off_policy_correction.token_tis_ratio_clip_high", "off_policy_correction.sequence_tis_ratio_clip_high",
-    )),
-    Rejected("trainer.algorithm.off_policy_correction.sequence_mask_metric", "unset it (null)",
-             why="rollout-correction masks are not computed on the Arctic path"),
-    Rejected("trainer.algorithm.off_policy_correction.outlier_token_is_threshold_low", "unset it (null)",
-             why="rollout-correction masks are not computed on the Arctic path"),
-    Rejected("trainer.algorithm.off_policy_correction.outlier_token_is_threshold_high", "unset it (null)",
-             why="rollout-correction masks are not computed on the Arctic path"),
-    Rejected("trainer.algorithm.off_policy_correction.token_mask_is_threshold_low", "unset it (null)",
-             why="rollout-correction masks are not computed on the Arctic path"),
-    Rejected("trainer.algorithm.off_policy_correction.token_mask_is_threshold_high", "unset it (null)",
-             why="rollout-correction masks are not computed on the Arctic path"),
-    NotApplicable("trainer.algorithm.off_policy_correction", "applies only with sequence_mask_metric (rejected)"),
+    PassedThrough("trainer.algorithm.off_policy_correction", _OPC),
     Rejected("trainer.algorithm.enable_sample_support_replay", "set it to false",
              why="the Arctic backend does not capture sample support"),
     *(Derived(core, (field,), _family_knob(family, field), f"with policy_loss_type={family}")
@@ -355,8 +375,9 @@ ENTRIES = [
         ("loss.kl_cov_ratio", "trainer.algorithm.kl_cov.kl_cov_frac", "kl_cov"),
         ("loss.ppo_kl_coef", "trainer.algorithm.kl_cov.ppo_kl_coef", "kl_cov"),
       )),
-    Rejected("trainer.algorithm.cispo.cispo_anchor", "set it to old",
-             why="the Arctic loss anchors CISPO's ratio on the old log-probs"),
+    PassedThrough("trainer.algorithm.cispo.cispo_anchor",
+                  "the behaviour policy the adapter sends as old log-probs: old = the trainer's forward, "
+                  "rollout = the sampler's log-probs (as SkyRL's cispo reads them)"),
     NotApplicable("trainer.algorithm.dppo", _UNUSED_LOSS),
     NotApplicable("trainer.algorithm.value_clip", _CRITIC),
     Rejected("trainer.algorithm.dynamic_sampling.type", "unset it (null)",
@@ -364,8 +385,28 @@ ENTRIES = [
     NotApplicable("trainer.algorithm.dynamic_sampling", "applies only with dynamic_sampling.type"),
     Rejected("trainer.mtp.enabled", "set it to false", why="the Arctic server trains no multi-token-prediction heads"),
     NotApplicable("trainer.mtp", "applies only with trainer.mtp.enabled"),
-    Rejected("trainer.fully_async.enabled", "set it to false", why="the Arctic adapter drives SkyRL's synchronous trainer"),
-    NotApplicable("trainer.fully_async", "applies only with trainer.fully_async.enabled"),
+    # -- SkyRL's fully asynchronous trainer (adapter_skyrl.fully_async) ----------------------------
+    Derived("async.max_staleness", ("trainer.fully_async.enabled", "trainer.fully_async.max_staleness_steps",
+            "trainer.update_epochs_per_batch"), _max_staleness,
+            "fully_async.enabled (SkyRL's FullyAsyncRayPPOTrainer, the adapter's ArcticFullyAsyncPPOTrainer): "
+            "max_staleness_steps x update_epochs_per_batch (SkyRL counts training steps, the core optimizer "
+            "steps); else 0"),
+    Derived("async.is_weight_cap", ("trainer.algorithm.off_policy_correction.tis_ratio_type",
+            "trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high", "trainer.algorithm.use_tis",
+            "trainer.algorithm.tis_imp_ratio_cap", "trainer.fully_async.enabled",
+            "trainer.fully_async.max_staleness_steps"), _is_weight_cap,
+            "asynchronous with token TIS: token_tis_ratio_clip_high (use_tis: tis_imp_ratio_cap); SkyRL's own "
+            "compute_tis_ratio computes the weights with it"),
+    PassedThrough("trainer.fully_async.num_parallel_generation_workers",
+                  "SkyRL's generation workers (each has one prompt group's generate request in flight)"),
+    PassedThrough("trainer.fully_async.sample_full_batch", "SkyRL's fully async trainer (drops zero-variance groups)"),
+    NotApplicable("trainer.fully_async.clear_kv_cache_on_weight_sync",
+                  "every Arctic weight sync resets the sampler's prefix cache (the core weight-sync policy, as "
+                  "arctic-platform 0.1.4's sync_weights does): no KV cache outlives a weights version"),
+    Rejected("trainer.fully_async.simulate_training", "set it to false",
+             why="the simulated trainer trains nothing; the Arctic path runs the real one"),
+    NotApplicable("trainer.fully_async.simulate_training_step_seconds", "applies only with simulate_training"),
+    NotApplicable("trainer.fully_async.simulate_weight_sync_seconds", "applies only with simulate_training"),
     # -- run, seeds, checkpoints -------------------------------------------------------------------
     Mapped("trainer.seed", "determinism.seed"),
     PassedThrough("trainer.resume_mode", "SkyRL's checkpoint resume"),
@@ -440,7 +481,8 @@ ENTRIES = [
              why="the Arctic backend does not return routed experts"),
     Rejected("generator.inference_engine.enable_return_sample_support_set", "set it to false",
              why="the Arctic backend does not capture sample support"),
-    NotApplicable("generator.inference_engine.fully_sharded_loras", "LoRA is rejected"),
+    NotApplicable("generator.inference_engine.fully_sharded_loras",
+                  "the Arctic sampler's vLLM LoRA kernels are the server's (training.peft enables them)"),
     NotApplicable("generator.inference_engine.enable_ray_prometheus_stats",
                   "there are no SkyRL vLLM engines to scrape (the adapter turns it off)"),
     NotApplicable("generator.inference_engine.offload_kv_for_weight_sync",

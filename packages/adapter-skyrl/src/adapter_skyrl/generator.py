@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 PromptFormat = Literal["token_ids", "text"]
 
+# The weights version a generate call sampled with, on each GeneratorOutput (an int: SkyRL's
+# concatenation keeps list-valued keys only, so it stays with the one group's output).
+WEIGHTS_VERSION_KEY = "arctic_weights_version"
+
 # vLLM sampling keys SkyRL always sends whose values the backend's semantics already give.
 _IMPLIED = {"min_tokens": 1, "skip_special_tokens": True, "include_stop_str_in_output": True, "min_p": 0.0}
 
@@ -70,6 +74,7 @@ class ArcticGenerator(GeneratorInterface):
         env_configs: Any = None,
         call_timeout_s: float | None = None,
         expected_weights_version: Callable[[], int | None] | None = None,
+        remember_inputs: bool = False,
     ):
         if prompt_format not in ("token_ids", "text"):
             raise ValueError(f"prompt_format={prompt_format!r}: use 'token_ids' or 'text'")
@@ -83,6 +88,10 @@ class ArcticGenerator(GeneratorInterface):
         # The version the last weight sync produced (the dispatch's); rollouts must use exactly it.
         self.expected_weights_version = expected_weights_version
         self.weights_versions: list[int] = []  # one per generate call, in order
+        # SkyRL's fully asynchronous trainer: each group's input, by uid, so that a group too stale
+        # to train on can be generated again (`async.stale_policy=regenerate`).
+        self.remember_inputs = remember_inputs
+        self.inputs_by_uid: dict[str, GeneratorInput] = {}
 
     def _template(self, conversation: Sequence[Mapping[str, str]], *, tokenize: bool) -> Any:
         return self.tokenizer.apply_chat_template(
@@ -96,8 +105,16 @@ class ArcticGenerator(GeneratorInterface):
         return [int(t) for t in ids]
 
     async def generate(self, input_batch: GeneratorInput) -> GeneratorOutput:
+        if self.remember_inputs:
+            for uid in {t.instance_id for t in input_batch.get("trajectory_ids") or ()}:
+                self.inputs_by_uid[uid] = input_batch
         conversations = input_batch["prompts"]
-        params = to_sampling_params(input_batch.get("sampling_params") or {})
+        from arctic_rl_core.backends.old_logprobs import sampling_params_for
+
+        # without a server forward (Cortex) the old-log-prob pass serves these log-probs
+        params = sampling_params_for(
+            self.backend, to_sampling_params(input_batch.get("sampling_params") or {})
+        )
         local_ids = [self._local_ids(c) for c in conversations]
         if self.prompt_format == "text":
             prompts: list[Any] = [self._template(c, tokenize=False) for c in conversations]
@@ -152,7 +169,7 @@ class ArcticGenerator(GeneratorInterface):
             "generate/scoring_s": score_s,
             "generate/execution_success_rate": _rate(verdicts, "execution_success"),
         }
-        return GeneratorOutput(
+        output = GeneratorOutput(
             prompt_token_ids=prompt_ids,
             response_ids=response_ids,
             rewards=rewards,
@@ -170,6 +187,8 @@ class ArcticGenerator(GeneratorInterface):
             pixel_values=None,
             image_grid_thw=None,
         )
+        output[WEIGHTS_VERSION_KEY] = int(out.weights_version)
+        return output
 
 
 def score_rollouts(

@@ -9,6 +9,7 @@ lists and response-aligned values instead; its log-probs come back response-alig
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,22 +31,29 @@ def to_rollout_samples(
     with_old: bool,
     with_ref: bool,
     is_weights_B_R: torch.Tensor | None = None,
+    old_B_R: torch.Tensor | None = None,
+    loss_mask_B_R: torch.Tensor | None = None,
 ) -> list[RolloutSample]:
     """One `RolloutSample` per row of a SkyRL batch.
 
     `loss_mask` becomes the sample's response mask (SkyRL's loss mask is what its loss reads).
     `is_weights_B_R`: rollout-correction weights right-aligned like the response tensors (`[B, 1]`
-    is broadcast over each row's response).
+    is broadcast over each row's response). `old_B_R`: the old log-probs to send (default: the batch's
+    `action_log_probs`); `loss_mask_B_R`: the loss mask to send (default: the batch's).
     """
     from arctic_rl_core.wire import RolloutSample
 
     sequences_B_S = data["sequences"].cpu()
     attention_B_S = data["attention_mask"].cpu().bool()
     response_mask_B_R = _required(data, "response_mask").cpu()
-    loss_mask_B_R = data.get("loss_mask")
+    if loss_mask_B_R is None:
+        loss_mask_B_R = data.get("loss_mask")
     loss_mask_B_R = loss_mask_B_R.cpu() if loss_mask_B_R is not None else response_mask_B_R
     advantages_B_R = data["advantages"].cpu() if with_advantages else None
-    old_B_R = _required(data, "action_log_probs").cpu() if with_old else None
+    if with_old:
+        old_B_R = (old_B_R if old_B_R is not None else _required(data, "action_log_probs")).cpu()
+    else:
+        old_B_R = None
     ref_B_R = _required(data, "base_action_log_probs").cpu() if with_ref else None
     rollout_B_R = data.get("rollout_logprobs")
     rollout_B_R = rollout_B_R.cpu() if rollout_B_R is not None else None
@@ -83,33 +91,72 @@ def _weights(weights_B_R: torch.Tensor | None, row: int, resp_len: int) -> list[
     return _row_values(weights_B_R.cpu(), row, resp_len)
 
 
-def rollout_correction_weights(data: TrainingInputBatch, algorithm: Any) -> torch.Tensor | None:
-    """SkyRL's truncated importance-sampling weights (its own `compute_tis_ratio`, pi_old / pi_rollout
-    capped) for `trainer.algorithm.off_policy_correction.tis_ratio_type` (or the deprecated `use_tis`,
-    which SkyRL turns into token TIS capped at `tis_imp_ratio_cap`); None when off."""
-    import copy
+def rollout_anchored(algorithm: Any) -> bool:
+    """Whether SkyRL's policy loss takes the rollout policy as its behaviour policy (`rollout_is`,
+    `cispo` with `cispo_anchor=rollout`): the old log-probs on the wire are then the rollout log-probs."""
+    loss = algorithm.policy_loss_type
+    return loss == "rollout_is" or (loss == "cispo" and algorithm.cispo.cispo_anchor == "rollout")
 
-    from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import compute_tis_ratio
 
-    opc = copy.copy(algorithm.off_policy_correction)
-    tis_type = opc.tis_ratio_type
-    if tis_type is None and algorithm.use_tis:
-        tis_type, opc.token_tis_ratio_clip_high = "token", algorithm.tis_imp_ratio_cap
-    if tis_type is None:
-        return None
+def behaviour_logprobs(data: TrainingInputBatch, algorithm: Any) -> torch.Tensor:
+    """The log-probs the server's loss takes as old: the trainer's forward (`action_log_probs`), or
+    the sampler's (`rollout_logprobs`) for a rollout-anchored loss, as SkyRL's own loss reads them."""
+    if not rollout_anchored(algorithm):
+        return _required(data, "action_log_probs")
     rollout_B_R = data.get("rollout_logprobs")
     if rollout_B_R is None:
         raise ValueError(
-            "rollout correction (trainer.algorithm.off_policy_correction.tis_ratio_type) needs the rollout "
+            f"trainer.algorithm.policy_loss_type={algorithm.policy_loss_type} optimizes against the rollout "
             "log-probs: set generator.sampling_params.logprobs=1"
+        )
+    return rollout_B_R
+
+
+@dataclass(frozen=True)
+class OffPolicyCorrection:
+    """SkyRL's off-policy correction of one batch (its own `compute_off_policy_correction`): the
+    truncated IS weights (None without TIS), the loss mask with its sequence / outlier / token masks
+    applied, and its metrics."""
+
+    is_weights_B_R: torch.Tensor | None
+    loss_mask_B_R: torch.Tensor | None
+    metrics: dict[str, float]
+
+
+def off_policy_correction(data: TrainingInputBatch, algorithm: Any) -> OffPolicyCorrection:
+    """`trainer.algorithm.off_policy_correction` (or the deprecated `use_tis`, which SkyRL turns into
+    token TIS capped at `tis_imp_ratio_cap`) on this batch: pi_old (the trainer's forward) against
+    pi_rollout, exactly as SkyRL's losses apply it. Off: nothing to send."""
+    import copy
+
+    from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import (
+        compute_off_policy_correction,
+        off_policy_correction_enabled,
+    )
+
+    opc = copy.copy(algorithm.off_policy_correction)
+    if opc.tis_ratio_type is None and algorithm.use_tis:
+        opc.tis_ratio_type, opc.token_tis_ratio_clip_high = "token", algorithm.tis_imp_ratio_cap
+    if not off_policy_correction_enabled(opc):
+        return OffPolicyCorrection(None, None, {})
+    rollout_B_R = data.get("rollout_logprobs")
+    if rollout_B_R is None:
+        raise ValueError(
+            "off-policy correction (trainer.algorithm.off_policy_correction) needs the rollout log-probs: "
+            "set generator.sampling_params.logprobs=1"
         )
     old_B_R = _required(data, "action_log_probs")
     loss_mask_B_R = data.get("loss_mask")
     loss_mask_B_R = loss_mask_B_R if loss_mask_B_R is not None else _required(data, "response_mask")
-    weights, _metrics = compute_tis_ratio(
-        old_B_R.cpu(), rollout_B_R.cpu(), loss_mask_B_R.cpu(), tis_type, opc
+    weights, metrics, mask = compute_off_policy_correction(
+        old_B_R.cpu(), rollout_B_R.cpu(), loss_mask_B_R.cpu().float(), opc
     )
-    return weights
+    return OffPolicyCorrection(weights, mask, {k: float(v) for k, v in metrics.items()})
+
+
+def rollout_correction_weights(data: TrainingInputBatch, algorithm: Any) -> torch.Tensor | None:
+    """SkyRL's truncated importance-sampling weights (pi_old / pi_rollout capped), None when off."""
+    return off_policy_correction(data, algorithm).is_weights_B_R
 
 
 def _required(data: TrainingInputBatch, key: str) -> torch.Tensor:

@@ -19,6 +19,9 @@ from arctic_rl_core.seams import Internal
 WORKER_DISPATCH = "skyrl.backends.skyrl_train.workers.worker_dispatch:WorkerDispatch"
 TRAINER = "skyrl.train.trainer:RayPPOTrainer"
 EXPERIMENT = "skyrl.train.entrypoints.main_base:BasePPOExp"
+FULLY_ASYNC_TRAINER = "skyrl.train.fully_async_trainer:FullyAsyncRayPPOTrainer"
+ASYNC_DATALOADER = "skyrl.train.fully_async_trainer:_AsyncDataloader"
+STALENESS_MANAGER = "skyrl.train.fully_async_trainer:_AsyncStalenessManager"
 # BasePPOExp.__init__'s inference-server state, which the adapter's experiment (whose __init__
 # does not run the base's: no trust_remote_code tokenizer, no colocation placement group) mirrors.
 INFERENCE_SERVER_STATE = (
@@ -80,6 +83,47 @@ INTERNALS: tuple[Internal, ...] = (
         "workers and vLLM, which the Arctic path replaces; no public factory hook",
         ("self",),
     ),
+    Internal(
+        FULLY_ASYNC_TRAINER,
+        "_collect_generation_mini_batch",
+        "override",
+        "fully_async.ArcticFullyAsyncPPOTrainer._collect_generation_mini_batch",
+        "the one point where a step's generated groups are taken from the buffer before training; the "
+        "core's staleness gate (async.max_staleness) must see each group there, and no public hook exists",
+        ("self", "generation_output_group_buffer", "all_generators_done"),
+    ),
+    Internal(
+        FULLY_ASYNC_TRAINER,
+        "_drain_next_group",
+        "call",
+        "fully_async.ArcticFullyAsyncPPOTrainer._next_group",
+        "SkyRL's own wait for the next finished group under sample_full_batch (it knows when its "
+        "generation tasks are done); a dropped stale group is replaced through it",
+        ("self", "buffer", "all_generators_done"),
+    ),
+    Internal(
+        FULLY_ASYNC_TRAINER,
+        "_staleness_manager",
+        "instance attribute",
+        "fully_async (on_rollout_filtered for a dropped group; generation_exhausted)",
+        "SkyRL's capacity accounting: a dropped group must give its slot back exactly as SkyRL's own "
+        "sample_full_batch drop does, or the generation workers deadlock",
+    ),
+    Internal(
+        STALENESS_MANAGER,
+        "_stat",
+        "instance attribute",
+        "skyrl_internals.generation_exhausted",
+        "the count of groups still being generated; with every prompt drawn and none running, a "
+        "dropped group cannot be replaced this epoch (no public query)",
+    ),
+    Internal(
+        ASYNC_DATALOADER,
+        "_exhausted",
+        "instance attribute",
+        "skyrl_internals.generation_exhausted",
+        "set when the epoch's prompts are all drawn; no public query",
+    ),
     *(
         Internal(
             EXPERIMENT,
@@ -104,3 +148,8 @@ def no_inference_servers(experiment: Any) -> None:
     """The state BasePPOExp.__init__ gives an experiment before inference servers exist."""
     for name in INFERENCE_SERVER_STATE:
         setattr(experiment, name, None)
+
+
+def generation_exhausted(trainer: Any) -> bool:
+    """SkyRL's fully async trainer has drawn every prompt of the epoch and none is being generated."""
+    return bool(trainer.async_train_dataloader._exhausted) and trainer._staleness_manager._stat.running == 0

@@ -40,7 +40,8 @@ class BackendReferenceModel:
 
 
 class ArcticPPOTrainer(RayPPOTrainer):
-    """SkyRL's `RayPPOTrainer` whose models live on a core backend."""
+    """SkyRL's `RayPPOTrainer` whose models live on a core backend. The fully asynchronous trainer
+    (`adapter_skyrl.fully_async`) puts these hooks before SkyRL's `FullyAsyncRayPPOTrainer`."""
 
     def __init__(self, *args: Any, dispatch: ArcticWorkerDispatch, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -75,8 +76,12 @@ class ArcticPPOTrainer(RayPPOTrainer):
     ) -> Any:
         """SkyRL's forward batch carries only sequences and attention mask (its workers read the
         last `response_length` columns); the wire needs each row's prompt/response split, so the
-        response mask travels along."""
+        response mask travels along, and so do the rollout log-probs (the old log-probs on a backend
+        without forward)."""
         data_fwd_pass["response_mask"] = self._fwd_source["response_mask"]
+        rollout_logprobs = self._fwd_source.get("rollout_logprobs")
+        if rollout_logprobs is not None:  # what the old-log-prob pass serves on Cortex (no forward)
+            data_fwd_pass["rollout_logprobs"] = rollout_logprobs
         return super()._execute_forward_pass(model, data_fwd_pass, key, mini_batch_boundaries)
 
     def _normalize_advantages(
@@ -237,8 +242,16 @@ class ArcticPPOExp(BasePPOExp):
             prompt_format=self.prompt_format,
             chat_template_kwargs=cfg.generator.chat_template_kwargs,
             env_configs=cfg.environment.skyrl_gym,
-            expected_weights_version=self._synced_version,
+            **self.generator_version_options(),
         )
+
+    def generator_version_options(self) -> dict[str, Any]:
+        """Synchronous: every rollout uses exactly the last sync's weights (checked per generate call).
+        Fully async: the trainer checks each group's version against `async.max_staleness` when it
+        trains it (a sync may land while a group is in flight), and keeps inputs for regeneration."""
+        if self.cfg.trainer.fully_async.enabled:
+            return {"expected_weights_version": None, "remember_inputs": True}
+        return {"expected_weights_version": self._synced_version}
 
     def _synced_version(self) -> int | None:
         """The weights version of the last sync (None before the trainer exists)."""
@@ -260,6 +273,19 @@ class ArcticPPOExp(BasePPOExp):
             checkpoint=self.arctic_cfg.checkpoint,
         )
 
+    def trainer_class(self) -> type[ArcticPPOTrainer]:
+        """SkyRL's synchronous trainer, or its fully asynchronous one (`trainer.fully_async.enabled`)."""
+        if self.cfg.trainer.fully_async.enabled:
+            from adapter_skyrl.fully_async import ArcticFullyAsyncPPOTrainer
+
+            return ArcticFullyAsyncPPOTrainer
+        return ArcticPPOTrainer
+
+    def trainer_options(self) -> dict[str, Any]:
+        if self.cfg.trainer.fully_async.enabled:
+            return {"staleness": self.arctic_cfg.async_settings}
+        return {}
+
     def _setup_trainer(self) -> ArcticPPOTrainer:
         """SkyRL's setup without importing the FSDP/Megatron workers (flash_attn) or vLLM."""
         logger.info(self.get_cfg_as_str(self.cfg))
@@ -267,7 +293,7 @@ class ArcticPPOExp(BasePPOExp):
         os.makedirs(self.cfg.trainer.ckpt_path, exist_ok=True)
         tracker = self.get_tracker()
         generator = self.get_generator(self.cfg, self.tokenizer, None)
-        trainer = ArcticPPOTrainer(
+        trainer = self.trainer_class()(
             cfg=self.cfg,
             tracker=tracker,
             tokenizer=self.tokenizer,
@@ -277,6 +303,7 @@ class ArcticPPOExp(BasePPOExp):
             generator=generator,
             colocate_pg=None,
             dispatch=self.build_dispatch(),
+            **self.trainer_options(),
         )
         trainer.trajectory_logger = self.get_trajectory_logger()
         self.trainer = trainer

@@ -56,18 +56,6 @@ class ArcticVerlSettings(BaseModel):
     model_path: str = Field(description="actor_rollout_ref.model.path (tokenizer and HF config)")
     trust_remote_code: bool = Field(default=False, description="actor_rollout_ref.model.trust_remote_code")
     trace_dir: str | None = Field(default=None, description="remote_backend.trace_dir")
-    separate_async: bool = Field(
-        default=False,
-        description="trainer.v1.trainer_mode=separate_async (the adapter's arctic_separate_async)",
-    )
-    optimizer_steps_per_version: int = Field(
-        default=1,
-        ge=1,
-        description=(
-            "optimizer steps per verl step (separate async: actor.ppo_epochs, one update per step): the "
-            "rollout replicas report Arctic weights version / this to verl, in verl's step units"
-        ),
-    )
 
     def arctic_config(self) -> ArcticRLConfig:
         from arctic_rl_core.config import ArcticRLConfig
@@ -374,6 +362,14 @@ def resolve(config: DictConfig, total_training_steps: int | None) -> Resolution:
                 named = VERL_FIELDS.in_framework_terms(issue, extension_prefix=CORE_PREFIX)
                 if not any(path in named.path for path in mapped_bad):
                     problems.append(named.render())
+    resume_mode = _get(config, "trainer.resume_mode", "auto")
+    if cfg is not None and cfg.backend.kind == "cortex" and resume_mode == "resume_path":
+        from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS
+
+        problems.append(
+            f"trainer.resume_mode={resume_mode!r}: {CORTEX_LIMITS['load-checkpoint']}; set "
+            "trainer.resume_mode=disable (or auto on a fresh trainer.default_local_dir) for backend.kind=cortex"
+        )
     return Resolution(
         config=None if problems else cfg, problems=problems, not_applicable=translation.not_applied
     )
@@ -391,14 +387,11 @@ def arctic_config_from_verl(config: DictConfig, total_training_steps: int | None
 def settings_from_verl(config: DictConfig, total_training_steps: int | None) -> ArcticVerlSettings:
     """Check `config` and resolve what the workers and rollout servers need."""
     cfg = arctic_config_from_verl(config, total_training_steps)
-    separate_async = is_separate_async(config)
     return ArcticVerlSettings(
         core=cfg.model_dump(mode="json", exclude_unset=True),
         model_path=str(config.actor_rollout_ref.model.path),
         trust_remote_code=bool(_get(config, "actor_rollout_ref.model.trust_remote_code", False)),
         trace_dir=_get(config, "remote_backend.trace_dir"),
-        separate_async=separate_async,
-        optimizer_steps_per_version=cfg.batch.epochs if separate_async else 1,
     )
 
 

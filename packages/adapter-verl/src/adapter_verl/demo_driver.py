@@ -99,6 +99,27 @@ def verl_overrides(
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         *verl_backend_overrides(options, model_path=model_path),
+        *separate_async_overrides(options.max_staleness),
+    ]
+
+
+def separate_async_overrides(max_staleness: int) -> list[str]:
+    """`--async K` (K > 0) as verl's own separate-async settings: one update per step (the demo's one
+    optimizer step per step), a trajectory may span K + 1 steps (max_off_policy_threshold, so the core's
+    async.max_staleness is K), K batches prefetched ahead of training, and what verl's separate-async
+    trainer asserts (a collective checkpoint engine; the adapter syncs through its backend). Sampling
+    runs on its own device (`--async` excludes `--colocate`: hybrid_engine=false, set with the backend)."""
+    from adapter_verl.field_table import ASYNC_TRAINER_MODE
+
+    if max_staleness <= 0:
+        return []
+    return [
+        # what adapter_verl.main makes of verl's trainer.v1.trainer_mode=separate_async
+        f"trainer.v1.trainer_mode={ASYNC_TRAINER_MODE}",
+        "trainer.v1.separate_async.parameter_sync_step=1",
+        f"trainer.v1.separate_async.num_warmup_batches={max_staleness}",
+        f"trainer.v1.sampler.max_off_policy_threshold={max_staleness + 1}",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
     ]
 
 
@@ -238,7 +259,8 @@ def _backend_location(options: DemoOptions) -> dict[str, Any]:
     """Where verl's trainer started the reference engine: its Ray actor's process and node (or
     the Arctic server the run drives)."""
     if options.server is not None:
-        return {"where": f"Arctic on-prem server at {options.server} (arctic-platform client)"}
+        api = "Cortex API" if options.backend == "cortex" else "Arctic on-prem server"
+        return {"where": f"{api} at {options.server} (arctic-platform client)"}
     from adapter_verl.session import lookup_session
 
     handle = lookup_session().handle
@@ -258,9 +280,9 @@ def run_grpo(
     on_step: Callable[[int, dict[str, Any]], None],
     on_ready: Callable[[int, list[str], dict[str, Any]], None],
     on_backend: Callable[[dict[str, Any]], None],
-) -> Backend:
+) -> Backend | None:
     """Run (or resume) the GRPO steps; returns an in-process reference backend holding the
-    final trained weights, synced to its sampler (the caller shuts it down).
+    final trained weights, synced to its sampler (the caller shuts it down); None on Cortex.
 
     `on_ready(first_step, overrides, arctic_config)` is called before training (a resumed run
     starts after its latest checkpoint); `on_backend(location)` once the trainer's backend runs
@@ -317,6 +339,10 @@ def run_grpo(
         finally:
             ray.shutdown()  # also on Ctrl-C: the trainer and backend actors end with the cluster
 
+    if options.backend == "cortex" and options.server is not None:
+        # the final weights were in the run's Cortex jobs, which ended with verl's trainer; Cortex
+        # keeps the checkpoints in its own store, which the 0.1.4 client cannot load from
+        return None
     return asyncio.run(_restored_backend(options, model_path, checkpoints))
 
 
@@ -343,3 +369,7 @@ async def _restored_backend(options: DemoOptions, model_path: Path, checkpoints:
     )
     await synced(backend)
     return backend
+
+
+# `arctic-rl demo --framework verl --async K` runs verl's separate-async trainer (separate_async_overrides)
+run_grpo.supports_async = True

@@ -34,6 +34,7 @@ from arctic_rl_core.config.framework_fields import (
     Reader,
     Rejected,
 )
+from arctic_rl_core.config.lora_fields import lora_entries
 
 A = "actor_rollout_ref.actor"
 M = "actor_rollout_ref.model"
@@ -56,9 +57,10 @@ FSDP_ENGINE = (
     "verl's FSDP engine setting: the Arctic training job is DeepSpeed (remote_backend.core.deepspeed.*)"
 )
 PROFILER = "verl's profiler profiles verl's own workers; the Arctic jobs run on the Arctic server"
-LORA = (
-    "LoRA adapters are not sent to the Arctic server (arctic-platform 0.1.4 has TrainingConfig.peft; "
-    "this adapter sends none): set it to 0"
+MEGATRON_LORA = (
+    "verl's Megatron-Bridge LoRA (model.lora.*) belongs to verl's Megatron engine; the Arctic LoRA "
+    "adapters (training.peft) are set by actor_rollout_ref.model.lora_rank / lora_alpha / target_modules: "
+    "leave model.lora.rank at 0 and set those"
 )
 REF_WORKER = "verl's reference-policy FSDP worker: the reference model runs in the Arctic log-prob job"
 LOGPROB_BATCHING = "the Arctic training job batches no-grad forwards by ppo_micro_batch_size_per_gpu"
@@ -345,14 +347,20 @@ ENTRIES: tuple[Entry, ...] = (
     _m(f"{M}.enable_gradient_checkpointing", "kernels.gradient_checkpointing", transform=bool),
     _r(f"{M}.enable_activation_offload", "set it to false (use actor.fsdp_config.param_offload for offload)"),
     _na(f"{M}.use_remove_padding", "the Arctic training job packs its own batches"),
-    _r(f"{M}.lora_rank", LORA),
-    _r(f"{M}.lora.rank", LORA),
-    _r(f"{M}.lora_adapter_path", "no LoRA on the Arctic path: remove it"),
-    _r(f"{M}.lora.adapter_path", "no LoRA on the Arctic path: remove it"),
-    _na(f"{M}.lora_alpha", "LoRA is off"),
-    _na(f"{M}.target_modules", "LoRA is off"),
-    _na(f"{M}.exclude_modules", "LoRA is off"),
-    _na(f"{M}.lora", "LoRA is off"),
+    # LoRA -> peft.* (training.peft on Cortex; on-prem kinds reject lora_rank > 0 at dry run, with the reason)
+    *lora_entries(
+        rank=f"{M}.lora_rank",
+        alpha=f"{M}.lora_alpha",
+        target_modules=f"{M}.target_modules",
+        exclude_modules=f"{M}.exclude_modules",
+    ),
+    _r(
+        f"{M}.lora_adapter_path",
+        "training.peft starts fresh adapters (arctic-platform 0.1.4 sends no adapter to load): remove it",
+    ),
+    _r(f"{M}.lora.rank", MEGATRON_LORA),
+    _r(f"{M}.lora.adapter_path", MEGATRON_LORA),
+    _na(f"{M}.lora", "verl's Megatron LoRA settings (model.lora.*): apply only with model.lora.rank > 0"),
     _m(
         f"{M}.use_liger",
         "kernels.use_liger",

@@ -84,7 +84,6 @@ class ArcticRolloutServer:
         self.text_prompts = self._arctic_config.backend.kind in TEXT_PROMPT_BACKENDS
         self._model_path = info.settings.model_path
         self._trust_remote_code = info.settings.trust_remote_code
-        self._steps_per_version = info.settings.optimizer_steps_per_version
 
     def _prompt(self, prompt_ids: list[int]) -> list[int] | str:
         if not self.text_prompts:
@@ -115,7 +114,12 @@ class ArcticRolloutServer:
         if image_data is not None or video_data is not None or kwargs.get("audio_data") is not None:
             raise ValueError("multi-modal prompts are not supported by the Arctic rollout")
         await self._connected()
-        params = sampling_params_from_verl(sampling_params, self.response_length)
+        from arctic_rl_core.backends.old_logprobs import sampling_params_for
+
+        # without a server forward (Cortex) the old-log-prob pass serves the sampler's log-probs
+        params = sampling_params_for(
+            self._backend, sampling_params_from_verl(sampling_params, self.response_length)
+        )
         served = await self._batcher.generate(self._prompt(prompt_ids), params)
         completion = served.completion
         if self.text_prompts and completion.prompt_len != len(prompt_ids):
@@ -142,19 +146,8 @@ class ArcticRolloutServer:
             token_ids=list(completion.token_ids),
             log_probs=list(completion.logprobs) if params.logprobs and completion.logprobs else None,
             stop_reason="aborted" if completion.finish_reason == "abort" else "completed",
-            extra_fields={WEIGHTS_VERSION_KEY: self._verl_version(served.weights_version)},
+            extra_fields={WEIGHTS_VERSION_KEY: served.weights_version},
         )
-
-    def _verl_version(self, weights_version: int) -> int:
-        """The backend's weights version (optimizer steps) in verl's units: the step whose weight sync
-        installed these weights (separate async: ppo_epochs optimizer steps per step; sync: as is)."""
-        version, rest = divmod(int(weights_version), self._steps_per_version)
-        if rest:
-            raise RuntimeError(
-                f"the sampler serves weights version {weights_version}, not a multiple of the "
-                f"{self._steps_per_version} optimizer steps per verl step: a sync happened between verl steps"
-            )
-        return version
 
     async def sleep(self) -> None:
         """verl calls this once sampling is over (`on_sample_end`) and before loading a checkpoint:

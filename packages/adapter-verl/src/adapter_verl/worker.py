@@ -28,6 +28,7 @@ from adapter_verl.trace import TraceWriter
 from adapter_verl.verl_internals import ROLLOUT_VERSIONS_KEY, collect_on_rank0
 
 if TYPE_CHECKING:
+    from arctic_rl_core.async_grpo.is_weights import ISWeightStats
     from arctic_rl_core.backends.protocol import Backend
     from arctic_rl_core.wire import PayloadSpec, RolloutSample
     from tensordict import TensorDict
@@ -89,34 +90,45 @@ def samples_from_tensordict(data: TensorDict, *, with_training_fields: bool) -> 
 
 def truncated_is_samples(
     samples: list[RolloutSample], *, cap: float
-) -> tuple[list[RolloutSample], dict[str, float]]:
-    """Each sample with rollout_is_weights = min(exp(old - rollout), cap) per response token, and the
-    weights' statistics (over masked-in tokens)."""
+) -> tuple[list[RolloutSample], ISWeightStats]:
+    """Each sample with the core's truncated IS weights (`arctic_rl_core.async_grpo.is_weights`) from its
+    old and rollout log-probs, and their statistics over the masked-in response tokens."""
     from dataclasses import replace
 
-    out, weights_all, clipped = [], [], 0
-    for sample in samples:
-        old = torch.tensor(sample.old_logprobs, dtype=torch.float32)
-        rollout = torch.tensor(sample.rollout_logprobs, dtype=torch.float32)[: old.numel()]
-        raw = torch.exp(old - rollout)
-        weights = torch.clamp(raw, max=cap)
-        mask = (
-            torch.ones_like(weights, dtype=torch.bool)
-            if sample.response_mask is None
-            else torch.tensor(sample.response_mask, dtype=torch.bool)[: weights.numel()]
+    from arctic_rl_core.async_grpo.is_weights import truncated_is_weights, weights_per_sample
+
+    lengths = [len(sample.response_ids) for sample in samples]
+    width = max(lengths, default=0)
+    old = torch.zeros(len(samples), width)
+    rollout = torch.zeros(len(samples), width)
+    mask = torch.zeros(len(samples), width, dtype=torch.bool)
+    for b, sample in enumerate(samples):
+        n = lengths[b]
+        old[b, :n] = torch.tensor(sample.old_logprobs[:n], dtype=torch.float32)
+        rollout[b, :n] = torch.tensor(sample.rollout_logprobs[:n], dtype=torch.float32)
+        mask[b, :n] = (
+            True if sample.response_mask is None else torch.tensor(sample.response_mask[:n], dtype=torch.bool)
         )
-        weights_all.append(weights[mask])
-        clipped += int((raw[mask] > cap).sum())
-        out.append(replace(sample, rollout_is_weights=weights.tolist()))
-    flat = torch.cat(weights_all) if weights_all else torch.zeros(0)
-    if flat.numel() == 0:
-        return out, {}
-    return out, {
-        "arctic/is_weight_mean": float(flat.mean()),
-        "arctic/is_weight_max": float(flat.max()),
-        "arctic/is_weight_min": float(flat.min()),
-        "arctic/is_weight_clipped_fraction": clipped / flat.numel(),
-    }
+    weights, stats = truncated_is_weights(old, rollout, mask, cap)
+    rows = weights_per_sample(weights, lengths)
+    return [replace(sample, rollout_is_weights=row) for sample, row in zip(samples, rows, strict=True)], stats
+
+
+def combined_is_stats(stats: list[ISWeightStats]) -> ISWeightStats | None:
+    """The statistics of several mini-batches' weights as one (token-weighted)."""
+    from arctic_rl_core.async_grpo.is_weights import ISWeightStats
+
+    stats = [s for s in stats if s.tokens]
+    if not stats:
+        return None
+    tokens = sum(s.tokens for s in stats)
+    return ISWeightStats(
+        mean=sum(s.mean * s.tokens for s in stats) / tokens,
+        max=max(s.max for s in stats),
+        min=min(s.min for s in stats),
+        clipped_fraction=sum(s.clipped_fraction * s.tokens for s in stats) / tokens,
+        tokens=tokens,
+    )
 
 
 def full_sequence_nested(values_B_R: torch.Tensor, samples: list[RolloutSample]) -> torch.Tensor:
@@ -187,6 +199,10 @@ class ArcticActorRolloutRefWorker(Worker):
     def _forward(self, data: TensorDict, *, reference_model: bool) -> TensorDict | None:
         if self.rank != 0:
             return None
+        from arctic_rl_core.backends.old_logprobs import from_sampler
+
+        if not reference_model and from_sampler(self._backend):
+            return self._sampler_logprobs(data)
         from dataclasses import replace
 
         from arctic_rl_core.wire import build_forward_payload, payload_to_trace_record, response_logprobs
@@ -213,6 +229,36 @@ class ArcticActorRolloutRefWorker(Worker):
             entropy_B_R, _ = response_logprobs(out.entropy_B_S, payload, spec)
             fields["entropy"] = full_sequence_nested(entropy_B_R, samples)
         metrics = {**out.metrics, "forward_time_s": elapsed, "mfu": out.metrics.get("mfu", math.nan)}
+        return tu.get_tensordict(tensor_dict=fields, non_tensor_dict={"metrics": metrics})
+
+    def _sampler_logprobs(self, data: TensorDict) -> TensorDict:
+        """The old-log-prob pass without a server forward (Cortex): the sampler's rollout log-probs
+        (every generation asks for them there), and as entropy their sampled-token estimate."""
+        from arctic_rl_core.backends.old_logprobs import sampled_token_entropy, sampler_logprobs
+
+        start = time.perf_counter()
+        samples = samples_from_tensordict(data, with_training_fields=False)
+        rows = _rows(data, "rollout_log_probs")
+        width = max(len(s.response_ids) for s in samples)
+        values_B_R = torch.zeros((len(samples), width), dtype=torch.float32)
+        mask_B_R = torch.zeros((len(samples), width), dtype=torch.bool)
+        for b, sample in enumerate(samples):
+            n = len(sample.response_ids)
+            mask_B_R[b, :n] = True
+            if rows is not None:
+                if rows[b].numel() < n:
+                    raise RuntimeError(
+                        f"rollout_log_probs row {b} has {rows[b].numel()} values for {n} response tokens"
+                    )
+                values_B_R[b, :n] = rows[b][:n].to(torch.float32)
+        logprobs_B_R = sampler_logprobs(
+            None if rows is None else values_B_R, mask_B_R, where="rollout_log_probs"
+        )
+        fields = {"log_probs": full_sequence_nested(logprobs_B_R, samples)}
+        if bool(tu.get(data, "calculate_entropy", default=False)):
+            fields["entropy"] = full_sequence_nested(sampled_token_entropy(logprobs_B_R), samples)
+        metrics = {"forward_time_s": time.perf_counter() - start, "mfu": math.nan}
+        self._trace.write({"op": "old_logprobs_from_sampler", "rows": len(samples)})
         return tu.get_tensordict(tensor_dict=fields, non_tensor_dict={"metrics": metrics})
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
@@ -247,9 +293,10 @@ class ArcticActorRolloutRefWorker(Worker):
         if rollout_versions is None:
             # verl's sync trainer samples a step's rollouts on the weights synced before it
             self._rollout_weights_version = self.weights_version
-            async_metrics: dict[str, float] = {}
+            trained_staleness = None
         else:
-            async_metrics = self._check_staleness(list(rollout_versions), len(data))
+            trained_staleness = self._check_staleness(list(rollout_versions), len(data))
+        is_stats: list[ISWeightStats] = []
         iterator = tu.make_iterator(
             data,
             mini_batch_size=mini_batch_size,
@@ -260,9 +307,9 @@ class ArcticActorRolloutRefWorker(Worker):
         for mini_batch in iterator:
             samples = samples_from_tensordict(mini_batch, with_training_fields=True)
             if rollout_versions is not None and self._arctic_config.async_settings.max_staleness > 0:
-                samples, is_metrics = self._off_policy_correction(samples)
-                for key, value in is_metrics.items():
-                    metrics.setdefault(key, []).append(float(value))
+                samples, stats = self._off_policy_correction(samples)
+                if stats is not None:
+                    is_stats.append(stats)
             payload = build_train_payload(samples, self._spec)
             self._trace.write(payload_to_trace_record("forward_backward", payload))
             start = time.perf_counter()
@@ -288,47 +335,61 @@ class ArcticActorRolloutRefWorker(Worker):
             raise ValueError(
                 f"update_actor produced no mini-batch from {len(data)} rows (mini_batch_size={mini_batch_size})"
             )
-        for key, value in async_metrics.items():
-            metrics[key] = [float(value)]
+        if trained_staleness is not None:
+            for key, value in self._async_step_metrics(trained_staleness, is_stats).items():
+                metrics[key] = [value]
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
 
     # -- asynchronous training (verl's separate_async mode) -----------------------------------------
-    def _check_staleness(self, versions: list[int], rows: int) -> dict[str, float]:
-        """Every row's sampling version (verl's units: the step whose sync installed the weights; -1 for
-        verl's padding rows) against `async.max_staleness`, before anything is trained: a row sampled
-        with Arctic weights version v (= verl version x optimizer steps per step) may be trained with the
-        trainer at version s only if s - v <= k (`require_fresh_weights`). verl's replay buffer drops
-        (or waits for) older groups first, so a failure here means its bound and the core's disagree."""
-        from arctic_rl_core.weight_sync import require_fresh_weights
+    def _async_step_metrics(
+        self, trained_staleness: list[int], is_stats: list[ISWeightStats]
+    ) -> dict[str, float]:
+        """The core's `async/*` step metrics over the trained rows (verl logs them as `actor/async/*`), less
+        the group counts: verl's replay buffer drops stale groups and counts them itself
+        (`<partition>/off_policy/evicted_samples`)."""
+        from arctic_rl_core.async_grpo.metrics import step_metrics
+
+        out = step_metrics(
+            max_staleness=self._arctic_config.async_settings.max_staleness,
+            trained_staleness=trained_staleness,
+            dropped_groups=0,
+            regenerated_groups=0,
+            is_stats=combined_is_stats(is_stats),
+        )
+        # verl's own counts: rows, not groups, reach the worker
+        verl_counts = ("async/trained_groups", "async/dropped_groups", "async/regenerated_groups")
+        return {k: v for k, v in out.items() if k not in verl_counts}
+
+    def _check_staleness(self, versions: list[int], rows: int) -> list[int]:
+        """Every row's sampling version (the backend's weights version the replica reported for it, verl's
+        `min_global_steps`; -1 for verl's padding rows) through the core's staleness gate, before anything
+        is trained: a row sampled with weights version v may be trained with the trainer at version s only
+        if 0 <= s - v <= k (`StalenessGate.assert_within`). verl's replay buffer drops (or waits for) older
+        groups first, so a failure here means its bound and the core's disagree. Returns the trained rows'
+        staleness."""
+        from arctic_rl_core.async_grpo.staleness import StalenessGate
 
         if len(versions) != rows:
             raise ValueError(
                 f"update_actor got {len(versions)} rollout versions for {rows} rows: the trainer and the "
                 "worker disagree on the batch"
             )
-        per_version = self._settings.optimizer_steps_per_version
-        k = self._arctic_config.async_settings.max_staleness
+        gate = StalenessGate.from_config(self._arctic_config)
         trainer_version = self._run(self._backend.state()).trainer_version
-        real = [v * per_version for v in versions if v >= 0]
+        real = [int(v) for v in versions if v >= 0]
         if not real:
             raise ValueError("update_actor got only padding rows: nothing to train")
-        for version in real:
-            require_fresh_weights(version, expected=trainer_version, max_staleness=k)
-        staleness = [trainer_version - v for v in real]
+        gate.assert_within(real, trainer_version)
         self._rollout_weights_version = min(real)
         self._trace.write(
             {
                 "op": "staleness",
                 "trainer_version": trainer_version,
                 "rollout_versions": real,
-                "max_staleness": k,
+                "max_staleness": gate.max_staleness,
             }
         )
-        return {
-            "arctic/staleness_mean": sum(staleness) / len(staleness),
-            "arctic/staleness_max": float(max(staleness)),
-            "arctic/max_staleness": float(k),
-        }
+        return [gate.staleness(v, trainer_version) for v in real]
 
     def _off_policy_correction(
         self, samples: list[RolloutSample]
@@ -337,7 +398,7 @@ class ArcticActorRolloutRefWorker(Worker):
         otherwise the core's truncated importance-sampling weights min(exp(old - rollout), cap) per response
         token (`async.is_weight_cap`), sent as rollout_is_weights."""
         if all(sample.rollout_is_weights is not None for sample in samples):
-            return samples, {}
+            return samples, None
         missing = [i for i, sample in enumerate(samples) if sample.rollout_logprobs is None]
         if missing:
             raise ValueError(
@@ -362,14 +423,6 @@ class ArcticActorRolloutRefWorker(Worker):
         start = time.perf_counter()
         policy = WeightSyncPolicy.from_config(self._arctic_config)
         self.weights_version = await sync_after_step(self._backend, policy)
-        if self._settings.separate_async and global_steps is not None:
-            expected = int(global_steps) * self._settings.optimizer_steps_per_version
-            if self.weights_version != expected:
-                raise RuntimeError(
-                    f"after verl step {global_steps} the sampler serves weights version {self.weights_version}, "
-                    f"expected {expected} ({self._settings.optimizer_steps_per_version} optimizer step(s) per verl "
-                    "step): the versions the rollout replicas report to verl's replay buffer would be wrong"
-                )
         self._trace.write(
             {"op": "update_weights", "global_steps": global_steps, "weights_version": self.weights_version}
         )

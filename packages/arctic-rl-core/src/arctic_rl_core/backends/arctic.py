@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends import arctic_compat, arctic_errors
 from arctic_rl_core.backends.arctic_state import LocalStateLedger, StateLedger, Transition
+from arctic_rl_core.backends.cortex_limits import cortex_limit
 from arctic_rl_core.backends.protocol import (
     Backend,
     BackendHandle,
@@ -91,6 +93,11 @@ class ArcticBackend(Backend):
         self._ledger = state_ledger if state_ledger is not None else LocalStateLedger()
         self._closed = False
         self._onprem = getattr(client.config.backend, "type", "onprem") == "onprem"
+        # Cortex (0.1.4 `CortexTransport`): forward-backward, generate, step, save and operation
+        # only; no forward / log-probs (old log-probs come from the sampler), no load-checkpoint,
+        # no sleep/wake (never colocated)
+        self._cortex = getattr(client.config.backend, "protocol", None) == "cortex"
+        self._weight_format = arctic_compat.weight_format(client.config)  # "lora" with training.peft
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -186,8 +193,16 @@ class ArcticBackend(Backend):
         return GenerateOutput([_completion(r, params) for r in results], weights_version=version)
 
     # -- training -------------------------------------------------------------------------------
+    @property
+    def serves_forward(self) -> bool:
+        """False on Cortex: it has no forward op (the adapters' old-log-prob pass then serves the
+        sampler's rollout log-probs, and reference log-probs are rejected at dry run)."""
+        return not self._cortex
+
     async def forward(self, payload: WirePayload, *, reference_model: bool = False) -> ForwardOutput:
         self._check_open("forward")
+        if self._cortex:
+            raise NotImplementedError(cortex_limit("forward"))
         payload = _prepared(payload)
         if payload.processing.get("loss_fn") is not None:
             raise ValueError(
@@ -246,10 +261,14 @@ class ArcticBackend(Backend):
             raise RuntimeError(
                 f"forward_backward() while training is {training.value}: wake_training() first"
             )
-        body = {"batch": payload.batch, "meta": payload.meta}
-        out = await self._call(
-            "forward-backward", self._client.fwd_bwd(body, processing=payload.processing), payload=payload
-        )
+        if self._cortex:
+            from arctic_rl_core.backends.cortex_body import forward_backward_body
+
+            request = self._client.fwd_bwd(forward_backward_body(payload))
+        else:
+            body = {"batch": payload.batch, "meta": payload.meta}
+            request = self._client.fwd_bwd(body, processing=payload.processing)
+        out = await self._call("forward-backward", request, payload=payload)
         return TrainOutput(loss=float(out["avg_loss"]), metrics=_float_metrics(out.get("metrics")))
 
     async def step(self, learning_rate: float | None = None) -> StepOutput:
@@ -260,6 +279,13 @@ class ArcticBackend(Backend):
                 raise RuntimeError(f"step() while training is {training.value}: wake_training() first")
             out = await self._call("step", self._client.step(learning_rate))
             record = await self._ledger.record(Transition("step"))
+        if self._cortex:  # {"global_steps", "last_lr"}: no metrics dict, no gradient norm
+            from arctic_rl_core.backends.cortex_body import step_result
+
+            lr, _server_steps, extras = step_result(out)
+            return StepOutput(
+                grad_norm=math.nan, learning_rate=lr, step=record.trainer_version, metrics=extras
+            )
         metrics = out.get("metrics") or {}
         return StepOutput(
             grad_norm=_mean_leaf(metrics.get("grad_norm"), "grad_norm"),
@@ -282,7 +308,9 @@ class ArcticBackend(Backend):
                 )
             await self._call(
                 "weight-sync",
-                arctic_compat.transfer_weights(self._client, cuda_ipc=cuda_ipc, low_memory=low_memory),
+                arctic_compat.transfer_weights(
+                    self._client, cuda_ipc=cuda_ipc, low_memory=low_memory, weight_format=self._weight_format
+                ),
             )
             record = await self._ledger.record(Transition("sync_weights"))
         return record.weights_version
@@ -290,6 +318,8 @@ class ArcticBackend(Backend):
     async def sleep_inference(self, level: int = 1) -> None:
         if level not in (1, 2):
             raise ValueError(f"sleep_inference(level={level}): vLLM sleep levels are 1 and 2")
+        if self._cortex:
+            raise NotImplementedError(cortex_limit("sleep-inference"))
         async with self._ledger.exclusive():
             if (await self._ledger.read()).inference is InferenceState.ASLEEP:
                 return  # another process of the run put it to sleep
@@ -324,6 +354,8 @@ class ArcticBackend(Backend):
             raise ValueError(
                 f"sleep_training(mode={mode!r}): expected one of {', '.join(_TRAINING_SLEEP_MODES)}"
             )
+        if self._cortex:
+            raise NotImplementedError(cortex_limit("sleep-training"))
         async with self._ledger.exclusive():
             training = (await self._ledger.read()).training
             if TRAINING_SLEEP_DEPTH[training] >= TRAINING_SLEEP_DEPTH[TrainingState(mode)]:
@@ -359,6 +391,8 @@ class ArcticBackend(Backend):
     async def save_checkpoint(
         self, path: str, step: int, *, export_hf: bool = False, save_total_limit: int | None = None
     ) -> str:
+        if self._cortex:
+            return await self._save_on_cortex(step, export_hf=export_hf, save_total_limit=save_total_limit)
         out = await self._call(
             "save",
             self._client.save_checkpoint(
@@ -368,7 +402,24 @@ class ArcticBackend(Backend):
         saved = out.get("path") if isinstance(out, Mapping) else None
         return str(saved or path)
 
+    async def _save_on_cortex(self, step: int, *, export_hf: bool, save_total_limit: int | None) -> str:
+        """A resumable checkpoint in Cortex's store, named `global_step<step>` (Cortex's own naming);
+        returns `cortex:<checkpoint_id>` with the id the server reports (authoritative: the control
+        plane may not forward the requested one)."""
+        if export_hf:
+            raise ValueError(cortex_limit("export_hf"))
+        if save_total_limit is not None:
+            raise ValueError(cortex_limit("save_total_limit"))
+        requested = f"global_step{int(step)}"
+        out = await self._call(
+            "save", self._client.save_checkpoint(checkpoint_id=requested, checkpoint_type="resumable")
+        )
+        saved = out.get("checkpoint_id") if isinstance(out, Mapping) else None
+        return f"cortex:{saved or requested}"
+
     async def load_checkpoint(self, path: str, step: int) -> None:
+        if self._cortex:
+            raise NotImplementedError(cortex_limit("load-checkpoint"))
         async with self._ledger.exclusive():
             out = await self._call("load-checkpoint", self._client.load_checkpoint(path, step=step))
             restored = out.get("global_step", step) if isinstance(out, Mapping) else step

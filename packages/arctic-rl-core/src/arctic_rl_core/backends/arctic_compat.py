@@ -106,6 +106,12 @@ def create_client(config: Any, *, server_state: Any = None) -> Any:
     """Construct the async RL client: creates the jobs, or attaches when the config carries job
     ids. BLOCKING (HTTP, polling): never call it on an event loop thread."""
     api = load_client_api()
+    if sends_token_to_base_url(config):
+        if server_state is not None:
+            raise ValueError(
+                "server_state is only meaningful for the in-process Ray transport (protocol='ray')"
+            )
+        return _client_with_transport(api, config, _cortex_transport_class()(config))
     if builds_own_http_transport(config):
         if server_state is not None:
             raise ValueError(
@@ -226,6 +232,39 @@ class _ConfigOnly:
     jobs: Any = None
 
 
+def sends_token_to_base_url(config: Any) -> bool:
+    """Cortex at a `base_url` with a PAT (the Cortex emulator on loopback): 0.1.4's `CortexTransport`
+    sends the PAT only on its `host` (https) path, so this layer's subclass sends it here too."""
+    backend = config.backend
+    pat = getattr(backend, "pat", None)
+    return (
+        getattr(backend, "protocol", None) == "cortex"
+        and backend.base_url is not None
+        and pat is not None
+        and bool(pat.get_secret_value())
+    )
+
+
+@functools.cache
+def _cortex_transport_class() -> type:
+    try:
+        from arctic_platform.client.transports.cortex import CortexTransport
+    except ImportError as exc:
+        raise ArcticUnavailableError(f"Cortex needs arctic-platform[cortex] ({exc})") from None
+
+    class TokenAtBaseUrlCortexTransport(CortexTransport):
+        """0.1.4's Cortex transport, sending the PAT headers to `base_url` as well (both its
+        `requests` session and its `aiohttp` session take `_auth_headers()`)."""
+
+        def _auth_headers(self) -> dict[str, str]:
+            return {
+                "Authorization": f"Bearer {self.config.backend.pat.get_secret_value()}",
+                "X-Snowflake-Authorization-Token-Type": "PROGRAMMATIC_ACCESS_TOKEN",
+            }
+
+    return TokenAtBaseUrlCortexTransport
+
+
 def _client_with_transport(api: ClientAPI, config: Any, transport: Any) -> Any:
     """The client with a transport built here. Mirrors the client core's constructor in 0.1.4
     (transport, then `initialize_or_cleanup`), which otherwise insists on `make_transport`."""
@@ -314,10 +353,18 @@ def call_context(
     return CallContext(op=op, job=job, server=server, payload_bytes=payload_bytes, server_log=log)
 
 
-async def transfer_weights(client: Any, *, cuda_ipc: bool | None, low_memory: bool | None) -> dict:
+def weight_format(client_config: Any) -> str | None:
+    """`"lora"` when the jobs train LoRA adapters (`training.peft`, Cortex only): the sync then sends
+    only the adapter tensors; None = the server's full-weight default."""
+    return "lora" if getattr(getattr(client_config, "training", None), "peft", None) else None
+
+
+async def transfer_weights(
+    client: Any, *, cuda_ipc: bool | None, low_memory: bool | None, weight_format: str | None = None
+) -> dict:
     """Only the weight-sync operation (no wake / reset around it)."""
     request = load_client_api().requests.sync_weights_request(
-        client.jobs, cuda_ipc=cuda_ipc, low_memory=low_memory
+        client.jobs, cuda_ipc=cuda_ipc, low_memory=low_memory, weight_format=weight_format
     )
     return await client.transport.acall(request)
 

@@ -178,6 +178,12 @@ class Backend(abc.ABC):
         """Sample one completion per prompt (text prompts, or token-id prompts where supported)."""
 
     # -- training -----------------------------------------------------------------------------
+    @property
+    def serves_forward(self) -> bool:
+        """Whether `forward` exists on this backend. False (Cortex): no server log-probs, so the
+        old-log-prob pass serves the sampler's rollout log-probs (`backends.old_logprobs`)."""
+        return True
+
     @abc.abstractmethod
     async def forward(self, payload: WirePayload, *, reference_model: bool = False) -> ForwardOutput:
         """Forward without grad (old log-probs; reference log-probs with `reference_model=True`).

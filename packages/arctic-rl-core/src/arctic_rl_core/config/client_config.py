@@ -23,6 +23,11 @@ def _cortex_backend(fields: dict[str, Any]) -> Any:
 
     data = dict(fields)
     token_env = data.pop("pat_from_env", None)
+    optional_env = data.pop("pat_from_env_if_set", None)
+    if optional_env is not None and os.environ.get(optional_env):
+        # base_url with a token (the Cortex emulator checks it on every call): arctic_compat's
+        # Cortex transport sends it, where 0.1.4's sends a PAT only to `host`
+        data["pat"] = SecretStr(os.environ[optional_env])
     if token_env is not None:
         token = os.environ.get(token_env, "")
         if not token:

@@ -92,9 +92,12 @@ def _backend_fields(cfg: ArcticRLConfig) -> dict[str, Any]:
             "endpoint": cortex.endpoint,
             "max_retries": cortex.max_retries,
         }
+        # Only the variable's NAME: the token is read when the client config is built (required
+        # with host; with base_url, sent when the variable is set, e.g. to the Cortex emulator)
         if cortex.host and not cortex.base_url:
-            # Only the variable's NAME: the token is read when the client config is built.
             fields["pat_from_env"] = cortex.token_env
+        else:
+            fields["pat_from_env_if_set"] = cortex.token_env
         return fields
     fields = {"type": "onprem", "protocol": backend.kind, "colocate": cfg.placement.colocate}
     if backend.kind == "http":
@@ -127,6 +130,7 @@ def client_fields(cfg: ArcticRLConfig) -> dict[str, Any]:
             "ds_worker_config": ds_worker_config(cfg),
             "cuda_ipc": cfg.weight_sync.cuda_ipc,
             "low_memory": cfg.weight_sync.low_memory,
+            **({"peft": cfg.peft.peft_config()} if cfg.peft.enabled else {}),
         },
         "sampling": {
             "vllm": build_engine_args(cfg).args,
@@ -192,6 +196,7 @@ def build_plan(cfg: ArcticRLConfig) -> dict[str, Any]:
             "no_cpu_meaning": [
                 f"{path} (on by default with the Arctic backends)" for path in SEED_OPTIMISATIONS
             ],
+            **({"peft": cfg.peft.peft_config(), "weight_format": "lora"} if cfg.peft.enabled else {}),
         }
     fields = client_fields(cfg)
     engine = build_engine_args(cfg).as_dict()
@@ -208,6 +213,8 @@ def build_plan(cfg: ArcticRLConfig) -> dict[str, Any]:
     }
     if cfg.backend.kind == "cortex":
         plan["cortex_sub_jobs"] = [job for job in JOB_CREATION_ORDER if fields[f"{job}_gpus"] > 0]
+        if cfg.peft.enabled:  # training.peft goes to the training and the sampling sub-job
+            plan["weight_format"] = "lora"
     else:
         plan["jobs"] = initialize_bodies(fields)
     return plan

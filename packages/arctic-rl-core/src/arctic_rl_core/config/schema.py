@@ -22,12 +22,16 @@ if TYPE_CHECKING:
 
 BackendKind = Literal["ray", "http", "cortex", "reference"]
 ARCTIC_BACKENDS: tuple[str, ...] = ("ray", "http", "cortex")
+# the Arctic on-prem server's kinds: ZoRRo and Arctic Inference default on there (not on Cortex)
+ONPREM_BACKENDS: tuple[str, ...] = ("ray", "http")
 
 LossAggMode = Literal[
     "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
 ]  # fmt: skip
 # `arctic_rl_core.losses.names.POLICY_LOSSES` (a test keeps the two equal).
-PolicyLoss = Literal["ppo_clip", "dual_clip", "gspo", "sapo", "cispo", "clip_cov", "kl_cov", "gpg"]
+PolicyLoss = Literal[
+    "ppo_clip", "dual_clip", "gspo", "sapo", "cispo", "clip_cov", "kl_cov", "gpg", "rollout_is"
+]  # fmt: skip
 # Server losses: the built-in verl_grpo and sft, or arctic_rl_core.losses imported by dotted path.
 LossFn = Literal["verl_grpo", "sft", "arctic_rl_core"]
 KlLossType = Literal[
@@ -65,7 +69,11 @@ class CortexSettings(_Group):
     environment variable NAMED by `token_env` when the client is built; it is never stored here."""
 
     base_url: str | None = Field(
-        default=None, description="Direct (or mock) Cortex URL; no token needed. Alternative to host."
+        default=None,
+        description=(
+            "Direct (or mock) Cortex URL, e.g. `arctic-rl serve --reference --api cortex`'s; the token is sent "
+            "when the variable named by token_env is set (the emulator requires it). Alternative to host."
+        ),
     )
     host: str | None = Field(
         default=None, description="Snowflake account host for programmatic-access-token (PAT) auth."
@@ -75,7 +83,7 @@ class CortexSettings(_Group):
     token_env: str = Field(
         default="ARCTIC_CORTEX_PAT",
         min_length=1,
-        description="NAME of the environment variable that holds the PAT (required with host).",
+        description="NAME of the environment variable that holds the PAT (required with host, optional with base_url).",
     )
     endpoint: str = Field(default="cortex-training", min_length=1, description="SnowAPI endpoint name.")
     max_retries: int = Field(default=10, ge=0, description="Retries of a transiently failing HTTP request.")
@@ -271,7 +279,8 @@ class LossSettings(_Group):
         default="dual_clip",
         description=(
             "Loss family (loss_fn = arctic_rl_core; verl_grpo is dual_clip): ppo_clip (SkyRL regular), dual_clip "
-            "(SkyRL dual_clip, verl vanilla), gspo, sapo, cispo, clip_cov, kl_cov, gpg."
+            "(SkyRL dual_clip, verl vanilla), gspo, sapo, cispo, clip_cov, kl_cov, gpg, rollout_is (SkyRL rollout_is: "
+            "the IS weight against the rollout log-probs, zeroed outside the clip range)."
         ),
     )
     clip_ratio_low: float = Field(
@@ -416,8 +425,9 @@ class ZorroSettings(_Group):
     enable: bool | None = Field(
         default=None,
         description=(
-            "Compute each prompt once per group in training (ZoRRo); null = on with the Arctic backends "
-            "(the seed integration's default), off on the reference backend (no CPU meaning)."
+            "Compute each prompt once per group in training (ZoRRo); null = on with the ray/http backends "
+            "(the seed integration's default), off on cortex (its forward-backward body has no ZoRRo switch) and "
+            "the reference backend (no CPU meaning)."
         ),
     )
     max_rollouts: int | None = Field(
@@ -452,8 +462,9 @@ class ArcticInferenceSettings(_Group):
     enable: bool | None = Field(
         default=None,
         description=(
-            "Load the plugin on sampling workers (ARCTIC_INFERENCE_ENABLED=1); null = on with the Arctic "
-            "backends (the seed integration's default), off on the reference backend (no CPU meaning)."
+            "Load the plugin on sampling workers (ARCTIC_INFERENCE_ENABLED=1); null = on with the ray/http "
+            "backends (the seed integration's default), off on cortex (0.1.4's create-job body carries no Arctic "
+            "Inference config) and the reference backend (no CPU meaning)."
         ),
     )
     fca: bool | None = Field(
@@ -540,6 +551,76 @@ class CheckpointSettings(_Group):
             "the server after each save); null keeps all."
         ),
     )
+
+
+# arctic-platform 0.1.4's `training.peft` carries these PEFT `LoraConfig` keys (its field description).
+LoraBias = Literal["none", "all", "lora_only"]
+PEFT_TYPE = "Lora"  # the Cortex spec's spelling of the adapter type (DSS-Server-API-Specification 13.5)
+
+
+class PeftSettings(_Group):
+    """LoRA adapters (PEFT) instead of full-weight training. arctic-platform 0.1.4 trains them only on
+    Cortex (`training.peft`, sent to the training and the sampling sub-job, weights synced in LoRA
+    format); its on-prem server trains dense only. The reference backend trains them with the `peft`
+    library and syncs only the adapter tensors, as Cortex does."""
+
+    lora_rank: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Rank r of the LoRA adapters; 0 = full-weight training (no adapters). > 0 needs backend.kind "
+            "cortex or reference."
+        ),
+    )
+    lora_alpha: float = Field(
+        default=16.0,
+        gt=0,
+        description="LoRA scaling numerator: the adapter's update is scaled by lora_alpha / lora_rank.",
+    )
+    lora_dropout: float = Field(
+        default=0.0, ge=0, lt=1, description="Dropout on the adapter's input during training."
+    )
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        default="all-linear",
+        description=(
+            "Modules that get adapters: a list of module names (e.g. [q_proj, v_proj]) or all-linear "
+            "(every linear layer except the LM head)."
+        ),
+    )
+    exclude_modules: list[str] | None = Field(
+        default=None, description="Module names never given an adapter (with all-linear); null = none."
+    )
+    bias: LoraBias = Field(
+        default="none", description="Which biases train with the adapters: none, all or lora_only."
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _named_modules(cls, value: Any) -> Any:
+        if isinstance(value, list) and (not value or not all(str(name).strip() for name in value)):
+            raise ValueError("give at least one module name (no empty names), or all-linear")
+        return value
+
+    @property
+    def enabled(self) -> bool:
+        return self.lora_rank > 0
+
+    def peft_config(self) -> dict[str, Any] | None:
+        """arctic-platform 0.1.4's `TrainingConfig.peft` (a PEFT `LoraConfig`); None = dense."""
+        if not self.enabled:
+            return None
+        alpha = self.lora_alpha
+        config: dict[str, Any] = {
+            "peft_type": PEFT_TYPE,
+            "r": self.lora_rank,
+            "lora_alpha": int(alpha) if float(alpha).is_integer() else alpha,  # PEFT types it int
+            "lora_dropout": self.lora_dropout,
+            "bias": self.bias,
+            "target_modules": self.target_modules,
+        }
+        if self.exclude_modules:
+            config["exclude_modules"] = list(self.exclude_modules)
+        return config
 
 
 class WireSettings(_Group):
@@ -634,10 +715,13 @@ def _set_resolved(cfg: BaseModel, group: str, values: dict[str, Any]) -> None:
 def _resolve_backend_defaults(cfg: ArcticRLConfig) -> None:
     """Null knobs take the backend's default: the seed's optimisations on the Arctic backends (ZoRRo
     with memory-lean logits and micro-batches of whole prompt groups, Liger, Arctic Inference with
-    FCA), all off on the reference backend. An explicit value always wins."""
+    FCA), all off on the reference backend. Cortex takes Liger (its `model_provider`) but neither ZoRRo
+    nor Arctic Inference: its forward-backward body and 0.1.4's create-job body have no place for them.
+    An explicit value always wins."""
     arctic = cfg.backend.kind in ARCTIC_BACKENDS
-    zorro_on = cfg.zorro.enable if cfg.zorro.enable is not None else arctic
-    ai_on = cfg.arctic_inference.enable if cfg.arctic_inference.enable is not None else arctic
+    onprem = cfg.backend.kind in ONPREM_BACKENDS
+    zorro_on = cfg.zorro.enable if cfg.zorro.enable is not None else onprem
+    ai_on = cfg.arctic_inference.enable if cfg.arctic_inference.enable is not None else onprem
     group = cfg.zorro.max_rollouts or cfg.batch.rollouts_per_prompt
     _set_resolved(cfg, "zorro", {"enable": zorro_on, "logits_optimization": "memory" if zorro_on else "none"})
     _set_resolved(cfg, "kernels", {"use_liger": arctic})
@@ -692,6 +776,10 @@ class _ArcticRLConfigGroups(BaseModel):
         default_factory=CheckpointSettings, description="Checkpoint directory of the training job."
     )
     wire: WireSettings = Field(default_factory=WireSettings, description="Per-request payload options.")
+    peft: PeftSettings = Field(
+        default_factory=PeftSettings,
+        description="LoRA adapters instead of full-weight training (cortex and reference backends).",
+    )
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> _ArcticRLConfigGroups:

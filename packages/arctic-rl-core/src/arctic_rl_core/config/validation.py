@@ -153,7 +153,7 @@ def _arctic_needs_model_and_checkpoint(cfg: ArcticRLConfig) -> Iterable[ConfigIs
             f"the {cfg.backend.kind} backend needs the model to serve and train",
             "set model.name to a Hugging Face id or a path the server can read, e.g. Qwen/Qwen3-0.6B",
         )
-    if not cfg.checkpoint.path:
+    if not cfg.checkpoint.path and cfg.backend.kind != "cortex":  # Cortex keeps its own checkpoint store
         yield _issue(
             "checkpoint.path",
             cfg.checkpoint.path,
@@ -170,6 +170,10 @@ def _arctic_needs_model_and_checkpoint(cfg: ArcticRLConfig) -> Iterable[ConfigIs
 
 
 def _cortex_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    """What Cortex cannot serve through the 0.1.4 client (`backends.cortex_limits`). Several epochs or
+    mini-batches per rollout batch are fine: the old log-probs are the sampler's, not recomputed."""
+    from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS
+
     if cfg.backend.kind != "cortex":
         return
     cortex = cfg.backend.cortex
@@ -201,33 +205,56 @@ def _cortex_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
             yield _issue(
                 f"loss.{name}",
                 True,
-                "Cortex has no forward pass, so there are no reference log-probs for a KL term",
+                "Cortex has no forward op (arctic-platform 0.1.4 CortexTransport), so there are no "
+                "reference log-probs for a KL term",
                 f"set loss.{name}=false, or use the ray/http backend",
             )
     if cfg.placement.log_prob_gpus:
         yield _issue(
             "placement.log_prob_gpus",
             cfg.placement.log_prob_gpus,
-            "Cortex has no reference log-prob job",
+            "Cortex has no forward op, so a log-prob sub-job would serve nothing (old log-probs are the "
+            "sampler's rollout log-probs, and there is no KL term)",
             "set placement.log_prob_gpus=0",
         )
-    if cfg.batch.epochs > 1:
+    if cfg.loss.loss_fn == "sft":
         yield _issue(
-            "batch.epochs",
-            cfg.batch.epochs,
-            "Cortex recomputes old log-probs from the live policy, which is only exact for one "
-            "optimizer step per rollout batch",
-            "set batch.epochs=1 for backend.kind=cortex",
+            "loss.loss_fn",
+            "sft",
+            "the Cortex path of this project runs GRPO only: its forward-backward body is Cortex's grpo "
+            "contract (old log-probs, advantages, loss mask)",
+            "set loss.loss_fn=verl_grpo, or run supervised training on the ray/http backend",
         )
-    mini = cfg.batch.mini_batch_prompts
-    if mini is not None and mini != cfg.batch.prompts_per_step:
+    if cfg.loss.loss_scale_factor is not None:
         yield _issue(
-            "batch.mini_batch_prompts",
-            mini,
-            "Cortex recomputes old log-probs from the live policy, which is only exact for one "
-            "optimizer step per rollout batch",
-            f"set batch.mini_batch_prompts to batch.prompts_per_step ({cfg.batch.prompts_per_step}) or null",
+            "loss.loss_scale_factor",
+            cfg.loss.loss_scale_factor,
+            "Cortex's grpo loss has no loss_scale_factor (its seq-mean-token-sum-norm divides by its own constant)",
+            "remove loss.loss_scale_factor for backend.kind=cortex",
         )
+    for group, names, why in (
+        ("zorro", ("enable", "max_rollouts", "load_balancer", "logits_optimization"),
+         "Cortex's forward-backward body has no ZoRRo, load-balancer or logits-strategy switch"),
+        ("arctic_inference", ("enable", "fca"), "arctic-platform 0.1.4's Cortex create-job body carries no Arctic Inference config"),
+    ):  # fmt: skip
+        settings = getattr(cfg, group)
+        for name in names:
+            if _explicit(settings, name) and getattr(settings, name) not in (None, False, "none"):
+                yield _issue(
+                    f"{group}.{name}",
+                    getattr(settings, name),
+                    why,
+                    f"remove {group}.{name} for backend.kind=cortex",
+                )
+    for name in ("export_hf", "save_total_limit"):
+        value = getattr(cfg.checkpoint, name)
+        if value not in (None, False):
+            yield _issue(
+                f"checkpoint.{name}",
+                value,
+                CORTEX_LIMITS[name],
+                f"remove checkpoint.{name} for backend.kind=cortex",
+            )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -448,7 +475,7 @@ def _builtin_verl_grpo_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
                 "the built-in verl_grpo loss aggregates the policy term with loss_agg_mode, which has no token-sum",
                 f"{fix}, or remove loss.{name} / use another mode",
             )
-    if not cfg.is_arctic:
+    if not cfg.is_arctic or cfg.backend.kind == "cortex":  # Cortex's grpo takes eps_clip(_higher), c_clip
         return
     for name, server_value in ARCTIC_SERVER_CLIP_RATIOS.items():
         value = getattr(loss, name)
@@ -700,6 +727,49 @@ def _arctic_inference_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
         )
 
 
+# ----------------------------------------------------------------------------------------------
+# LoRA (PEFT)
+# ----------------------------------------------------------------------------------------------
+
+# Why arctic-platform 0.1.4 cannot train LoRA off Cortex (its client and its server, read).
+ONPREM_PEFT_REASON = (
+    "arctic-platform 0.1.4's on-prem server trains dense only: its client refuses training.peft unless "
+    "the backend is Cortex, its /initialize has no PEFT field (an adapter config would be dropped) and "
+    "its weight sync always sends full weights (weight_format='lora' is Cortex only)"
+)
+
+
+def _peft_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    peft = cfg.peft
+    if not peft.enabled:
+        for name in ("lora_alpha", "lora_dropout", "target_modules", "exclude_modules", "bias"):
+            if _explicit(peft, name):
+                yield _issue(
+                    f"peft.{name}",
+                    getattr(peft, name),
+                    "a LoRA setting, and peft.lora_rank=0 trains full weights (no adapters)",
+                    f"set peft.lora_rank > 0 to train LoRA adapters, or remove peft.{name}",
+                )
+        return
+    kind = cfg.backend.kind
+    if kind in ("ray", "http"):
+        yield _issue(
+            "peft.lora_rank",
+            peft.lora_rank,
+            f"{ONPREM_PEFT_REASON}; backend.kind is '{kind}'",
+            "set backend.kind=cortex (LoRA on Snowflake Cortex), or peft.lora_rank=0 (full-weight training)",
+        )
+    if peft.exclude_modules is not None and isinstance(peft.target_modules, list):
+        overlap = sorted(set(peft.target_modules) & set(peft.exclude_modules))
+        if overlap:
+            yield _issue(
+                "peft.exclude_modules",
+                peft.exclude_modules,
+                f"{overlap} are also in peft.target_modules",
+                "name each module in only one of target_modules and exclude_modules",
+            )
+
+
 def _vllm_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     yield from _owned_keys("vllm.engine_args", cfg.vllm.engine_args, VLLM_OWNED_KEYS)
 
@@ -721,6 +791,7 @@ RULES: tuple[Rule, ...] = (
     _zorro_rules,
     _arctic_inference_rules,
     _vllm_rules,
+    _peft_rules,
     _async_rules,
 )
 

@@ -39,6 +39,8 @@ async def synced(backend: ReferenceBackend) -> int:
 
 
 SERVER_CHECKPOINT_DIR = "server_checkpoints"
+# the Snowflake database and schema of the Cortex path (/api/v2/databases/{db}/schemas/{schema}/...)
+CORTEX_DATABASE, CORTEX_SCHEMA = "ARCTIC_RL", "DEMO"
 
 
 def grpo_backend_settings(options: DemoOptions, *, model_path: Path) -> dict[str, Any]:
@@ -46,12 +48,23 @@ def grpo_backend_settings(options: DemoOptions, *, model_path: Path) -> dict[str
     engine on the warm-started model. `options.server`: the Arctic on-prem HTTP API there
     (backend.kind=http), whose jobs load the warm-started model directory (so the server must see
     the run directory, as `arctic-rl serve --reference` on this machine does) and write the
-    training job's files under the run directory. `options.colocate`: placement.colocate."""
+    training job's files under the run directory; with `options.backend == "cortex"` the Cortex API
+    there (backend.kind=cortex). `options.colocate`: placement.colocate."""
     from arctic_rl_core.demo.options import server_address
 
     settings: dict[str, Any] = {"placement.colocate": options.colocate}
     if options.server is None:
         settings |= {"backend.kind": "reference", "backend.reference.model_path": str(model_path.resolve())}
+        return settings
+    if options.backend == "cortex":
+        # the Cortex API at the URL (token from ARCTIC_CORTEX_PAT, backend.cortex.token_env's default);
+        # its jobs load the warm-started model directory and keep checkpoints in Cortex's own store
+        settings |= {
+            "backend.kind": "cortex",
+            "backend.cortex.base_url": options.server.rstrip("/"),
+            "backend.cortex.database": CORTEX_DATABASE,
+            "backend.cortex.schema_name": CORTEX_SCHEMA,
+        }
         return settings
     host, port = server_address(options.server)
     settings |= {

@@ -43,6 +43,25 @@ class DemoDriver(Protocol):
     ) -> Backend: ...
 
 
+ASYNC_SUPPORT_ATTRIBUTE = "supports_async"
+
+
+def supports_async(driver: DemoDriver) -> bool:
+    """Whether a driver runs `options.max_staleness > 0` (`arctic-rl demo --async K`) through its
+    framework's asynchronous trainer. A driver declares it by setting the attribute on itself:
+    `run_grpo.supports_async = True` (its module, after the function)."""
+    return getattr(driver, ASYNC_SUPPORT_ATTRIBUTE, False) is True
+
+
+def require_async_support(driver: DemoDriver, options: DemoOptions) -> None:
+    """`--async K` with a driver that has no asynchronous mode is an error, never a synchronous run."""
+    if options.max_staleness and not supports_async(driver):
+        raise SystemExit(
+            f"--async {options.max_staleness}: the {options.framework} adapter's demo driver has no asynchronous "
+            f"mode (it does not declare run_grpo.{ASYNC_SUPPORT_ATTRIBUTE} = True); run without --async"
+        )
+
+
 class DriverNotFoundError(LookupError):
     """No installed package registers a demo driver for the framework."""
 

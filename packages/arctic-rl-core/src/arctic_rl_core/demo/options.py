@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 FRAMEWORKS: tuple[str, ...] = ("skyrl", "verl")
 TASKS: tuple[str, ...] = ("bird", "gsm8k")
@@ -82,9 +82,36 @@ class DemoOptions(BaseModel):
             "through the real arctic-platform client; None = the in-process reference engine."
         ),
     )
+    backend: Literal["http", "cortex"] = Field(
+        default="http",
+        description=(
+            "The API at `server`: the Arctic on-prem HTTP API (`http`), or Snowflake Cortex's REST API "
+            "(`cortex`, e.g. `arctic-rl serve --reference --api cortex`'s; the token is read from "
+            "ARCTIC_CORTEX_PAT). Only with `server`."
+        ),
+    )
     colocate: bool = Field(
         default=False, description="Training and sampling share the devices (sleep/wake around each phase)."
     )
+
+    max_staleness: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "`--async K`: asynchronous GRPO, generation of the next batches overlapping training, no trained "
+            "rollout older than K optimizer steps (the core's async.max_staleness, which the framework's own "
+            "asynchronous trainer is set to); 0 = the synchronous trainer. Not with colocate."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _async_needs_separate_devices(self) -> DemoOptions:
+        if self.max_staleness and self.colocate:
+            raise ValueError(
+                f"--async {self.max_staleness} with --colocate: colocated training and sampling take turns on the "
+                "same devices, so generation cannot overlap training; drop --colocate, or --async 0"
+            )
+        return self
 
     @field_validator("server")
     @classmethod
@@ -92,6 +119,19 @@ class DemoOptions(BaseModel):
         if value is not None:
             server_address(value)
         return value
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> DemoOptions:
+        if self.backend == "cortex":
+            if self.server is None:
+                raise ValueError("backend='cortex' needs server=URL (the Cortex API's base URL)")
+            if self.colocate:
+                raise ValueError(
+                    "backend='cortex' never colocates (training and sampling are separate sub-jobs)"
+                )
+            if self.kl_loss_coef > 0:
+                raise ValueError("backend='cortex' has no reference log-probs: set kl_loss_coef=0")
+        return self
 
     @property
     def run_dir(self) -> Path:

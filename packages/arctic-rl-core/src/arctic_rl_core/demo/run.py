@@ -70,10 +70,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "http://127.0.0.1:8000) through the real client (default: the in-process reference engine)",
     )
     parser.add_argument(
+        "--backend",
+        choices=("http", "cortex"),
+        default=None,
+        help="the API at --server: the Arctic on-prem HTTP API (default) or Snowflake Cortex's (e.g. "
+        "`arctic-rl serve --reference --api cortex`'s; the token is read from ARCTIC_CORTEX_PAT)",
+    )
+    parser.add_argument(
         "--colocate",
         action="store_true",
         default=None,
         help="colocated GRPO: training and sampling share the devices, with sleep/wake every step",
+    )
+    parser.add_argument(
+        "--async",
+        dest="max_staleness",
+        type=int,
+        default=None,
+        metavar="K",
+        help="asynchronous GRPO through the framework's own asynchronous trainer: the next batches are "
+        "generated while the current one trains, no rollout older than K steps is trained "
+        "(async.max_staleness; default 0 = synchronous; not with --colocate)",
     )
 
 
@@ -89,7 +106,9 @@ def _explicit(args: argparse.Namespace) -> dict[str, Any]:
         "eval_samples": "eval_samples",
         "threads": "num_threads",
         "server": "server",
+        "backend": "backend",
         "colocate": "colocate",
+        "max_staleness": "max_staleness",
     }
     return {field: getattr(args, flag) for flag, field in names.items() if getattr(args, flag) is not None}
 
@@ -169,11 +188,13 @@ def run_demo(options: DemoOptions) -> int:
     )
 
     from arctic_rl_core.demo.backend import reference_backend, synced
-    from arctic_rl_core.demo.drivers import load_driver
+    from arctic_rl_core.demo.drivers import load_driver, require_async_support
     from arctic_rl_core.demo.prompts import prompt_ids, prompt_text, response_ids
     from arctic_rl_core.demo.tasks import load_task
     from arctic_rl_core.demo.warm_start import warm_start
 
+    if options.max_staleness:  # before the warm start: a driver without an asynchronous mode fails now
+        require_async_support(load_driver(options.framework), options)
     # The demo's own output goes to a copy of stdout: fds 1 and 2 go to the run log meanwhile.
     console = Console(file=os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, closefd=True))
     run_dir = options.run_dir
@@ -294,14 +315,25 @@ def run_demo(options: DemoOptions) -> int:
             )
             seconds["grpo"] = time.perf_counter() - t0
 
-            # 4. Accuracy after GRPO, on the sampler's final weights (text prompts for a server).
-            t0 = time.perf_counter()
-            if _takes_text(backend):
-                train_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.train_rows]
-                heldout_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.heldout_rows]
-            after = _evaluate(progress, log, backend, task, "after", train_prompts, heldout_prompts, options)
-            asyncio.run(backend.shutdown())
-            seconds["eval_after"] = time.perf_counter() - t0
+            # 4. Accuracy after GRPO, on the sampler's final weights (text prompts for a server). None:
+            # the driver has no backend holding them (verl on Cortex: its jobs end with verl's trainer,
+            # and the 0.1.4 client cannot load a Cortex checkpoint into new ones).
+            after = None
+            if backend is None:
+                progress.console.print(
+                    "accuracy after GRPO: not measured (the run's Cortex jobs ended with verl's trainer; "
+                    "arctic-platform 0.1.4 cannot load a Cortex checkpoint into new jobs)"
+                )
+            else:
+                t0 = time.perf_counter()
+                if _takes_text(backend):
+                    train_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.train_rows]
+                    heldout_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.heldout_rows]
+                after = _evaluate(
+                    progress, log, backend, task, "after", train_prompts, heldout_prompts, options
+                )
+                asyncio.run(backend.shutdown())
+                seconds["eval_after"] = time.perf_counter() - t0
     except KeyboardInterrupt:
         console.print(
             f"\n[yellow]Interrupted.[/] Checkpoints are in {run_dir}; continue with: "
@@ -325,8 +357,12 @@ def run_demo(options: DemoOptions) -> int:
 
 
 def _grpo_backend(options: DemoOptions) -> str:
-    where = f"the Arctic server at {options.server}" if options.server else "the CPU reference backend"
-    return where + (", colocated" if options.colocate else "")
+    api = "Cortex API" if options.backend == "cortex" else "Arctic server"
+    where = f"the {api} at {options.server}" if options.server else "the CPU reference backend"
+    where += ", colocated" if options.colocate else ""
+    return where + (
+        f", asynchronous (max_staleness {options.max_staleness})" if options.max_staleness else ""
+    )
 
 
 def _takes_text(backend: Any) -> bool:
@@ -396,9 +432,11 @@ def _summary(options: DemoOptions, before, after, steps, seconds) -> dict[str, A
         "weights_version": [s["weights_version"] for s in steps],
         "rollout_weights_version": [s["rollout_weights_version"] for s in steps],
         "server": options.server,
+        "backend": options.backend if options.server else "reference",
         "colocate": options.colocate,
+        "max_staleness": options.max_staleness,
         "before": {split: pick(before[split]) for split in EVAL_SPLITS},
-        "after": {split: pick(after[split]) for split in EVAL_SPLITS},
+        "after": None if after is None else {split: pick(after[split]) for split in EVAL_SPLITS},
         "seconds": seconds,
     }
 
@@ -422,13 +460,14 @@ def _print_summary(console, summary: dict[str, Any], plot: Path) -> None:
     for column in columns:
         table.add_column(column)
     for split in EVAL_SPLITS:
-        b, a = summary["before"][split], summary["after"][split]
+        b = summary["before"][split]
+        a = (summary["after"] or {}).get(split) or {"well_formatted": "-"}
         name = "held-out" if split == "heldout" else "train"
         table.add_row(
             name,
             b["metric"],
             share(b),
-            share(a),
+            share(a if "metric" in a else None),
             share(b.get("sampled")),
             share(a.get("sampled")),
             f"{b['well_formatted']} -> {a['well_formatted']}",

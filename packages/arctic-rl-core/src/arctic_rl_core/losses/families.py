@@ -172,6 +172,16 @@ def _gpg(logprobs, old_logprobs, advantages, mask, p: FamilyParams) -> PolicyTer
     return PolicyTerms(-logprobs * advantages, logprobs - old_logprobs)
 
 
+def _rollout_is(logprobs, old_logprobs, advantages, mask, p: FamilyParams) -> PolicyTerms:
+    """SkyRL's `rollout_is`: `old_logprobs` are the behaviour (rollout) policy's; the stop-gradient
+    ratio is kept inside (1 - low, 1 + high) and zeroed outside (a hard zero, not CISPO's clamp)."""
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(torch.clamp(log_ratio, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP))
+    in_range = (ratio > 1 - p.clip_ratio_low) & (ratio < 1 + p.clip_ratio_high)
+    calibrated = torch.where(in_range, ratio, torch.zeros_like(ratio))
+    return PolicyTerms(-(calibrated.detach() * advantages * logprobs), log_ratio, clipped=~in_range)
+
+
 _FAMILIES = {
     "ppo_clip": _ppo_clip,
     "dual_clip": _dual_clip,
@@ -181,5 +191,6 @@ _FAMILIES = {
     "clip_cov": _clip_cov,
     "kl_cov": _kl_cov,
     "gpg": _gpg,
+    "rollout_is": _rollout_is,
 }
 assert tuple(_FAMILIES) == POLICY_LOSSES

@@ -21,6 +21,9 @@ POLICY_LOSSES: tuple[str, ...] = (
     "clip_cov",  # PPO clip + covariance-selected gradient masking: SkyRL and verl `clip_cov`
     "kl_cov",  # unclipped ratio + |log-ratio| penalty on covariance-selected tokens: `kl_cov`
     "gpg",  # plain policy gradient -A log p: verl `gpg`
+    # stop-gradient IS weight, zeroed outside (1 - low, 1 + high), times log-prob: SkyRL `rollout_is`
+    # (the behaviour policy is the rollout: the adapter sends the rollout log-probs as old log-probs)
+    "rollout_is",
 )
 
 # Every `loss_agg_mode` of verl 0.9.1's `agg_loss` (the built-in verl_grpo lacks token-sum).

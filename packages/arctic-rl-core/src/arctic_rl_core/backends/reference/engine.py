@@ -3,8 +3,15 @@
 Three copies of the model: the trainer (AdamW), the sampler (receives the trainer's weights only
 through `sync_weights`, bucket by bucket) and a frozen reference (the initial weights, for
 `forward(reference_model=True)`). The weights version is the trainer step whose weights the sampler
-serves: 0 at start, the trainer's step count after each sync (what `weight_sync` checks). All compute runs on one worker thread per engine, in call order,
-so the event loop stays free and results are deterministic. See `validation` for the payload rules,
+serves: 0 at start, the trainer's step count after each sync (what `weight_sync` checks).
+
+Two worker threads per engine, so the event loop stays free: the sampler's (generation) and the
+trainer's (everything else). Calls awaited one after another run in call order with deterministic
+results, exactly as on one thread; a generate call issued while the trainer computes really overlaps
+it (torch releases the GIL inside its kernels; with `num_threads=1` each side keeps one core), as the
+separate sampling and training GPUs of the Arctic server do (asynchronous GRPO). The sampler lock
+makes a weight sync, a checkpoint save/load (the sampler's RNG) and a sleep/wake of the sampler wait for the generate call in
+flight to finish: a rollout's weights version is the one it was sampled with from start to end. See `validation` for the payload rules,
 `pipeline` for the forward/loss semantics, `sleep_state` for the sleep/wake rules.
 """
 
@@ -67,6 +74,7 @@ class SyncReport:
     transfer: TransferReport
     cuda_ipc: bool
     low_memory: bool
+    weight_format: str = "full"  # "lora": only the adapter tensors were sent
 
 
 @dataclass
@@ -103,6 +111,8 @@ class ReferenceBackend(Backend):
         self._reference = (
             build_model(model_cfg, self.settings.seed, self.tokenizer).requires_grad_(False).eval()
         )
+        if self.settings.peft is not None:
+            self._add_adapters(self.settings.peft)
         self.vocab_size = int(self._trainer.get_input_embeddings().weight.shape[0])
         self.max_model_len = int(model_cfg.max_position_embeddings)
         self._stop_ids = stop_token_ids(self.tokenizer)
@@ -113,11 +123,40 @@ class ReferenceBackend(Backend):
         self._global_step = 0
         self._weights_version = 0
         self._has_grads = False
+        self._last_sync: SyncReport | None = None
         self._closed = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arctic-rl-reference")
+        self._sampler_executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="arctic-rl-reference-sampler"
+        )
+        self._sampler_lock = threading.Lock()  # held by a generate call, a sync, a load, a sampler sleep/wake
         with _REGISTRY.lock:
             self._registry_id = next(_REGISTRY.ids)
             _REGISTRY.live[self._registry_id] = self
+
+    def _add_adapters(self, peft: dict[str, Any]) -> None:
+        """LoRA (Cortex's peft_config): the trainer trains fresh adapters over its frozen base, the sampler
+        serves the same adapter shape (starting from the trainer's adapters), the reference stays the base."""
+        import torch
+
+        from arctic_rl_core.backends.reference.lora import with_adapters
+        from arctic_rl_core.backends.reference.weight_transfer import transfer_weights
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.settings.seed + 2)  # the adapters' init, independent of anything before
+            self._trainer = with_adapters(self._trainer, peft)
+            self._sampler = with_adapters(self._sampler, peft).requires_grad_(False).eval()
+        transfer_weights(self._trainer, self._sampler, 1 << 30)  # same start (B = 0: the base's outputs)
+
+    @property
+    def last_sync(self) -> SyncReport | None:
+        """The report of the latest weight sync (what was sent, in which format); None before one."""
+        return self._last_sync
+
+    @property
+    def trains_adapters(self) -> bool:
+        """True when the trainer trains LoRA adapters (settings.peft) and syncs them in LoRA format."""
+        return self.settings.peft is not None
 
     # -- plumbing -------------------------------------------------------------------------------
     @property
@@ -138,11 +177,24 @@ class ReferenceBackend(Backend):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
 
+    async def _run_sampler(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn` on the sampler's thread, holding the sampler lock."""
+        if self._closed:
+            raise RuntimeError("the reference backend is shut down: create a new one")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._sampler_executor, functools.partial(self._with_sampler_lock, fn, *args)
+        )
+
+    def _with_sampler_lock(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._sampler_lock:
+            return fn(*args)
+
     def _build_optimizer(self, opt: OptimizerSettings):
         import torch
 
         return torch.optim.AdamW(
-            self._trainer.parameters(),
+            [p for p in self._trainer.parameters() if p.requires_grad],  # LoRA: the adapters only
             lr=opt.lr * self.settings.schedule.multiplier(0),
             betas=opt.betas,
             eps=opt.eps,
@@ -188,7 +240,9 @@ class ReferenceBackend(Backend):
         """Sampled sequences (with `top_logprobs` alternatives per token) and the weights version used.
         `extra_stop_ids` also end a generation (vLLM's stop_token_ids); `max_model_len` caps prompt +
         generation below the model's own limit."""
-        return await self._run(self._sample, prompts, params, top_logprobs, extra_stop_ids, max_model_len)
+        return await self._run_sampler(
+            self._sample, prompts, params, top_logprobs, extra_stop_ids, max_model_len
+        )
 
     def _sample(
         self,
@@ -415,17 +469,43 @@ class ReferenceBackend(Backend):
         self._optimizer = self._build_optimizer(self.settings.optimizer)
 
     # -- weight sync and memory -----------------------------------------------------------------
-    async def sync_weights(self, *, cuda_ipc: bool | None = None, low_memory: bool | None = None) -> int:
-        return (await self.sync_weights_detailed(cuda_ipc=cuda_ipc, low_memory=low_memory)).weights_version
+    async def sync_weights(
+        self,
+        *,
+        cuda_ipc: bool | None = None,
+        low_memory: bool | None = None,
+        weight_format: str | None = None,
+    ) -> int:
+        report = await self.sync_weights_detailed(
+            cuda_ipc=cuda_ipc, low_memory=low_memory, weight_format=weight_format
+        )
+        return report.weights_version
 
     async def sync_weights_detailed(
-        self, *, cuda_ipc: bool | None = None, low_memory: bool | None = None
+        self,
+        *,
+        cuda_ipc: bool | None = None,
+        low_memory: bool | None = None,
+        weight_format: str | None = None,
     ) -> SyncReport:
-        return await self._run(self._sync, cuda_ipc, low_memory)
+        """`weight_format`: "lora" sends only the adapter tensors (Cortex's weight-sync payload
+        `weight_format`; needs settings.peft), "vllm" / "hf" the full weights; None = "lora" when the
+        trainer trains adapters, else the full weights."""
+        return await self._run(self._with_sampler_lock, self._sync, cuda_ipc, low_memory, weight_format)
 
-    def _sync(self, cuda_ipc: bool | None, low_memory: bool | None) -> SyncReport:
+    def _sync(self, cuda_ipc: bool | None, low_memory: bool | None, weight_format: str | None) -> SyncReport:
+        from arctic_rl_core.backends.reference.lora import is_adapter
         from arctic_rl_core.backends.reference.weight_transfer import transfer_weights
 
+        if weight_format not in (None, "lora", "vllm", "hf"):
+            raise ValueError(f"weight_format={weight_format!r}: use 'lora', 'vllm' or 'hf' (or None)")
+        if weight_format == "lora" and not self.trains_adapters:
+            raise ValueError(
+                "weight_format='lora' syncs LoRA adapters, and this training job trains full weights: create "
+                "the training and sampling jobs with peft_config (training.peft), or sync without weight_format"
+            )
+        lora = weight_format == "lora" or (weight_format is None and self.trains_adapters)
+        fmt = "lora" if lora else "full"
         ipc = self.settings.cuda_ipc if cuda_ipc is None else bool(cuda_ipc)
         low = self.settings.low_memory if low_memory is None else bool(low_memory)
         if ipc and not self.settings.colocated:
@@ -438,20 +518,23 @@ class ReferenceBackend(Backend):
             # sync is lost (arctic-platform 0.1.4 checks nothing and reports success)
             from arctic_rl_core.backends.reference.weight_transfer import TransferReport
 
-            return SyncReport(self._weights_version, TransferReport(0, 0, 0), ipc, low)
+            return SyncReport(self._weights_version, TransferReport(0, 0, 0), ipc, low, fmt)
         bucket_bytes = 1 if low else max(1, int(self.settings.model.weight_sync_bucket_mb * 1024 * 1024))
         report = transfer_weights(
-            self._trainer, self._sampler, bucket_bytes
+            self._trainer, self._sampler, bucket_bytes, only=is_adapter if lora else None
         )  # 1 byte: one parameter per bucket
         self._weights_version = self._global_step  # the trainer step whose weights the sampler now serves
         self._state.synced()
-        return SyncReport(self._weights_version, report, ipc, low)
+        self._last_sync = SyncReport(self._weights_version, report, ipc, low, fmt)
+        return self._last_sync
 
     async def sleep_inference(self, level: int = 1) -> None:
-        await self._run(self._state.sleep_inference, level)
+        await self._run(self._with_sampler_lock, self._state.sleep_inference, level)
 
     async def wake_inference(self, tags: Sequence[str] | None = None) -> None:
-        await self._run(self._state.wake_inference, None if tags is None else list(tags))
+        await self._run(
+            self._with_sampler_lock, self._state.wake_inference, None if tags is None else list(tags)
+        )
 
     async def sleep_training(self, mode: str = "all") -> None:
         await self._run(self._state.sleep_training, mode)
@@ -460,7 +543,7 @@ class ReferenceBackend(Backend):
         await self._run(self._state.wake_training)
 
     async def reset_prefix_cache(self) -> None:
-        await self._run(self._state.reset_prefix_cache)
+        await self._run(self._with_sampler_lock, self._state.reset_prefix_cache)
 
     async def state(self) -> BackendState:
         return await self._run(self._snapshot)
@@ -499,7 +582,7 @@ class ReferenceBackend(Backend):
         self, directory: str | Path, *, export_hf: bool = False, extra: dict[str, Any] | None = None
     ) -> int:
         """Save the training state into `directory` (and a Hugging Face copy in `hf/`); returns the step."""
-        return await self._run(self._save, Path(directory), export_hf, extra)
+        return await self._run(self._with_sampler_lock, self._save, Path(directory), export_hf, extra)
 
     def _save(self, directory: Path, export_hf: bool, extra: dict[str, Any] | None) -> int:
         from arctic_rl_core.backends.reference.checkpoint import save_checkpoint
@@ -526,7 +609,7 @@ class ReferenceBackend(Backend):
     async def load_from(self, directory: str | Path) -> int:
         """Restore the training state saved in `directory`; returns the restored step. The sampler keeps
         its weights until the next `sync_weights` (as on the server)."""
-        return await self._run(self._load, Path(directory))
+        return await self._run(self._with_sampler_lock, self._load, Path(directory))
 
     def _load(self, directory: Path) -> int:
         from arctic_rl_core.backends.reference.checkpoint import load_checkpoint
@@ -595,6 +678,7 @@ class ReferenceBackend(Backend):
         with _REGISTRY.lock:
             _REGISTRY.live.pop(self._registry_id, None)
         self._executor.shutdown(wait=True)
+        self._sampler_executor.shutdown(wait=True)
 
 
 class InProcessHandle(BackendHandle):

@@ -26,7 +26,7 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -340,10 +340,10 @@ class ReferenceServer:
         job_id = _job_id(request)
         self._job(job_id, "training")
         payload = await _wire_body(request)
-        if self.request_log is not None:
-            request[SERVED_KEY] = {
-                "trainer_version": self.engine.global_step,
-                "rows": trained_row_digests(payload),
+        if self.request_log is not None:  # which rollouts this step trains, at which trainer version
+            request[ROLLOUT_LOG_KEY] = {
+                "trainer_version": (await self.engine.state()).trainer_version,
+                "rollouts": _trained_rollout_digests(payload),
             }
         result = await self.engine.train(payload)
         response: dict[str, Any] = {
@@ -468,6 +468,11 @@ class ReferenceServer:
         sequences, version = await self.engine.sample(
             prompts, params, top_logprobs=top, extra_stop_ids=stop_ids, max_model_len=job.max_model_len
         )
+        if self.request_log is not None:  # the weights version each rollout was sampled with
+            request[ROLLOUT_LOG_KEY] = {
+                "weights_version": version,
+                "rollouts": [rollout_digest(s.prompt_ids, s.token_ids) for s in sequences],
+            }
         results = []
         for seq in sequences:
             result: dict[str, Any] = {
@@ -482,11 +487,6 @@ class ReferenceServer:
             if top is not None:
                 result["logprobs"] = [_logprob_entries(entries) for entries in seq.top_logprobs]
             results.append(result)
-        if self.request_log is not None:
-            request[SERVED_KEY] = {
-                "weights_version": version,
-                "rows": [row_digest([*seq.prompt_ids, *seq.token_ids]) for seq in sequences],
-            }
         return _Wire({"job_id": job_id, "results": results})
 
     async def log_probs(self, request: web.Request) -> Any:
@@ -852,40 +852,41 @@ def _optional_count(body: Mapping[str, Any], key: str, meaning: str) -> int | No
     return value
 
 
-# What a handler adds to its request-log line (aiohttp's per-request storage)
-SERVED_KEY = "arctic_rl.served"
+ROLLOUT_LOG_KEY = "arctic_rollout_log"  # what a handler adds to its request's log line
 
 
-def row_digest(token_ids: Sequence[int]) -> str:
-    """A short digest of one sequence (prompt then response token ids), to follow a rollout from the
-    generate call that sampled it to the forward-backward that trained it in the request log."""
+def rollout_digest(prompt_ids: Any, response_ids: Any) -> str:
+    """A short name for one rollout (its prompt and response token ids), the same at /generate and
+    at /forward-backward, so a request log tells which sampled rollout a training step trained."""
     import hashlib
 
-    return hashlib.sha256(",".join(str(int(t)) for t in token_ids).encode()).hexdigest()[:16]
+    tokens = [int(t) for t in prompt_ids] + [-1] + [int(t) for t in response_ids]
+    return hashlib.sha1(json.dumps(tokens).encode()).hexdigest()[:16]
 
 
-def trained_row_digests(payload: Any) -> list[str]:
-    """`row_digest` of every row of a training payload (its attended tokens, in order; micro-batches
-    in order); [] when the batch is not the dense shape (the handler reports that error itself)."""
-    import numpy as np
-
-    batch = payload.get("batch") if isinstance(payload, Mapping) else None
-    digests: list[str] = []
-    for micro in batch if isinstance(batch, list) else [batch]:
-        if not isinstance(micro, Mapping) or "input_ids" not in micro or "attention_mask" not in micro:
-            return []
-        ids, mask = np.asarray(micro["input_ids"]), np.asarray(micro["attention_mask"])
-        digests.extend(row_digest(row[m.astype(bool)].tolist()) for row, m in zip(ids, mask, strict=True))
-    return digests
+def _trained_rollout_digests(payload: Any) -> list[str]:
+    """`rollout_digest` of every row of a /forward-backward body (micro-batch list or one batch):
+    prompt = the real tokens of the first `prompts` width columns, response = the rest."""
+    batches = payload.get("batch") if isinstance(payload, Mapping) else None
+    out: list[str] = []
+    for batch in batches if isinstance(batches, list) else [batches]:
+        if not isinstance(batch, Mapping) or "input_ids" not in batch or "prompts" not in batch:
+            continue
+        width = int(batch["prompts"].shape[1])
+        ids, mask = batch["input_ids"], batch["attention_mask"].bool()
+        for row in range(ids.shape[0]):
+            prompt = ids[row, :width][mask[row, :width]].tolist()
+            response = ids[row, width:][mask[row, width:]].tolist()
+            out.append(rollout_digest(prompt, response))
+    return out
 
 
 def _request_logger(path: Path) -> Any:
     """aiohttp middleware: one JSON line per request to `path` (route, job id, the control fields of
     JSON bodies: operation type, level, tags, mode, step), in the order the server received them, from
-    whichever client sent them; /generate adds the weights version it sampled with and a digest of each
-    sequence it returned, /forward-backward the trainer's version (optimizer steps taken) and a digest of
-    each row it trained (`row_digest`). Tests read it to check the sequence a multi-process run produced
-    and which weights every trained rollout was sampled with."""
+    whichever client sent them; /generate adds the weights version it sampled with and a digest of
+    each rollout, /forward-backward the trainer version and the digests of the rollouts it trains.
+    Tests read it to check the sequence a multi-process run produced."""
     from aiohttp import web
 
     @web.middleware
@@ -899,7 +900,7 @@ def _request_logger(path: Path) -> Any:
                 body = None
             entry.update(_control_fields(body))
         response = await handler(request)
-        entry.update(request.get(SERVED_KEY, {}))
+        entry.update(request.get(ROLLOUT_LOG_KEY) or {})
         entry["status"] = response.status
         with path.open("a", encoding="utf-8") as out:
             out.write(json.dumps(entry) + "\n")

@@ -4,7 +4,7 @@ topology, AdamW and its learning-rate schedule, the weight-sync defaults and the
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -114,6 +114,12 @@ class ReferenceEngineSettings(BaseModel):
         description="step() with no forward_backward since the last step: 'refuse' (an error) or "
         "'zero_gradients' (as DeepSpeed: a step over all-zero gradients, see zero_norm_step).",
     )
+    peft: dict[str, Any] | None = Field(
+        default=None,
+        description="LoRA adapters: arctic-platform 0.1.4's training.peft (a PEFT LoraConfig as a dict; Cortex's "
+        "peft_config of the training and sampling sub-jobs). The trainer trains only the adapters, the sampler "
+        "serves the same adapter shape, a sync sends only the adapter tensors. None = full-weight training.",
+    )
     num_threads: int | None = Field(
         default=1,
         ge=1,
@@ -151,4 +157,5 @@ class ReferenceEngineSettings(BaseModel):
             colocated=cfg.placement.colocate,
             cuda_ipc=cfg.weight_sync.cuda_ipc,
             low_memory=cfg.weight_sync.low_memory,
+            peft=cfg.peft.peft_config(),
         )

@@ -5,6 +5,7 @@ travels alone), and each buffer is unpacked into the sampler's parameters by nam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,8 +39,11 @@ def plan_buckets(
     return buckets
 
 
-def transfer_weights(source, target, bucket_bytes: int) -> TransferReport:
-    """Copy every parameter of `source` into `target` (same names, shapes and dtypes) bit for bit."""
+def transfer_weights(
+    source, target, bucket_bytes: int, only: Callable[[str], bool] | None = None
+) -> TransferReport:
+    """Copy every parameter of `source` into `target` (same names, shapes and dtypes) bit for bit;
+    with `only`, just the parameters whose name it accepts (a LoRA-format sync: the adapters)."""
     import torch
 
     if bucket_bytes < 1:
@@ -56,6 +60,10 @@ def transfer_weights(source, target, bucket_bytes: int) -> TransferReport:
             raise ValueError(
                 f"parameter {name}: trainer {tuple(param.shape)} {param.dtype} vs sampler {tuple(other.shape)} {other.dtype}"
             )
+    if only is not None:
+        sent = [(name, param) for name, param in sent if only(name)]
+        if not sent:
+            raise ValueError("no parameter to send: the filter accepted none")
     total = 0
     buckets = plan_buckets(sent, bucket_bytes)
     with torch.no_grad():

@@ -23,7 +23,9 @@ def run(args: argparse.Namespace) -> int:
         "--eval-samples": args.eval_samples,
         "--threads": args.threads,
         "--server": args.server,
+        "--backend": args.backend,
         "--colocate": args.colocate,
+        "--async": args.max_staleness,
     }
     forwarded = launch.driver_args(
         framework=framework, task=args.task, steps=args.steps, out=args.out, resume=args.resume, extra=extra

@@ -1,0 +1,176 @@
+"""SkyRL 0.4.0's fully asynchronous trainer (`FullyAsyncRayPPOTrainer`, `trainer.fully_async.enabled`)
+on a core backend, with the core's bounded staleness (`async.max_staleness`, `async.stale_policy`).
+
+SkyRL runs `num_parallel_generation_workers` generation tasks next to its training loop; its
+staleness manager bounds how many groups may be ahead of training (a capacity rule: a group
+scheduled at step i is trained at step j <= i + max_staleness_steps in steady state, and only
+warned about when it is not). Here every group carries the weights version its generate call
+sampled with (`ArcticGenerator`, `WEIGHTS_VERSION_KEY`), and before a mini-batch is trained each
+group is checked against the trainer's version (its optimizer steps so far): one older than
+`async.max_staleness` is never trained: it is dropped (its prompt marked filtered, as SkyRL's own
+`sample_full_batch` drops a group) or generated again with the current weights, by
+`async.stale_policy`. Versions, staleness and drops/regenerations are in the step's metrics and
+in the payload trace.
+
+Weight sync stays SkyRL's: after each training step `save_weights_for_sampler` (the core
+weight-sync policy). Generation already in flight is not stopped: what it reports is the version
+it was sent with (the backend's record at request time), so its staleness is never under-counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+from skyrl.train.fully_async_trainer import FullyAsyncRayPPOTrainer, GeneratedOutputGroup
+
+from adapter_skyrl.generator import WEIGHTS_VERSION_KEY
+from adapter_skyrl.skyrl_internals import generation_exhausted
+from adapter_skyrl.trainer import ArcticPPOTrainer
+
+if TYPE_CHECKING:
+    from arctic_rl_core.config.schema import AsyncSettings
+
+EXHAUSTION_POLL_S = 0.5  # how often a wait for a replacement group checks that the epoch ran dry
+
+
+class ArcticFullyAsyncPPOTrainer(ArcticPPOTrainer, FullyAsyncRayPPOTrainer):
+    """SkyRL's `FullyAsyncRayPPOTrainer` whose models live on a core backend, with every trained
+    group's weights version checked against `async.max_staleness`."""
+
+    def __init__(self, *args: Any, staleness: AsyncSettings, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.max_staleness = int(staleness.max_staleness)
+        self.stale_policy = str(staleness.stale_policy)
+        # (global step, trainer version, [weights version of each trained group]) per step
+        self.trained_versions: list[tuple[int, int, list[int]]] = []
+
+    # -- the staleness gate -----------------------------------------------------------------------
+    def trainer_version(self) -> int:
+        """Optimizer steps taken before the one about to be trained (the sampler's version after a sync)."""
+        return int(self.dispatch.optimizer_steps)
+
+    @staticmethod
+    def group_version(group: GeneratedOutputGroup) -> int:
+        version = group.generator_output.get(WEIGHTS_VERSION_KEY)
+        if version is None:
+            raise RuntimeError(
+                f"generated group {group.uid} carries no weights version: the fully async Arctic trainer "
+                "needs the ArcticGenerator (or a subclass)"
+            )
+        return int(version)
+
+    def is_stale(self, group: GeneratedOutputGroup, trainer_version: int) -> bool:
+        version = self.group_version(group)
+        if version > trainer_version:
+            raise RuntimeError(
+                f"group {group.uid} was sampled with weights version {version}, ahead of the trainer's "
+                f"{trainer_version}: the backend's version record is wrong"
+            )
+        return trainer_version - version > self.max_staleness
+
+    async def _collect_generation_mini_batch(
+        self, generation_output_group_buffer: asyncio.Queue, all_generators_done: asyncio.Event
+    ) -> tuple[list[GeneratedOutputGroup], list[GeneratedOutputGroup], bool]:
+        """SkyRL's collection, then the gate: a group older than `async.max_staleness` is dropped
+        (and replaced by the next one to finish) or regenerated, by `async.stale_policy`."""
+        kept, dropped, exhausted = await super()._collect_generation_mini_batch(
+            generation_output_group_buffer, all_generators_done
+        )
+        dropped_stale = regenerated = 0
+        trainer_version = self.trainer_version()
+        admitted: list[GeneratedOutputGroup] = []
+        pending = list(kept)
+        while pending and not exhausted:
+            group = pending.pop(0)
+            if not self.is_stale(group, trainer_version):
+                admitted.append(group)
+                continue
+            version = self.group_version(group)
+            logger.warning(
+                f"group {group.uid}: weights version {version} is {trainer_version - version} steps behind "
+                f"the trainer's {trainer_version} (async.max_staleness={self.max_staleness}): "
+                f"{self.stale_policy}"
+            )
+            if self.stale_policy == "regenerate":
+                admitted.append(await self._regenerate(group))
+                regenerated += 1
+                continue
+            dropped_stale += 1
+            getattr(self.generator, "inputs_by_uid", {}).pop(group.uid, None)
+            await self._staleness_manager.on_rollout_filtered()
+            await self.async_train_dataloader.mark_filtered_uids([group.uid])
+            replacement = await self._next_group(generation_output_group_buffer, all_generators_done)
+            if replacement is None:
+                exhausted = True
+                admitted.extend(pending)
+                break
+            pending.append(replacement)
+        if not exhausted:
+            versions = [self.group_version(g) for g in admitted]
+            staleness = [trainer_version - v for v in versions]
+            self.trained_versions.append((self.global_step, trainer_version, versions))
+            self.all_metrics.update(
+                {
+                    "async/trainer_version": float(trainer_version),
+                    "async/weights_staleness_mean": sum(staleness) / len(staleness),
+                    "async/weights_staleness_max": float(max(staleness)),
+                    "async/weights_staleness_min": float(min(staleness)),
+                    "async/max_staleness": float(self.max_staleness),
+                    "async/dropped_groups": float(dropped_stale),
+                    "async/regenerated_groups": float(regenerated),
+                }
+            )
+            trace = getattr(self.dispatch, "trace", None)
+            if trace is not None:
+                trace.record_event(
+                    "train_rollout_versions",
+                    step=self.global_step,
+                    trainer_version=trainer_version,
+                    versions=versions,
+                    dropped=dropped_stale,
+                    regenerated=regenerated,
+                )
+        return admitted, dropped, exhausted
+
+    async def _regenerate(self, group: GeneratedOutputGroup) -> GeneratedOutputGroup:
+        """The group's prompts generated again, with the weights the sampler serves now."""
+        inputs = getattr(self.generator, "inputs_by_uid", {})
+        if group.uid not in inputs:
+            raise RuntimeError(
+                f"group {group.uid} is too stale and its generator input was not kept: "
+                "async.stale_policy=regenerate needs the ArcticGenerator with remember_inputs=True"
+            )
+        output = await self.generator.generate(inputs[group.uid])
+        return GeneratedOutputGroup(
+            generator_output=output,
+            uid=group.uid,
+            global_step_when_scheduled=self.global_step,
+            group_completion_time_s=group.group_completion_time_s,
+            prompts=group.prompts,
+        )
+
+    async def _next_group(
+        self, buffer: asyncio.Queue, all_generators_done: asyncio.Event
+    ) -> GeneratedOutputGroup | None:
+        """The next group to finish, or None when the epoch has no more to give (every prompt drawn,
+        none in flight, the buffer empty)."""
+        if self.sample_full_batch:  # SkyRL then watches its generation tasks itself
+            return await self._drain_next_group(buffer, all_generators_done)
+        while True:
+            try:
+                return await asyncio.wait_for(buffer.get(), EXHAUSTION_POLL_S)
+            except TimeoutError:
+                if buffer.empty() and generation_exhausted(self):
+                    return None
+
+    def convert_generation_group_mini_batch_to_training_input(self, groups, dropped_groups=None):
+        """SkyRL's conversion; the inputs kept for regeneration are released once their group trains."""
+        inputs = getattr(self.generator, "inputs_by_uid", None)
+        if inputs is not None:
+            for group in groups:
+                inputs.pop(group.uid, None)
+            for group in dropped_groups or ():
+                inputs.pop(group.uid, None)
+        return super().convert_generation_group_mini_batch_to_training_input(groups, dropped_groups)

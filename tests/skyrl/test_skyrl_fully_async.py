@@ -1,0 +1,322 @@
+"""SkyRL 0.4.0's fully asynchronous trainer (`FullyAsyncRayPPOTrainer`, `trainer.fully_async.enabled`)
+through the adapter: SkyRL's stock fully async launchers at dry run, its staleness field on the core's
+`async.max_staleness`, its `rollout_is` loss on the server (bit-identical to SkyRL's), its off-policy
+correction on the wire, colocation refused with the reason, the core's staleness gate (a group
+older than k is never trained: dropped or regenerated), and real runs in process (~1 s each)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from skyrl_e2e_run import IN_PROCESS, TINY_GRPO, RecordingGenerator, logged_steps, run_grpo
+
+LAUNCHERS = Path(__file__).parent / "launchers"
+RECORDED = json.loads((LAUNCHERS / "recorded_commands.json").read_text())  # see launchers/README.md
+
+# SkyRL's own settings of a tiny fully async run: one prompt group per step, two generation workers,
+# SkyRL's async loss (rollout_is) with its token TIS on (the old-log-prob forward then runs).
+ASYNC_BASE = [
+    *(
+        a
+        for a in TINY_GRPO
+        if not a.startswith(
+            (
+                "trainer.algorithm.policy_loss_type",
+                "trainer.train_batch_size",
+                "trainer.update_epochs_per_batch",
+                "trainer.algorithm.use_kl_loss",
+            )
+        )
+    ),
+    "trainer.algorithm.use_kl_loss=false",
+    "trainer.fully_async.enabled=true",
+    "trainer.fully_async.max_staleness_steps=1",
+    "trainer.fully_async.num_parallel_generation_workers=2",
+    "trainer.algorithm.policy_loss_type=rollout_is",
+    "trainer.algorithm.off_policy_correction.tis_ratio_type=token",
+    "trainer.train_batch_size=1",
+    "trainer.update_epochs_per_batch=1",
+    "trainer.resume_mode=none",
+    "trainer.ckpt_interval=0",
+]
+
+
+def _dry(args: list[str]) -> tuple[int, str, str]:
+    from adapter_skyrl.main import dry_run
+
+    out, err = io.StringIO(), io.StringIO()
+    return dry_run(args, out=out, err=err), out.getvalue(), err.getvalue()
+
+
+def _recorded(name: str, home: Path) -> list[str]:
+    return [a.replace("@HOME@", str(home)) for a in RECORDED[name]]
+
+
+def _translate(args: list[str]):
+    from adapter_skyrl.config import parse_cli, translate
+
+    return translate(parse_cli(args), steps_per_epoch=None)
+
+
+# -- SkyRL's stock launchers and the field mapping ---------------------------------------------
+
+
+def test_stock_fully_async_gsm8k_launcher_passes_dry_run_with_its_staleness_on_the_core(tmp_path):
+    args = _recorded("stock_fully_async_run_gsm8k.sh", tmp_path)
+    code, out, err = _dry(args)
+    assert code == 0, err
+    arctic = _translate(args).arctic
+    assert arctic.async_settings.max_staleness == 4  # trainer.fully_async.max_staleness_steps=4
+    assert arctic.async_settings.stale_policy == "drop"
+    assert arctic.loss.policy_loss == "rollout_is" and arctic.loss.loss_fn == "arctic_rl_core"
+    assert not arctic.placement.colocate
+    assert "async:\n    max_staleness: 4" in out
+
+
+def test_stock_dapo_fully_async_launcher_names_what_only_its_own_entry_point_has(tmp_path):
+    """SkyRL's DAPO example runs its own config class (DAPOConfig) and trainer subclass: the two
+    fields only DAPOConfig has are what SkyRL's strict parse of the adapter's config refuses."""
+    code, _, err = _dry(_recorded("stock_run_dapo_qwen3_1.7b_aime_fully_async.sh", tmp_path))
+    assert code == 2
+    assert "overlong_buffer_len" in err and "overlong_buffer_penalty_factor" in err
+
+
+def test_staleness_counts_optimizer_steps_and_the_tis_cap_is_the_core_cap():
+    arctic = _translate(
+        [*ASYNC_BASE, "trainer.update_epochs_per_batch=2", "trainer.fully_async.max_staleness_steps=3",
+         "trainer.fully_async.num_parallel_generation_workers=4",
+         "trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high=1.5", *IN_PROCESS]
+    ).arctic  # fmt: skip
+    assert arctic.async_settings.max_staleness == 6  # 3 SkyRL steps x 2 optimizer steps each
+    assert arctic.async_settings.is_weight_cap == 1.5
+    sync = _translate([*TINY_GRPO, *IN_PROCESS]).arctic
+    assert sync.async_settings.max_staleness == 0  # not fully async: the synchronous path
+
+
+def test_colocated_fully_async_is_refused_at_dry_run_with_the_reason():
+    code, _, err = _dry([*ASYNC_BASE, *IN_PROCESS, "trainer.placement.colocate_all=true"])
+    assert code == 2
+    assert "trainer.placement.colocate_all = true" in err
+    assert "take turns" in err and "set trainer.placement.colocate_all=false" in err
+
+
+def test_what_skyrls_async_trainer_asserts_is_reported_at_dry_run():
+    code, _, err = _dry(
+        [*ASYNC_BASE, *IN_PROCESS, "trainer.algorithm.policy_loss_type=regular", "trainer.train_batch_size=2",
+         "trainer.fully_async.num_parallel_generation_workers=5"]
+    )  # fmt: skip
+    assert code == 2
+    assert 'trainer.algorithm.policy_loss_type = "regular"' in err and "rollout_is" in err
+    assert "trainer.train_batch_size = 2" in err
+    assert "trainer.fully_async.num_parallel_generation_workers = 5" in err
+
+
+def test_cispo_anchored_on_the_rollout_takes_no_tis_on_top():
+    code, _, err = _dry(
+        [*ASYNC_BASE, *IN_PROCESS, "trainer.algorithm.policy_loss_type=cispo",
+         "trainer.algorithm.cispo.cispo_anchor=rollout"]
+    )  # fmt: skip
+    assert code == 2 and "count it twice" in err
+    code, _, err = _dry(
+        [*ASYNC_BASE, *IN_PROCESS, "trainer.algorithm.policy_loss_type=cispo",
+         "trainer.algorithm.cispo.cispo_anchor=rollout", "trainer.algorithm.off_policy_correction.tis_ratio_type=null"]
+    )  # fmt: skip
+    assert code == 0, err
+
+
+# -- the loss and the off-policy correction ------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("clip", [(0.2, 0.2), (0.5, 4.0), (0.1, 0.3)])
+def test_rollout_is_family_is_bit_identical_to_skyrls_rollout_is(clip, seed):
+    """The core `rollout_is` family with the rollout log-probs as old log-probs (what the adapter
+    sends) against SkyRL's own `rollout_is_policy_loss`: per-token loss sums and every token's
+    gradient, rtol = 0."""
+    from arctic_rl_core.losses.aggregation import aggregate
+    from arctic_rl_core.losses.families import FamilyParams, policy_terms
+    from arctic_rl_core.parity.loss_cases import random_policy_loss_case
+    from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
+    from skyrl.train.config.config import AlgorithmConfig
+
+    case = random_policy_loss_case(seed)
+    low, high = clip
+    rollout = case.old_logprobs_B_R  # the behaviour policy's log-probs
+    mask = case.mask_B_R.bool()
+    ours_lp = case.logprobs_B_R.clone().requires_grad_(True)
+    terms = policy_terms(
+        "rollout_is", ours_lp, rollout, case.advantages_B_R, mask,
+        FamilyParams(clip_ratio_low=low, clip_ratio_high=high),
+    )  # fmt: skip
+    ours = aggregate(terms.pg_losses, mask, "token-sum", dp_size=1)
+    ours.backward()
+    theirs_lp = case.logprobs_B_R.clone().requires_grad_(True)
+    config = AlgorithmConfig(
+        policy_loss_type="rollout_is", eps_clip_low=low, eps_clip_high=high, loss_reduction="sequence_mean"
+    )
+    theirs, metrics = PolicyLossRegistry.get("rollout_is")(
+        theirs_lp, torch.zeros_like(rollout), case.advantages_B_R, config=config, loss_mask=case.mask_B_R,
+        rollout_logprobs=rollout,
+    )  # fmt: skip
+    theirs.backward()
+    # SkyRL's reduce_loss is the masked sum (its reduction lives in the advantages)
+    torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=0, atol=0)
+    torch.testing.assert_close(ours_lp.grad, theirs_lp.grad, rtol=0, atol=0)
+    assert terms.clipped[mask].any() or clip == (0.5, 4.0)  # the zeroing branch is exercised
+    assert metrics["clip_ratio"] == pytest.approx(float((terms.clipped & mask).sum() / mask.sum()))
+
+
+@pytest.fixture
+def dispatch_and_batch():
+    from adapter_skyrl.config import parse_cli, to_arctic_config
+    from adapter_skyrl.dispatch import ArcticWorkerDispatch
+    from adapter_skyrl.trainer import build_backend
+    from arctic_rl_core.backends.protocol import SamplingParams
+    from arctic_rl_core.dispatch import run
+    from arctic_rl_core.weight_sync import WeightSyncPolicy
+    from arctic_rl_core.wire import PayloadSpec
+    from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
+    from skyrl.train.dataset.preprocess import convert_prompts_responses_to_batch_tensors
+
+    cfg = parse_cli([*ASYNC_BASE, *IN_PROCESS, "trainer.policy_mini_batch_size=2", "trainer.train_batch_size=2",
+                     "trainer.fully_async.num_parallel_generation_workers=2",
+                     "trainer.algorithm.off_policy_correction.sequence_mask_metric=geometric"])  # fmt: skip
+    arctic = to_arctic_config(cfg, steps_per_epoch=2)
+    backend = build_backend(arctic)
+    spec = PayloadSpec.from_config(arctic, pad_token_id=backend.pad_token_id)
+    dispatch = ArcticWorkerDispatch(cfg, backend, spec, WeightSyncPolicy.from_config(arctic))
+    sent = []
+    original = backend.forward_backward
+
+    async def spy(payload):
+        sent.append(payload)
+        return await original(payload)
+
+    backend.forward_backward = spy
+    prompts = [backend.tokenizer.encode(t) for t in ("count the schools", "list movies", "how many", "bikes")]
+    out = run(backend.generate(prompts, SamplingParams(max_tokens=6, temperature=1.0, logprobs=True)))
+    responses = [list(c.token_ids) for c in out.completions]
+    seqs, attn, resp_mask, _r, loss_mask, rollout_lp, _e, _s = convert_prompts_responses_to_batch_tensors(
+        backend.pad_token_id, prompts, responses, [[0.0] * len(r) for r in responses],
+        [[1] * len(r) for r in responses], [list(c.logprobs) for c in out.completions],
+    )  # fmt: skip
+    data = TrainingInputBatch(
+        {"sequences": seqs, "attention_mask": attn, "response_mask": resp_mask, "loss_mask": loss_mask,
+         "rollout_logprobs": rollout_lp}
+    )  # fmt: skip
+    data.metadata = {"response_length": resp_mask.shape[1]}
+    return dispatch, data, sent
+
+
+def test_rollout_is_sends_the_rollout_logprobs_as_old_and_skyrls_masks_on_the_loss_mask(dispatch_and_batch):
+    """With `rollout_is` the server's old log-probs are the sampler's (SkyRL's loss reads them), and
+    SkyRL's geometric sequence mask (pi_old vs pi_rollout outside [0.99, 1.01]) zeroes whole rows of
+    the loss mask on the wire; TIS weights come with it."""
+    dispatch, data, sent = dispatch_and_batch
+    policy = dispatch.forward("policy", data).loss_fn_outputs
+    old = torch.tensor([row["logprobs"] for row in policy])
+    shifted = old.clone()
+    shifted[:2] -= 0.5 * (data["loss_mask"][:2] > 0)  # rows 0, 1: geometric ratio e^0.5, masked out
+    shifted[2:] += 0.005 * (data["loss_mask"][2:] > 0)  # rows 2, 3: e^0.005, inside [0.99, 1.01]
+    data["action_log_probs"] = shifted
+    data["advantages"] = torch.where(data["loss_mask"] > 0, torch.tensor([[1.0], [-1.0], [1.0], [-1.0]]), 0.0)
+    out = dispatch.forward_backward("policy", data)
+    assert math.isfinite(out.metrics["policy_loss"])
+    payload = sent[-1]
+    wire_mask = torch.as_tensor(payload.batch["response_mask"]).bool()
+    resp_len = data["response_mask"].sum(-1)
+    assert wire_mask[:2].sum() == 0 and wire_mask[2:].sum(-1).tolist() == resp_len[2:].tolist()
+    # the old log-probs on the wire are the rollout log-probs, not the trainer's forward
+    old_B_S = torch.as_tensor(payload.batch["old_log_probs"])  # response values at response positions
+    for row in (2, 3):
+        n = int(resp_len[row])
+        expected = data["rollout_logprobs"][row, -n:]
+        torch.testing.assert_close(old_B_S[row][wire_mask[row]].float(), expected.float(), rtol=0, atol=1e-6)
+        assert not torch.allclose(expected, shifted[row, -n:], rtol=0, atol=1e-3)  # not the forward's
+    assert "rollout_is_weights" in payload.batch
+    metrics = dispatch.pop_metrics()
+    assert metrics["off_policy/geo_sequence_mask_masked_ratio"] == pytest.approx(0.5)
+
+
+# -- the run, in process -------------------------------------------------------------------------
+
+
+def _async_run(data: Path, root: Path, *extra: str, generator_cls=None):
+    import skyrl_e2e_run
+
+    original = skyrl_e2e_run.RecordingGenerator
+    if generator_cls is not None:
+        skyrl_e2e_run.RecordingGenerator = generator_cls
+    try:
+        return run_grpo(
+            [f"data.train_data=['{data}']", f"trainer.ckpt_path={root / 'ckpt'}",
+             f"trainer.export_path={root / 'export'}", *extra],
+            base=(*ASYNC_BASE, *IN_PROCESS),
+        )  # fmt: skip
+    finally:
+        skyrl_e2e_run.RecordingGenerator = original
+
+
+def test_fully_async_run_overlaps_generation_and_trains_within_the_bound(learnable_jsonl, tmp_path):
+    exp = _async_run(learnable_jsonl, tmp_path, "trainer.max_training_steps=3")
+    from adapter_skyrl.fully_async import ArcticFullyAsyncPPOTrainer
+
+    assert type(exp.trainer) is ArcticFullyAsyncPPOTrainer
+    steps = logged_steps(exp)
+    assert sorted(steps) == [1, 2, 3]
+    for step in steps.values():
+        assert math.isfinite(step["policy/policy_loss"])
+        assert step["async/weights_staleness_max"] <= 1
+    # the second group was generated while the first trained: trained one step behind
+    assert max(s["async/weights_staleness_max"] for s in steps.values()) == 1
+    for step, trainer_version, versions in exp.trainer.trained_versions:
+        assert trainer_version == step - 1 and all(0 <= trainer_version - v <= 1 for v in versions)
+    assert [s["arctic/weights_version"] for _, s in sorted(steps.items())] == [1, 2, 3]
+
+
+class SlowFirstGroup(RecordingGenerator):
+    """The first prompt group is sampled at once (weights version 0) but reaches the trainer only
+    after it has taken 2 optimizer steps: at least 2 versions old, over the bound of 1."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.uids: list[str] = []
+
+    async def generate(self, input_batch):
+        from adapter_skyrl.loop_bridge import on_backend_loop
+
+        uid = input_batch["trajectory_ids"][0].instance_id
+        first = not self.uids
+        self.uids.append(uid)
+        out = await super().generate(input_batch)
+        if first:
+            for _ in range(600):
+                if (await on_backend_loop(self.backend.state())).trainer_version >= 2:
+                    break
+                await asyncio.sleep(0.05)
+        return out
+
+
+@pytest.mark.parametrize("policy", ["drop", "regenerate"])
+def test_a_group_older_than_the_bound_is_never_trained(policy, learnable_jsonl, tmp_path):
+    exp = _async_run(
+        learnable_jsonl, tmp_path, "trainer.max_training_steps=6",
+        f"trainer.arctic_rl.async.stale_policy={policy}", generator_cls=SlowFirstGroup,
+    )  # fmt: skip
+    steps = logged_steps(exp)
+    assert sorted(steps) == [1, 2, 3, 4, 5, 6]
+    for step, trainer_version, versions in exp.trainer.trained_versions:
+        assert all(0 <= trainer_version - v <= 1 for v in versions), (step, trainer_version, versions)
+    dropped = sum(s["async/dropped_groups"] for s in steps.values())
+    regenerated = sum(s["async/regenerated_groups"] for s in steps.values())
+    assert (dropped, regenerated) == ((1, 0) if policy == "drop" else (0, 1))
+    assert all(s["async/staleness_violation_count"] == 0 for s in steps.values())
+    slow = exp.generator.uids[0]
+    # regenerate: the slow group's prompt was generated a second time (and trained); drop: never again
+    assert exp.generator.uids.count(slow) == (2 if policy == "regenerate" else 1)
