@@ -236,3 +236,24 @@ def test_truncated_is_weights_are_capped_per_token_and_counted():
     # statistics over the masked-in tokens only: exp(0.5) and the capped exp(1.5)
     assert (stats.max, stats.tokens, stats.clipped_fraction) == (2.0, 2, 0.5)
     assert stats.min == pytest.approx(math.exp(0.5))
+
+
+def test_the_demos_async_option_is_verls_separate_async(tmp_path):
+    """`arctic-rl demo --framework verl --async 1`: verl's own separate-async fields, checked like any
+    verl command line, give the core's async.max_staleness = 1 on separate devices."""
+    from adapter_verl.config import resolve
+    from adapter_verl.demo_driver import run_grpo, verl_overrides
+    from adapter_verl.main import compose, with_arctic_defaults
+    from arctic_rl_core.demo.drivers import supports_async
+    from arctic_rl_core.demo.options import DemoOptions
+
+    options = DemoOptions(framework="verl", out=str(tmp_path / "run"), steps=2, max_staleness=1)
+    overrides = verl_overrides(
+        options, train_file=tmp_path / "train.parquet", model_path=tmp_path / "model", steps_per_epoch=8
+    )
+    assert "trainer.v1.trainer_mode=arctic_separate_async" in overrides
+    resolution = resolve(compose(with_arctic_defaults(overrides)[0]), 2)
+    assert resolution.problems == []
+    cfg = resolution.config
+    assert (cfg.async_settings.max_staleness, cfg.placement.colocate) == (1, False)
+    assert supports_async(run_grpo)
