@@ -98,6 +98,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="append one JSON line per request received (route, job id, control fields) to PATH",
     )
     parser.add_argument(
+        "--parity-trace",
+        default=None,
+        metavar="PATH",
+        help="record every forward / forward-backward payload as this server decodes it, every optimizer "
+        "step and, when the training job is destroyed, the trainer weights' digest, as the parity trace "
+        "PATH (one run; the parity suite compares two frameworks' traces)",
+    )
+    parser.add_argument(
         "overrides", nargs="*", default=[], help="config overrides, key=value (with --config or alone)"
     )
     parser.set_defaults(func=run)
@@ -159,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"arctic-rl serve: {err}", file=sys.stderr)
         return 2
     request_log = None if args.request_log is None else Path(args.request_log)
+    parity_trace = None if args.parity_trace is None else Path(args.parity_trace)
     fidelity = Fidelity(profile=ServerProfile(args.profile), state_guard=args.state_guard)
     asyncio.run(
         serve(
@@ -167,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             args.port,
             on_ready=ready,
             request_log=request_log,
+            parity_trace=parity_trace,
             fidelity=fidelity,
             file_root=args.file_root,
             token=token,
