@@ -4,9 +4,9 @@ same sizes, same seeds, same run: `arctic-rl bench async`.
 The reference engine runs generation and training on two threads of one process (one torch thread
 each, so each side holds one core, as the Arctic server's sampling and training GPUs are separate):
 synchronously one waits for the other; with k = 1 batch i+1 is sampled while batch i trains. The
-benchmark first picks the response length so that generation and training each take 40-60% of a
-synchronous step (both grow with it, generation faster: two calibration runs and a linear fit), prints
-the split, then runs both modes, alternating, `--repeats` times (the best run of each mode counts). Throughput is measured at steady state
+benchmark first picks the model's hidden size so that generation and training each take 40-60% of a
+synchronous step (training's kernels grow with it faster than generation's per-token cost, which is
+mostly fixed overhead at these sizes: two calibration runs and a linear fit), prints the split, then runs both modes, alternating, `--repeats` times (the best run of each mode counts). Throughput is measured at steady state
 (from the end of the first trained step to the end of the last: the pipeline's fill is one
 generation, paid once per run) and for the whole run; the last line is the steady-state
 `ratio: <async / sync>x`.
@@ -34,13 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", type=int, default=4, help="prompts per step")
     parser.add_argument("--rollouts", type=int, default=4, help="responses per prompt")
     parser.add_argument("--prompt-len", type=int, default=16, help="prompt tokens")
-    parser.add_argument("--hidden", type=int, default=256, help="hidden size of the tiny model")
+    parser.add_argument("--response-len", type=int, default=64, help="tokens generated per response")
     parser.add_argument("--layers", type=int, default=2, help="layers of the tiny model")
     parser.add_argument(
-        "--response-len",
+        "--hidden",
         type=int,
         default=None,
-        help="tokens generated per response; default: calibrated so the phases take equal time",
+        help="hidden size of the tiny model; default: calibrated so the phases take equal time",
     )
     parser.add_argument(
         "--repeats", type=int, default=2, help="runs of each mode, alternating; the best counts"
@@ -69,15 +69,15 @@ class ModeRun:
         return self.samples / self.wall_s
 
 
-def _config(args: argparse.Namespace, response_len: int, max_staleness: int) -> Any:
+def _config(args: argparse.Namespace, hidden: int, max_staleness: int) -> Any:
     from arctic_rl_core.config import ArcticRLConfig
 
     data: dict[str, Any] = {
         "backend": {
             "kind": "reference",
             "reference": {
-                "hidden_size": args.hidden,
-                "intermediate_size": 4 * args.hidden,
+                "hidden_size": hidden,
+                "intermediate_size": 4 * hidden,
                 "num_layers": args.layers,
                 "num_attention_heads": 4,
                 "num_key_value_heads": 2,
@@ -87,7 +87,9 @@ def _config(args: argparse.Namespace, response_len: int, max_staleness: int) -> 
             "prompts_per_step": args.prompts,
             "rollouts_per_prompt": args.rollouts,
             "max_prompt_length": args.prompt_len,
-            "max_response_length": response_len,
+            "max_response_length": args.response_len,
+            # one forward-backward over the whole batch (the reference default is one row per micro-batch)
+            "micro_batch_size_per_gpu": args.prompts * args.rollouts,
         },
         "optimizer": {"lr": 1e-4},
     }
@@ -96,12 +98,12 @@ def _config(args: argparse.Namespace, response_len: int, max_staleness: int) -> 
     return ArcticRLConfig.from_dict(data)
 
 
-async def _run_mode(args: argparse.Namespace, response_len: int, max_staleness: int, steps: int) -> ModeRun:
+async def _run_mode(args: argparse.Namespace, hidden: int, max_staleness: int, steps: int) -> ModeRun:
     from arctic_rl_core.async_grpo.token_task import TokenTask
     from arctic_rl_core.backends.reference.engine import ReferenceBackend
     from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 
-    cfg = _config(args, response_len, max_staleness)
+    cfg = _config(args, hidden, max_staleness)
     engine = ReferenceBackend(ReferenceEngineSettings.from_config(cfg))  # num_threads=1
     try:
         task = TokenTask.create(
@@ -131,24 +133,25 @@ def _phases(run: ModeRun) -> tuple[float, float]:
 
 
 def _calibrate(args: argparse.Namespace) -> tuple[int, list[str]]:
-    """The response length at which generation and training of a synchronous step take equal time."""
-    lo, hi = 16, 96
+    """The hidden size at which generation and training of a synchronous step take equal time."""
+    lo, hi = 128, 256
     g_lo, t_lo = _phases(asyncio.run(_run_mode(args, lo, 0, 2)))
     g_hi, t_hi = _phases(asyncio.run(_run_mode(args, hi, 0, 2)))
-    # gen(R) and train(R) are close to linear in R: solve gen(R) = train(R).
-    slope = (g_hi - g_lo - (t_hi - t_lo)) / (hi - lo)
-    chosen = hi if slope <= 0 else round(lo + (t_lo - g_lo) / slope)
-    chosen = max(8, min(512, chosen))
+    # gen(H) and train(H) are close to linear over this range: solve gen(H) = train(H).
+    slope = (t_hi - t_lo - (g_hi - g_lo)) / (hi - lo)
+    chosen = hi if slope <= 0 else lo + (g_lo - t_lo) / slope
+    chosen = max(32, min(512, 16 * round(chosen / 16)))  # divisible by the 4 attention heads
     notes = [
-        f"calibration (sync step, generation/training s): response {lo}: {g_lo:.3f}/{t_lo:.3f}; "
-        f"response {hi}: {g_hi:.3f}/{t_hi:.3f} -> response length {chosen}"
+        f"calibration (sync step, generation/training s): hidden {lo}: {g_lo:.3f}/{t_lo:.3f}; "
+        f"hidden {hi}: {g_hi:.3f}/{t_hi:.3f} -> hidden size {chosen}"
     ]
     return chosen, notes
 
 
-def two_core_speedup(repeats: int = 60) -> float:
-    """How much two threads of pure torch kernels (no GIL held) gain over one on this machine right now:
-    about 2 on two free cores, about 1 when other work holds a core (then no overlap can show)."""
+def two_core_speedup(repeats: int = 100, tries: int = 3) -> float:
+    """How much two threads of pure torch kernels (no GIL held) gain over one on this machine right now,
+    best of `tries`: about 2 with two free cores, about 1 when other work holds one (then no overlap can
+    show, whatever the code does)."""
     import threading
 
     import torch
@@ -156,21 +159,25 @@ def two_core_speedup(repeats: int = 60) -> float:
     a = torch.randn(384, 384)
 
     def work() -> None:
+        torch.set_num_threads(1)  # in this thread (see the reference engine's worker threads)
         for _ in range(repeats):
             a @ a
 
     work()
-    start = time.perf_counter()
-    work()
-    work()
-    one = time.perf_counter() - start
-    threads = [threading.Thread(target=work) for _ in range(2)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return one / (time.perf_counter() - start)
+    best = 0.0
+    for _ in range(tries):
+        start = time.perf_counter()
+        work()
+        work()
+        one = time.perf_counter() - start
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        best = max(best, one / (time.perf_counter() - start))
+    return best
 
 
 def run(args: argparse.Namespace) -> BenchResult:
@@ -181,15 +188,15 @@ def run(args: argparse.Namespace) -> BenchResult:
     if args.steps < 3:
         raise SystemExit("--steps: give at least 3 (the steady state is measured after the first step)")
     notes: list[str] = []
-    response_len = args.response_len
-    if response_len is None:
-        response_len, notes = _calibrate(args)
+    hidden = args.hidden
+    if hidden is None:
+        hidden, notes = _calibrate(args)
         print(notes[0], flush=True)
     capacity = [two_core_speedup()]
     runs: dict[int, list[ModeRun]] = {0: [], 1: []}
     for _ in range(args.repeats):
         for k in (0, 1):
-            runs[k].append(asyncio.run(_run_mode(args, response_len, k, args.steps)))
+            runs[k].append(asyncio.run(_run_mode(args, hidden, k, args.steps)))
     capacity.append(two_core_speedup())
     sync = max(runs[0], key=lambda r: r.steady_samples_per_s)
     fast = max(runs[1], key=lambda r: r.steady_samples_per_s)
@@ -199,7 +206,7 @@ def run(args: argparse.Namespace) -> BenchResult:
     print(split, flush=True)
     if not 0.4 <= share <= 0.6:
         notes.append(
-            f"the split is outside 40-60% ({share:.0%} generation): the machine is noisy, or pass --response-len"
+            f"the split is outside 40-60% ({share:.0%} generation): the machine is noisy, or pass --hidden"
         )
     staleness = sorted(
         {lag for r in fast.records for lag in (r.trainer_version - v for v in r.group_versions)}
@@ -207,8 +214,8 @@ def run(args: argparse.Namespace) -> BenchResult:
     samples = args.prompts * args.rollouts
     return BenchResult(
         title=(
-            f"asynchronous GRPO, reference backend (hidden {args.hidden}, {args.layers} layers, "
-            f"{args.prompts}x{args.rollouts} rollouts of {args.prompt_len}+{response_len} tokens, {args.steps} steps)"
+            f"asynchronous GRPO, reference backend (hidden {hidden}, {args.layers} layers, "
+            f"{args.prompts}x{args.rollouts} rollouts of {args.prompt_len}+{args.response_len} tokens, {args.steps} steps)"
         ),
         baseline_label="max_staleness=0 (synchronous), s per step at steady state",
         baseline_seconds=samples / sync.steady_samples_per_s,

@@ -24,6 +24,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="serve the reference backend (the only server this command runs)",
     )
     parser.add_argument(
+        "--api",
+        choices=("onprem", "cortex"),
+        default="onprem",
+        help="the REST surface: the Arctic on-prem server's (default), or 'cortex': a Snowflake Cortex "
+        "(SnowAPI cortex-training) emulator for arctic-platform 0.1.4's CortexTransport, under "
+        "/api/v2/databases/{database}/schemas/{schema}/cortex-training; every call needs the PAT from "
+        "$ARCTIC_CORTEX_PAT",
+    )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="with --api cortex: serve https with a self-signed certificate written to "
+        "<file-root>/cortex-tls/cert.pem, so arctic-platform 0.1.4's CortexTransport can use its host + PAT "
+        "path unmodified (trust the certificate with REQUESTS_CA_BUNDLE and SSL_CERT_FILE)",
+    )
+    parser.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)"
     )
     parser.add_argument(
@@ -82,6 +98,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="append one JSON line per request received (route, job id, control fields) to PATH",
     )
     parser.add_argument(
+        "--parity-trace",
+        default=None,
+        metavar="PATH",
+        help="record every forward / forward-backward payload as this server decodes it, every optimizer "
+        "step and, when the training job is destroyed, the trainer weights' digest, as the parity trace "
+        "PATH (one run; the parity suite compares two frameworks' traces)",
+    )
+    parser.add_argument(
         "overrides", nargs="*", default=[], help="config overrides, key=value (with --config or alone)"
     )
     parser.set_defaults(func=run)
@@ -118,6 +142,11 @@ def run(args: argparse.Namespace) -> int:
     if args.colocate is not None:
         update["colocated"] = args.colocate
     settings = ReferenceEngineSettings.model_validate({**settings.model_dump(), **update})
+    if args.api == "cortex":
+        return _run_cortex(args, settings)
+    if args.tls:
+        print("arctic-rl serve: --tls applies to --api cortex only", file=sys.stderr)
+        return 2
 
     def ready(host: str, port: int) -> None:
         print(
@@ -138,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"arctic-rl serve: {err}", file=sys.stderr)
         return 2
     request_log = None if args.request_log is None else Path(args.request_log)
+    parity_trace = None if args.parity_trace is None else Path(args.parity_trace)
     fidelity = Fidelity(profile=ServerProfile(args.profile), state_guard=args.state_guard)
     asyncio.run(
         serve(
@@ -146,9 +176,85 @@ def run(args: argparse.Namespace) -> int:
             args.port,
             on_ready=ready,
             request_log=request_log,
+            parity_trace=parity_trace,
             fidelity=fidelity,
             file_root=args.file_root,
             token=token,
+        )
+    )
+    return 0
+
+
+def _run_cortex(args: argparse.Namespace, settings) -> int:
+    """`--api cortex`: the Cortex emulator. The PAT comes from the environment only (a command-line
+    value would show in the process list); it is never printed."""
+    import asyncio
+    import os
+
+    from arctic_rl_core.backends.reference.cortex_server import ENDPOINT, PAT_ENV, PREFIX, serve
+    from arctic_rl_core.backends.reference.fidelity import Fidelity, ServerProfile
+    from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME
+
+    refused = [
+        flag
+        for flag, given in (
+            ("--token", args.token is not None),
+            ("--request-log", args.request_log is not None),
+            ("--colocate", bool(args.colocate)),
+            ("--no-state-guard", not args.state_guard),
+        )
+        if given
+    ]
+    if refused:
+        print(
+            f"arctic-rl serve --api cortex: {', '.join(refused)} do not apply: the PAT comes from ${PAT_ENV}, "
+            "and Cortex never colocates training and sampling",
+            file=sys.stderr,
+        )
+        return 2
+    token = os.environ.get(PAT_ENV, "")
+    if not token:
+        print(
+            f"arctic-rl serve --api cortex: export {PAT_ENV} (the programmatic access token every call must "
+            "send as 'Authorization: Bearer <PAT>')",
+            file=sys.stderr,
+        )
+        return 2
+    settings = settings.model_copy(update={"colocated": False})
+    scheme, ssl_context = "http", None
+    if args.tls:
+        from pathlib import Path
+
+        from arctic_rl_core.backends.reference.cortex_tls import self_signed
+        from arctic_rl_core.backends.reference.file_root import DEFAULT_FILE_ROOT
+
+        tls = self_signed(Path(args.file_root or DEFAULT_FILE_ROOT).resolve() / "cortex-tls", args.host)
+        scheme, ssl_context = "https", tls.server_context()
+        print(
+            f"arctic-rl Cortex emulator: TLS certificate {tls.cert} (clients: REQUESTS_CA_BUNDLE={tls.cert} "
+            f"SSL_CERT_FILE={tls.cert}; CortexConfig host=HOST:PORT with the PAT)",
+            flush=True,
+        )
+
+    def ready(host: str, port: int) -> None:
+        prefix = PREFIX.replace("{endpoint}", ENDPOINT)
+        print(
+            f"arctic-rl Cortex emulator ({REFERENCE_MODEL_NAME}; routes under {prefix}) listening on "
+            f"{scheme}://{host}:{port}",
+            flush=True,
+        )
+
+    fidelity = Fidelity(profile=ServerProfile(args.profile))
+    asyncio.run(
+        serve(
+            settings,
+            args.host,
+            args.port,
+            token=token,
+            file_root=args.file_root,
+            on_ready=ready,
+            fidelity=fidelity,
+            ssl_context=ssl_context,
         )
     )
     return 0
