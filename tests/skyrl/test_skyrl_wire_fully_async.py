@@ -3,7 +3,7 @@ against `arctic-rl serve --reference` in its own process, through `ArcticBackend
 arctic-platform 0.1.4 client over HTTP: 3 steps, one step of staleness allowed
 (`trainer.fully_async.max_staleness_steps=1`), SkyRL's rollout_is loss with its token TIS.
 
-The checks rest on what the SERVER saw (its request log, `--request-log`): each /generate line
+The checks rest on what the SERVER saw (the session server's request log, `--request-log`): each /generate line
 carries the weights version the sampler served and a digest of every rollout it returned; each
 /forward-backward line the trainer's version and the digests of the rollouts it trains. So every
 trained rollout is traced back to the generate call that sampled it, and its staleness (trainer
@@ -11,38 +11,30 @@ version - sampling version) is measured on the server, not taken from the client
 
 from __future__ import annotations
 
-import json
 import math
 import time
 
 import pytest
 from arctic_rl_core.backends.arctic import ArcticBackend
 from skyrl_e2e_run import TINY_FULLY_ASYNC, TINY_MODEL, logged_steps, run_grpo
-from wire_server import serve_reference, tiny_model_dir
+from wire_server import tiny_model_dir
 
 SEED = 7
 MAX_STALENESS = 1
 
 
 @pytest.fixture(scope="module")
-def logged_server(tmp_path_factory):
-    """A server of this module's own, logging every request (route, versions, rollout digests)."""
-    root = tmp_path_factory.mktemp("wire-async")
-    log = root / "requests.jsonl"
-    base = tmp_path_factory.getbasetemp()  # the server reads and writes under the session folder
-    with serve_reference(root / "server", args=["--request-log", str(log)], file_root=base) as server:
-        yield server, log
-
-
-@pytest.fixture(scope="module")
-def async_run(logged_server, learnable_jsonl, tmp_path_factory):
-    server, log = logged_server
+def async_run(wire_server, learnable_jsonl, tmp_path_factory):
+    """The run against the session's server (it logs every request); returns (exp, its requests)."""
     root = tmp_path_factory.mktemp("skyrl_wire_async")
     model_dir = tiny_model_dir(root / "model", SEED, **TINY_MODEL)
+    wire_server.check_alive()
+    assert wire_server.jobs() == {}
+    mark = wire_server.request_count()
     start = time.perf_counter()
     exp = run_grpo(
         [
-            *server.overrides("trainer.arctic_rl.", model=False),
+            *wire_server.overrides("trainer.arctic_rl.", model=False),
             f"trainer.policy.model.path={model_dir}",
             f"data.train_data=['{learnable_jsonl}']",
             f"trainer.seed={SEED}",
@@ -57,9 +49,8 @@ def async_run(logged_server, learnable_jsonl, tmp_path_factory):
         shutdown=True,
     )
     print(f"SkyRL fully async wire run (3 steps): {time.perf_counter() - start:.1f} s")
-    assert server.jobs() == {}  # the run destroyed the jobs it created
-    lines = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-    return exp, lines
+    assert wire_server.jobs() == {}  # the run destroyed the jobs it created
+    return exp, wire_server.requests(mark)
 
 
 def _server_view(lines):
