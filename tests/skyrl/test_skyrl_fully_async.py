@@ -337,3 +337,23 @@ def test_demo_async_1_runs_skyrls_fully_async_trainer(tmp_path):
         "trainer.fully_async.enabled=true" in overrides
         and "trainer.fully_async.max_staleness_steps=1" in overrides
     )
+
+
+def test_fully_async_checkpoint_resumes_with_skyrls_async_state(learnable_jsonl, tmp_path):
+    """SkyRL's fully async checkpoint (the backend's, plus its consumed-UID state) resumes: the
+    resumed run trains step 3 at trainer version 2, on prompts the first run had not trained."""
+    first = _async_run(
+        learnable_jsonl, tmp_path / "a", "trainer.max_training_steps=2", "trainer.ckpt_interval=1"
+    )
+    ckpt = tmp_path / "a" / "ckpt" / "global_step_2"
+    assert (ckpt / "fully_async_state.pt").is_file()
+    resumed = _async_run(
+        learnable_jsonl, tmp_path / "b", "trainer.max_training_steps=3", "trainer.resume_mode=from_path",
+        f"trainer.resume_path={ckpt}",
+    )  # fmt: skip
+    assert sorted(logged_steps(resumed)) == [3]
+    ((step, trainer_version, versions),) = resumed.trainer.trained_versions
+    assert (step, trainer_version) == (3, 2) and all(0 <= 2 - v <= 1 for v in versions)
+    state = torch.load(ckpt / "fully_async_state.pt", weights_only=False)
+    assert set(state["consumed_uids"]) == {u for uids in first.trainer.trained_uids for u in uids}
+    assert not set(resumed.trainer.trained_uids[0]) & set(state["consumed_uids"])

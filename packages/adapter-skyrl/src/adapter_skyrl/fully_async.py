@@ -53,6 +53,7 @@ class ArcticFullyAsyncPPOTrainer(ArcticPPOTrainer, FullyAsyncRayPPOTrainer):
         self.gate = StalenessGate(int(staleness.max_staleness), staleness.stale_policy)
         # (global step, trainer version, [weights version of each trained group]) per step
         self.trained_versions: list[tuple[int, int, list[int]]] = []
+        self.trained_uids: list[list[str]] = []  # the prompt uid of each trained group, per step
         self._step_gate: tuple[list[int], int, int] | None = None  # staleness, dropped, regenerated
 
     # -- the staleness gate -----------------------------------------------------------------------
@@ -115,6 +116,7 @@ class ArcticFullyAsyncPPOTrainer(ArcticPPOTrainer, FullyAsyncRayPPOTrainer):
             versions = [self.group_version(g) for g in admitted]
             self.gate.assert_within(versions, trainer_version)  # the last check before training
             self.trained_versions.append((self.global_step, trainer_version, versions))
+            self.trained_uids.append([g.uid for g in admitted])
             self._step_gate = ([trainer_version - v for v in versions], dropped_stale, regenerated)
             self.all_metrics["async/trainer_version"] = float(trainer_version)
             trace = getattr(self.dispatch, "trace", None)
