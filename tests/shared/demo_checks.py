@@ -153,3 +153,51 @@ def _parsed(argv: list[str]) -> Any:
     parser = argparse.ArgumentParser()
     demo_run.add_arguments(parser)
     return parser.parse_args(argv)
+
+
+def run_against_cortex(framework: str, run_dir: Path, emulator: Any) -> dict[str, Any]:
+    """The demo's GRPO phase on the Cortex emulator (`--backend cortex --server URL`, as the command
+    line passes them), 2 steps through the real 0.1.4 `CortexTransport`; returns the run's summary
+    after the checks: the weights version advances every step on the emulator's counter, each step's
+    rollouts come from the previous sync, Cortex reports no gradient norm, and the PAT is in no file
+    the run wrote and not in the emulator's log."""
+    url = emulator.url
+    args = _parsed(
+        [
+            "--framework",
+            framework,
+            "--out",
+            str(run_dir),
+            "--steps",
+            "2",
+            "--server",
+            url,
+            "--backend",
+            "cortex",
+        ]
+    )
+    options = demo_run.resolve_options(args)
+    assert (options.server, options.backend) == (url, "cortex")
+    tiny = tiny_options(framework, run_dir, server=url, backend="cortex", eval_samples=0)
+    assert demo_run.run_demo(tiny) == 0
+    log = MetricsLog(run_dir)
+    (placement,) = log.records("backend")
+    assert placement["where"] == f"Cortex API at {url} (arctic-platform client)"
+    steps = log.grpo_steps()
+    assert [s["weights_version"] for s in steps] == [1, 2]
+    assert [s["rollout_weights_version"] for s in steps] == [0, 1]
+    assert [s["optimizer_steps"] for s in steps] == [1, 2]
+    for record in steps:
+        assert math.isfinite(record["loss"]) and 0.0 <= record["reward_mean"] <= 1.0
+        assert record["grad_norm"] is None or math.isnan(record["grad_norm"])  # Cortex's step has none
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    backend = config["arctic_rl"]["backend"]
+    assert (backend["kind"], backend["cortex"]["base_url"]) == ("cortex", url)
+    assert config["arctic_rl"]["model"]["name"] == str((run_dir / "warm_start" / "hf").resolve())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["server"], summary["backend"]) == (url, "cortex")
+    secret = emulator.pat.encode()
+    leaked = [str(p) for p in run_dir.rglob("*") if p.is_file() and secret in p.read_bytes()]
+    assert leaked == []
+    assert emulator.pat not in emulator.log_text()
+    return summary

@@ -6,6 +6,7 @@ call, shared by the in-process runs (tests/skyrl/test_skyrl_e2e.py) and the wire
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -191,7 +192,9 @@ def logged_steps(exp: RecordingExp) -> dict[int, dict[str, Any]]:
 
 def backend_weights(ckpt_root: Path, step: int) -> dict[str, torch.Tensor]:
     """Every tensor of the backend checkpoint SkyRL saved at `step` under `ckpt_root`."""
-    files = sorted((ckpt_root / f"global_step_{step}" / "policy" / "backend").rglob("*"))
+    marker = json.loads((ckpt_root / f"global_step_{step}" / "policy" / "arctic_checkpoint.json").read_text())
+    # the run's backend checkpoints share one folder: <ckpt_path>/arctic_backend/checkpoint-<step>
+    files = sorted((Path(marker["backend_path"]) / f"checkpoint-{marker['step']}").rglob("*"))
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
         # data files carry their save's generation ("model.<generation>.safetensors"): key by role

@@ -44,7 +44,13 @@ def test_steps_are_real_grpo_steps_on_advancing_weights(interrupted_then_resumed
 def test_run_directory_holds_config_metrics_plot_checkpoints_and_summary(interrupted_then_resumed):
     run_dir, *_ = interrupted_then_resumed
     assert_run_directory(run_dir, "skyrl", step_override="trainer.max_training_steps=2")
-    assert (run_dir / "checkpoints" / "global_step_2" / "policy" / "backend").is_dir()
+    marker = json.loads(
+        (run_dir / "checkpoints" / "global_step_2" / "policy" / "arctic_checkpoint.json").read_text()
+    )
+    # the run's backend checkpoints share one folder; the server keeps trainer.max_ckpts_to_keep=2 of them
+    backend = run_dir / "checkpoints" / "arctic_backend"
+    assert marker["backend_path"] == str(backend) and (backend / f"checkpoint-{marker['step']}").is_dir()
+    assert len([p for p in backend.iterdir() if p.name.startswith("checkpoint-")]) <= 2
 
 
 def test_gsm8k_task_runs_end_to_end_with_its_own_reward_and_metric(tmp_path):

@@ -344,3 +344,14 @@ def test_clip_cov_on_prescaled_advantages_is_where_skyrl_and_verl_differ():
     torch.manual_seed(0)
     prescaled = policy_terms("clip_cov", case.logprobs_B_R, case.old_logprobs_B_R, scaled, mask, params)
     assert int((raw.clipped & mask).sum()) > 0 and int((prescaled.clipped & mask).sum()) == 0
+
+
+def test_parity_covers_every_loss_the_adapter_sends():
+    """Every SkyRL policy_loss_type the adapter maps has its bit-for-bit parity test (rollout_is:
+    tests/skyrl/test_skyrl_fully_async.py), and every core family is covered by SkyRL's or verl's
+    (gpg, dual clip as verl's vanilla: tests/verl/test_parity_verl_loss.py)."""
+    from adapter_skyrl.config import SKYRL_POLICY_LOSSES
+    from arctic_rl_core.losses import POLICY_LOSSES
+
+    assert SKYRL_POLICY_LOSSES == {**SKYRL_FAMILIES, "rollout_is": "rollout_is"}
+    assert set(POLICY_LOSSES) == {*SKYRL_FAMILIES.values(), "rollout_is", "gpg"}

@@ -294,3 +294,21 @@ def test_sequence_parallelism_is_skyrls_field_and_the_core_says_what_the_server_
     assert (
         issue.path == "trainer.policy.sequence_parallel_size (core placement.ulysses_sequence_parallel_size)"
     )
+
+
+def test_checkpoints_kept_is_the_servers_save_total_limit():
+    """SkyRL's trainer.max_ckpts_to_keep is checkpoint.save_total_limit (as verl's
+    trainer.max_actor_ckpt_to_keep is): -1 keeps all; 0 (SkyRL would delete every checkpoint) is refused."""
+
+    def kept(*overrides: str):
+        return to_arctic_config(parse_cli([*REFERENCE, *overrides]), steps_per_epoch=4).checkpoint
+
+    assert kept("trainer.max_ckpts_to_keep=3").save_total_limit == 3
+    assert kept().save_total_limit is None  # SkyRL's default -1
+    with pytest.raises(UnsupportedSkyRLSettingError) as info:
+        check_supported(parse_cli([*REFERENCE, "trainer.max_ckpts_to_keep=0"]), steps_per_epoch=4)
+    assert "trainer.max_ckpts_to_keep = 0" in str(info.value) and "a count >= 1" in str(info.value)
+    with pytest.raises(UnsupportedSkyRLSettingError, match=r"trainer\.max_ckpts_to_keep"):
+        check_supported(
+            parse_cli([*REFERENCE, "trainer.arctic_rl.checkpoint.save_total_limit=3"]), steps_per_epoch=4
+        )

@@ -104,35 +104,44 @@ def test_checkpoint_round_trip_restores_the_policy(setup, tmp_path):
     data["advantages"] = torch.where(data["loss_mask"] > 0, torch.tensor([[1.0], [-1.0], [1.0], [-1.0]]), 0.0)
     dispatch.forward_backward("policy", data)
     dispatch.optim_step("policy")
-    dispatch.save_checkpoint("policy", str(tmp_path / "policy"))
+    policy = tmp_path / "ckpt" / "global_step_1" / "policy"  # SkyRL's layout
+    dispatch.save_checkpoint("policy", str(policy))
     saved = _logprobs(dispatch, "policy", data)
-    marker = json.loads((tmp_path / "policy" / CHECKPOINT_MARKER).read_text())
-    assert marker["step"] == 1 and marker["backend_subdir"] == "backend"
+    marker = json.loads((policy / CHECKPOINT_MARKER).read_text())
+    assert marker["step"] == 1 and marker["backend_path"] == str(tmp_path / "ckpt" / "arctic_backend")
+    assert (tmp_path / "ckpt" / "arctic_backend" / "checkpoint-1").is_dir()
     dispatch.forward_backward("policy", data)
     dispatch.optim_step("policy")
     assert not torch.equal(_logprobs(dispatch, "policy", data), saved)
-    dispatch.load_checkpoint("policy", str(tmp_path / "policy"))
+    dispatch.load_checkpoint("policy", str(policy))
     assert torch.equal(_logprobs(dispatch, "policy", data), saved) and dispatch.optimizer_steps == 1
     with pytest.raises(ValueError, match="load_optimizer_states=False"):
-        dispatch.load_checkpoint("policy", str(tmp_path / "policy"), load_optimizer_states=False)
+        dispatch.load_checkpoint("policy", str(policy), load_optimizer_states=False)
+    with pytest.raises(ValueError, match="global_step_<n>"):  # not SkyRL's layout: no step to name
+        dispatch.save_checkpoint("policy", str(tmp_path / "elsewhere"))
 
 
-def test_checkpoint_settings_reach_the_backend_save(setup, tmp_path):
-    """checkpoint.export_hf and checkpoint.save_total_limit go with every backend save."""
+def test_checkpoints_kept_are_the_servers_save_total_limit(setup, tmp_path):
+    """checkpoint.save_total_limit (SkyRL's trainer.max_ckpts_to_keep) and export_hf go with every
+    backend save; the run's backend checkpoints share one folder, so the server keeps the newest N."""
     from arctic_rl_core.config.schema import CheckpointSettings
 
     dispatch, data = setup
-    dispatch.checkpoint = CheckpointSettings(export_hf=True, save_total_limit=1)
+    dispatch.checkpoint = CheckpointSettings(export_hf=True, save_total_limit=2)
     data["action_log_probs"] = _logprobs(dispatch, "policy", data)
     data["base_action_log_probs"] = _logprobs(dispatch, "ref", data)
     data["advantages"] = torch.where(data["loss_mask"] > 0, 1.0, 0.0)
-    for _ in range(2):
+    for step in (1, 2, 3):
         dispatch.forward_backward("policy", data)
         dispatch.optim_step("policy")
-        dispatch.save_checkpoint("policy", str(tmp_path / "policy"))
-    backend_dir = tmp_path / "policy" / "backend"
-    assert sorted(p.name for p in backend_dir.iterdir() if p.is_dir()) == ["checkpoint-2"]
-    assert (backend_dir / "checkpoint-2" / "hf" / "config.json").is_file()
+        dispatch.save_checkpoint("policy", str(tmp_path / f"global_step_{step}" / "policy"))
+    backend_dir = tmp_path / "arctic_backend"
+    assert sorted(p.name for p in backend_dir.iterdir() if p.is_dir()) == ["checkpoint-2", "checkpoint-3"]
+    assert (backend_dir / "checkpoint-3" / "hf" / "config.json").is_file()
+    dispatch.load_checkpoint("policy", str(tmp_path / "global_step_2" / "policy"))
+    assert dispatch.optimizer_steps == 2
+    with pytest.raises(FileNotFoundError, match="checkpoint-1"):  # pruned by the server
+        dispatch.load_checkpoint("policy", str(tmp_path / "global_step_1" / "policy"))
 
 
 def test_what_the_dispatch_does_not_serve_is_an_error_naming_the_fix(setup):
@@ -191,3 +200,33 @@ def test_rollout_correction_weights_reach_the_wire_and_change_the_loss(setup):
     rest = weights[mask & ~first_two]
     assert torch.allclose(rest, torch.ones_like(rest), atol=1e-3)  # same weights sampled: ratio 1
     assert weighted != pytest.approx(plain, rel=1e-6)
+
+
+def _without_forward(target):
+    """`target` as a backend without forward (Cortex): the policy's old log-probs must not call it."""
+    from arctic_rl_core.backends.forwarding import ForwardingBackend
+
+    class NoForward(ForwardingBackend):
+        serves_forward = False
+
+        async def forward(self, payload, *, reference_model=False):
+            raise AssertionError("forward() called on a backend without forward")
+
+    return NoForward(target)
+
+
+def test_without_a_server_forward_the_old_log_probs_are_the_samplers(setup):
+    """Cortex: SkyRL's old-log-prob pass returns the rollout log-probs (right-aligned, zeros in front)
+    with no backend call; a batch without them is a clear error."""
+    dispatch, data = setup
+    dispatch.backend = _without_forward(dispatch.backend)
+    policy = _logprobs(dispatch, "policy", data)
+    mask = data["response_mask"] > 0
+    assert torch.equal(policy[mask], data["rollout_logprobs"][mask].float())
+    assert torch.all(policy[~mask] == 0)
+    without = TrainingInputBatch(
+        {key: data[key] for key in ("sequences", "attention_mask", "response_mask", "loss_mask")}
+    )
+    without.metadata = dict(data.metadata)
+    with pytest.raises(RuntimeError, match="no rollout_logprobs: on a backend without forward"):
+        dispatch.forward("policy", without)

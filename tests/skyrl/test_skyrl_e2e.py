@@ -298,3 +298,32 @@ def test_a_fixed_seed_grpo_run_raises_the_reward(learnable_jsonl, tmp_path):
         assert step["policy/grad_norm"] > 0  # from the policy term alone
     rewards = [steps[s]["reward/avg_raw_reward"] for s in sorted(steps)]
     assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.1, rewards
+
+
+def test_kl_in_the_reward_runs_with_reference_log_probs(learnable_jsonl, tmp_path):
+    """`use_kl_in_reward=true` (as in the verl adapter, tests/verl/test_verl_e2e.py's resumed step):
+    reference log-probs from the backend's log-prob side, SkyRL's own apply_reward_kl_penalty
+    subtracts the KL from the rewards, and the server loss has no KL term."""
+    exp = _run(
+        [
+            f"data.train_data=['{learnable_jsonl}']",
+            "trainer.max_training_steps=2",
+            "trainer.ckpt_interval=0",
+            f"trainer.ckpt_path={tmp_path / 'ckpt'}",
+            f"trainer.export_path={tmp_path / 'export'}",
+            "trainer.resume_mode=none",
+            f"trainer.arctic_trace_path={tmp_path / 'trace.jsonl'}",
+            "trainer.algorithm.use_kl_loss=false",
+            "trainer.algorithm.use_kl_in_reward=true",
+            "trainer.algorithm.kl_loss_coef=0.5",
+        ]
+    )
+    assert exp.arctic_cfg.loss.use_kl_in_reward and not exp.arctic_cfg.loss.use_kl_loss
+    steps = _steps(exp)
+    assert sorted(steps) == [1, 2]
+    assert steps[1]["loss/avg_kl"] == 0.0  # the policy is still the reference
+    assert steps[2]["loss/avg_kl"] != 0.0 and steps[2]["loss/kl_loss_coef"] == 0.5
+    records = PayloadTrace(tmp_path / "trace.jsonl").read()
+    assert [r["op"] for r in records if "digest" in r].count("forward_ref") == 2  # one per step
+    train = [r for r in records if r["op"] == "forward_backward"]
+    assert train and all(r["meta"]["actor_config"]["use_kl_loss"] is False for r in train)

@@ -46,6 +46,7 @@ def test_the_issue_fields_are_mapped_not_dropped():
         "trainer.seed": "determinism.seed",
         "trainer.ckpt_path": "checkpoint.path",
         "trainer.algorithm.use_kl_in_reward": "loss.use_kl_in_reward",
+        "trainer.max_ckpts_to_keep": "checkpoint.save_total_limit",
     }
     for skyrl, core in mapped.items():
         assert field_table.TABLE.kind_of(skyrl) == "mapped", skyrl

@@ -85,3 +85,31 @@ def test_cortex_runs_only_the_builtin_and_says_why():
         to_arctic_config(parse_cli(cortex), steps_per_epoch=4)  # regular
     assert "the built-in verl_grpo loss is dual-clip PPO only" in str(info.value)
     assert "trainer.algorithm.policy_loss_type" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "clip_high"),
+    [([], 0.2), (["trainer.algorithm.eps_clip_high=0.28"], 0.28)],
+    ids=["regular", "dapo"],
+)
+def test_done_when_cases_pass_the_dry_run_on_ray_with_no_problem(overrides, clip_high):
+    """Issue 16's done-when, through `python -m adapter_skyrl.main --dry-run`: SkyRL's default
+    `policy_loss_type=regular` and DAPO's clip-higher on backend.kind=ray, 0 problems, the loss
+    named by dotted path for the server to import."""
+    import io
+
+    import yaml
+    from adapter_skyrl.main import dry_run
+
+    out, err = io.StringIO(), io.StringIO()
+    assert dry_run([*RAY, "trainer.logger=console", *overrides], out=out, err=err) == 0, err.getvalue()
+    assert "problem" not in err.getvalue()
+    document = yaml.safe_load(out.getvalue().split("Arctic RL run settings", 1)[0])
+    loss = document["config"]["loss"]
+    assert document["config"]["backend"]["kind"] == "ray"
+    assert (loss["loss_fn"], loss["policy_loss"], loss["clip_ratio_high"]) == (
+        "arctic_rl_core",
+        "ppo_clip",
+        clip_high,
+    )
+    assert SERVER_LOSS_FN.startswith("arctic_rl_core.losses.")

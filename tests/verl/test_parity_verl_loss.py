@@ -460,3 +460,13 @@ def test_core_actor_loss_matches_verl_ppo_loss_for_every_loss_mode(loss_mode, mo
 
     torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
     torch.testing.assert_close(ours_lp.grad, theirs_lp.grad, rtol=0, atol=0)
+
+
+def test_parity_covers_every_loss_the_adapter_sends():
+    """Every verl loss_mode the adapter maps has its bit-for-bit parity test here; the core families
+    verl has no mode for are SkyRL's (ppo_clip = regular, rollout_is: tests/skyrl)."""
+    from adapter_verl.config import VERL_POLICY_LOSSES
+    from arctic_rl_core.losses import POLICY_LOSSES
+
+    assert VERL_POLICY_LOSSES == VERL_FAMILIES
+    assert set(POLICY_LOSSES) - set(VERL_FAMILIES.values()) == {"ppo_clip", "rollout_is"}

@@ -174,7 +174,7 @@ def test_bad_settings_are_all_reported_in_one_round(capsys):
         *STOCK_QWEN2_7B,
         "+remote_backend.core.zorro.enabel=true",  # misspelt core knob
         "actor_rollout_ref.rollout.tensor_model_parallel_size=3",  # 8 GPUs do not split into TP-3 engines
-        "algorithm.use_kl_in_reward=true",  # no KL-in-reward on the Arctic path
+        "algorithm.use_kl_in_reward=true",  # beside the stock KL loss: the KL counted twice
         "actor_rollout_ref.model.lora_rank=16",
         "trainer.default_local_dir=",  # no checkpoint folder: the server 400s without one
     )
@@ -185,7 +185,8 @@ def test_bad_settings_are_all_reported_in_one_round(capsys):
     for expected in (
         "remote_backend.core.zorro.enabel = true: unknown key. Fix: did you mean 'zorro.enable'?",
         "not divisible by placement.sampling_tensor_parallel_size=3",
-        "algorithm.use_kl_in_reward = true: KL in the reward is not on the Arctic path",
+        "algorithm.use_kl_in_reward (core loss.use_kl_in_reward) = true: a KL penalty both in the reward and in "
+        "the loss counts the KL twice",
         "actor_rollout_ref.model.lora_rank (core peft.lora_rank) = 16: arctic-platform 0.1.4's on-prem server "
         "trains dense only",
     ):

@@ -35,7 +35,7 @@ def workdir(tmp_path_factory) -> Path:
     return root
 
 
-def _overrides(root: Path, total_steps: int) -> list[str]:
+def _overrides(root: Path, total_steps: int, *extra: str) -> list[str]:
     return [
         "algorithm.adv_estimator=grpo",
         f"data.train_files={root / 'data' / 'train.parquet'}",
@@ -80,13 +80,14 @@ def _overrides(root: Path, total_steps: int) -> list[str]:
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "remote_backend.core.backend.kind=reference",
         f"remote_backend.trace_dir={root / f'trace{total_steps}'}",
+        *extra,
     ]
 
 
-def _run(root: Path, total_steps: int, log_name: str) -> str:
+def _run(root: Path, total_steps: int, log_name: str, *extra: str) -> str:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0"}
     out = subprocess.run(
-        [sys.executable, "-m", "adapter_verl.main", *_overrides(root, total_steps)],
+        [sys.executable, "-m", "adapter_verl.main", *_overrides(root, total_steps, *extra)],
         cwd=root,
         env=env,
         capture_output=True,
@@ -199,7 +200,17 @@ def test_rollouts_use_the_weights_version_synced_before_them(workdir, first_run)
 def test_resume_continues_from_the_checkpoint(workdir, first_run):
     from adapter_verl.trace import read_trace
 
-    log = _run(workdir, total_steps=3, log_name="run2.log")
+    # The resumed step puts the KL in the reward instead of the loss (the checkpoint holds weights,
+    # optimizer and schedule, not the loss settings): verl's apply_kl_penalty with reference log-probs
+    # from the Arctic log-prob job, and no KL term in the server loss.
+    log = _run(
+        workdir,
+        3,
+        "run2.log",
+        "algorithm.use_kl_in_reward=true",
+        "actor_rollout_ref.actor.use_kl_loss=false",
+        "algorithm.kl_ctrl.kl_coef=0.5",
+    )
     trace = read_trace(workdir / "trace3")
     loads = [r for r in trace if r["op"] == "load_checkpoint"]
     # the backend's checkpoints share one folder (<default_local_dir>/arctic_backend); verl's step 2
@@ -207,3 +218,12 @@ def test_resume_continues_from_the_checkpoint(workdir, first_run):
     # only step 3 runs, and its optimizer steps continue the restored counter
     assert [r["step"] for r in trace if r["op"] == "step"] == [5, 6]
     assert re.search(r"(^|\s)step:3 - ", log) and not re.search(r"(^|\s)step:1 - ", log)
+    step3 = _step_metrics(log, 3)
+    assert step3["actor/reward_kl_penalty_coeff"] == 0.5
+    assert step3["actor/reward_kl_penalty"] != 0  # the policy moved away from the reference in steps 1-2
+    assert "actor/kl_loss" not in step3
+    ops = [r["op"] for r in trace]
+    assert ops.count("forward_ref") == 1  # the reference log-probs verl's penalty reads
+    for record in trace:
+        if record["op"] == "forward_backward":
+            assert record["meta"]["actor_config"]["use_kl_loss"] is False

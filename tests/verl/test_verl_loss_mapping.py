@@ -80,3 +80,31 @@ def test_cortex_runs_only_the_builtin_and_says_why(core):
     with pytest.raises(UnsupportedVerlSettingError) as info:
         core(*cortex, "actor_rollout_ref.actor.policy_loss.loss_mode=gspo")
     assert "the built-in verl_grpo loss is dual-clip PPO only" in str(info.value)
+
+
+def test_done_when_gspo_passes_the_dry_run_on_ray_with_no_problem(capsys):
+    """Issue 16's done-when, through `python -m adapter_verl.main --dry-run`: verl's
+    `policy_loss.loss_mode=gspo` on backend.kind=ray, 0 problems, the loss named by dotted path."""
+    import yaml
+    from adapter_verl.main import main
+    from arctic_rl_core.losses import SERVER_LOSS_FN
+
+    with pytest.raises(SystemExit) as info:
+        main(
+            [
+                "--dry-run",
+                *BASE,
+                # verl's own validate_config asks for these (the backend does its own no-grad batching)
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+                "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+                "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+            ]
+        )
+    out = capsys.readouterr()
+    assert info.value.code == 0, out.err
+    assert "problem" not in out.err
+    document = yaml.safe_load(out.out.partition("Arctic RL run settings")[0])
+    loss = document["config"]["loss"]
+    assert document["config"]["backend"]["kind"] == "ray"
+    assert (loss["loss_fn"], loss["policy_loss"]) == ("arctic_rl_core", "gspo")
+    assert SERVER_LOSS_FN.startswith("arctic_rl_core.losses.")

@@ -350,3 +350,35 @@ def test_rollout_correction_weights_reach_the_wire_at_response_positions():
     weights = torch.as_tensor(batch["rollout_is_weights"])
     for b, (r, w) in enumerate(zip(RESPONSE_LENS, jagged, strict=True)):
         torch.testing.assert_close(weights[b, MAX_PROMPT : MAX_PROMPT + r], w, rtol=0, atol=0)
+
+
+def test_without_a_server_forward_old_log_probs_are_the_samplers(worker, backend):
+    """Cortex: verl's old-log-prob pass returns each row's rollout log-probs in verl's predict-next
+    layout, and as entropy their sampled-token estimate -log p, with no backend call."""
+    from arctic_rl_core.backends.forwarding import ForwardingBackend
+    from verl.workers.utils.padding import response_from_nested
+
+    class NoForward(ForwardingBackend):
+        serves_forward = False
+
+        async def forward(self, payload, *, reference_model=False):
+            raise AssertionError("forward() called on a backend without forward")
+
+    g = torch.Generator().manual_seed(5)
+    rollout = [-torch.rand(r, generator=g) * 3 for r in RESPONSE_LENS]
+    data = _batch(backend.vocab_size, calculate_entropy=True)
+    data["rollout_log_probs"] = torch.nested.as_nested_tensor(rollout, layout=torch.jagged)
+    original, worker._backend = worker._backend, NoForward(worker._backend)
+    try:
+        out = worker.compute_log_prob(data)
+        without = _batch(backend.vocab_size, calculate_entropy=False)
+        with pytest.raises(RuntimeError, match="no rollout_log_probs: on a backend without forward"):
+            worker.compute_log_prob(without)
+    finally:
+        worker._backend = original
+    sliced = response_from_nested(out["log_probs"], data["response_mask"]).unbind(0)
+    entropy = response_from_nested(out["entropy"], data["response_mask"]).unbind(0)
+    for b, (p, r) in enumerate(zip(PROMPT_LENS, RESPONSE_LENS, strict=True)):
+        assert out["log_probs"].unbind(0)[b].shape == (p + r,)
+        torch.testing.assert_close(sliced[b], rollout[b], rtol=0, atol=0)
+        torch.testing.assert_close(entropy[b], -rollout[b], rtol=0, atol=0)

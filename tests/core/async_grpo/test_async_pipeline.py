@@ -65,22 +65,25 @@ class Recording:
         self.engine = engine
         self.train_delay_s = train_delay_s
         self.digests: list[str] = []
+        self.train_keys: list[set[str]] = []
         self.generate_calls = 0
-        self.report_older: dict[int, int] = {}  # generate call number -> versions to subtract
+        self.stale_once: dict[tuple[int, ...], int] = {}  # first prompt -> versions to subtract, once
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
 
     async def forward_backward(self, payload):
         self.digests.append(payload_digest(payload))
+        batches = payload.batch if isinstance(payload.batch, list) else [payload.batch]
+        self.train_keys.append(set(batches[0]))
         if self.train_delay_s:
             await asyncio.sleep(self.train_delay_s)  # slow training, injected
         return await self.engine.forward_backward(payload)
 
     async def generate(self, prompts, params) -> GenerateOutput:
         out = await self.engine.generate(prompts, params)
-        call, self.generate_calls = self.generate_calls, self.generate_calls + 1
-        lag = self.report_older.get(call, 0)
+        self.generate_calls += 1
+        lag = self.stale_once.pop(tuple(prompts[0]), 0)
         return dataclasses.replace(out, weights_version=out.weights_version - lag) if lag else out
 
 
@@ -145,6 +148,7 @@ def test_k0_is_bit_identical_to_the_synchronous_path() -> None:
             r.metrics["async/staleness_max"] == 0 and r.metrics["async/is_weight_mean"] == 1.0
             for r in records
         )
+        assert not any("rollout_is_weights" in keys for keys in pipe_backend.train_keys)
     finally:
         asyncio.run(sync_engine.shutdown())
         asyncio.run(pipe_engine.shutdown())
@@ -171,6 +175,7 @@ def test_slow_training_never_trains_a_rollout_older_than_k(k: int) -> None:
     assert all(r.metrics["async/dropped_groups"] == 0 for r in records)
     stale_steps = [r for r in records if r.trainer_version - min(r.group_versions) > 0]
     assert any(r.metrics["async/is_weight_mean"] != 1.0 for r in stale_steps)  # IS weights off-policy
+    assert all("rollout_is_weights" in keys for keys in backend.train_keys)  # sent with every step
 
 
 @pytest.mark.parametrize("policy", ["drop", "regenerate"])
@@ -178,24 +183,26 @@ def test_stale_groups_are_dropped_or_regenerated_and_counted(policy: str) -> Non
     cfg = _config(max_staleness=1, stale_policy=policy)
     engine = _engine(cfg)
     backend = Recording(engine)
-    backend.report_older = {2: 2}  # batch 2 comes back two versions older (in flight across two syncs)
+    task = _task(cfg, backend, engine)
+    # batches 2 and 3 come back two versions older the first time (as if in flight across two syncs)
+    backend.stale_once = {task.prompts_for_step(step)[0]: 2 for step in (2, 3)}
     try:
-        records = asyncio.run(_task(cfg, backend, engine).run(STEPS))
+        records = asyncio.run(asyncio.wait_for(task.run(STEPS + 1), timeout=120))
     finally:
         asyncio.run(engine.shutdown())
     by_step = {r.step: r for r in records}
     lags = [r.trainer_version - v for r in records for v in r.group_versions]
     assert all(0 <= lag <= 1 for lag in lags), lags
-    stale = by_step[2]
-    if policy == "drop":
-        assert stale.metrics["async/dropped_groups"] == 2 and not stale.trained and stale.group_versions == ()
-        assert stale.metrics["async/regenerated_groups"] == 0
-    else:
-        assert stale.metrics["async/regenerated_groups"] == 2 and stale.trained
-        assert stale.group_versions == (stale.trainer_version, stale.trainer_version)  # sampled anew
-    assert (
-        sum(r.metrics["async/dropped_groups"] + r.metrics["async/regenerated_groups"] for r in records) == 2
-    )
+    for stale in (by_step[2], by_step[3]):  # two whole batches in a row, and the run still finished
+        if policy == "drop":
+            assert stale.metrics["async/dropped_groups"] == 2 and not stale.trained
+            assert stale.group_versions == () and stale.metrics["async/regenerated_groups"] == 0
+        else:
+            assert stale.metrics["async/regenerated_groups"] == 2 and stale.trained
+            assert stale.group_versions == (stale.trainer_version,) * 2  # sampled anew
+    handled = sum(r.metrics["async/dropped_groups"] + r.metrics["async/regenerated_groups"] for r in records)
+    assert handled == 4
+    assert by_step[4].trained and by_step[4].trainer_version == (2 if policy == "drop" else 4)
 
 
 def test_engine_sampler_and_trainer_overlap_and_sync_waits_for_generation() -> None:
@@ -249,3 +256,28 @@ def test_engine_sampler_and_trainer_overlap_and_sync_waits_for_generation() -> N
         assert (rollout_version, synced) == (0, 1)  # the sync waited for the generation in flight
     finally:
         asyncio.run(engine.shutdown())
+
+
+def test_a_failing_generation_stops_the_run_with_its_error() -> None:
+    from arctic_rl_core.async_grpo.pipeline import AsyncRolloutPipeline
+    from arctic_rl_core.async_grpo.staleness import StalenessGate
+
+    trained: list[int] = []
+
+    async def generate(prompts):
+        if prompts == ["boom"]:
+            raise RuntimeError("sampler died")
+        return []
+
+    async def train(version, groups):  # pragma: no cover - never reached with no groups
+        trained.append(version)
+
+    pipeline = AsyncRolloutPipeline(
+        gate=StalenessGate(1),
+        prompts_for_step=lambda step: ["ok"] if step == 0 else ["boom"],
+        generate=generate,
+        train=train,
+    )
+    with pytest.raises(RuntimeError, match="sampler died"):
+        asyncio.run(pipeline.run(3))
+    assert [r.trained for r in pipeline.records] == [False]  # batch 0 had no groups: nothing trained

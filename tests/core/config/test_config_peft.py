@@ -119,3 +119,16 @@ def test_the_arctic_backend_syncs_in_lora_format_exactly_when_training_peft_is_s
     assert arctic_compat.weight_format(ArcticRLConfig.from_dict(_data("cortex")).to_client_config()) == "lora"
     dense = ArcticRLConfig.from_dict(_data("cortex", peft=None)).to_client_config()
     assert arctic_compat.weight_format(dense) is None
+
+
+def test_the_settings_table_says_what_trains() -> None:
+    from arctic_rl_core.config.settings_table import settings_rows
+
+    rows = dict(settings_rows(ArcticRLConfig.from_dict(_data("cortex"))))
+    assert rows["training"] == (
+        "LoRA adapters (r 8, alpha 16, on q_proj, v_proj); base frozen, weight sync sends the adapters only"
+    )
+    assert (
+        dict(settings_rows(ArcticRLConfig.from_dict(_data("cortex", peft=None))))["training"]
+        == "full weights"
+    )

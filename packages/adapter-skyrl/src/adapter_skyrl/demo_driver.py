@@ -83,7 +83,8 @@ def skyrl_overrides(
         "trainer.logger=console",
         f"trainer.seed={options.seed}",
         "trainer.ckpt_interval=1",
-        "trainer.max_ckpts_to_keep=2",
+        # a Cortex save keeps every checkpoint (no pruning through the 0.1.4 client): keep all there
+        f"trainer.max_ckpts_to_keep={-1 if options.backend == 'cortex' and options.server else 2}",
         f"trainer.ckpt_path={run_dir / CHECKPOINT_DIR}",
         f"trainer.export_path={run_dir / 'export'}",
         "trainer.resume_mode=latest",

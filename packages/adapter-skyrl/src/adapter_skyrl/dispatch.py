@@ -17,6 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_core.checkpoint_folder import backend_checkpoint_root
 from skyrl.backends.skyrl_train.distributed.dispatch import WorkerOutput
 from skyrl.backends.skyrl_train.workers.worker_dispatch import WorkerDispatch
 
@@ -42,9 +43,16 @@ if TYPE_CHECKING:
 
     from adapter_skyrl.trace import PayloadTrace
 
-CHECKPOINT_MARKER = "arctic_checkpoint.json"
-BACKEND_SUBDIR = "backend"  # the backend's checkpoint, inside SkyRL's policy checkpoint folder
+CHECKPOINT_MARKER = (
+    "arctic_checkpoint.json"  # in SkyRL's global_step_<n>/policy: names the backend's checkpoint
+)
 _MODELS = ("policy", "ref")
+
+
+_ONE_ADAPTER = (
+    "the Arctic jobs train one LoRA adapter per run (trainer.policy.model.lora.* -> training.peft, Cortex or "
+    "the reference backend); multi-tenant named adapters are not supported"
+)
 
 
 class ArcticWorkerDispatch(WorkerDispatch):
@@ -351,27 +359,29 @@ class ArcticWorkerDispatch(WorkerDispatch):
     def save_checkpoint(
         self, model: str, ckpt_dir: str, tokenizer: Any = None, model_id: str | None = None
     ) -> None:
-        """Backend checkpoint (weights, optimizer, scheduler, RNG, step) under `ckpt_dir`, plus a
-        marker naming it, so `load_checkpoint(ckpt_dir)` finds it."""
+        """Backend checkpoint (weights, optimizer, scheduler, RNG, step) in the run's backend folder
+        (`<trainer.ckpt_path>/arctic_backend/checkpoint-<step>`, arctic_rl_core.checkpoint_folder),
+        plus a marker in `ckpt_dir` (SkyRL's `global_step_<n>/policy`) naming it, so
+        `load_checkpoint(ckpt_dir)` finds it."""
         self._check_model(model, ("policy",))
         self._reject_extras("save_checkpoint", None, None, model_id, {})
         self._ensure_training()
         start = time.perf_counter()
         os.makedirs(ckpt_dir, exist_ok=True)
-        # The protocol's (path, step) pair names the checkpoint for both save and load.
-        backend_path = os.path.join(ckpt_dir, BACKEND_SUBDIR)
-        # SkyRL's own cleanup (trainer.max_ckpts_to_keep) removes whole global_step folders, this
-        # backend checkpoint with them; save_total_limit prunes inside the backend folder as well
+        # One folder for the run's backend checkpoints, so that the server keeps the newest
+        # checkpoint.save_total_limit of them (mapped from trainer.max_ckpts_to_keep; SkyRL's own
+        # cleanup keeps as many global_step folders, each with its marker).
+        backend_root = os.path.abspath(backend_checkpoint_root(ckpt_dir))
         saved = self._run(
             self.backend.save_checkpoint(
-                backend_path,
+                backend_root,
                 self.optimizer_steps,
                 export_hf=bool(self.checkpoint and self.checkpoint.export_hf),
                 save_total_limit=self.checkpoint.save_total_limit if self.checkpoint else None,
             )
         )
         marker = {
-            "backend_subdir": BACKEND_SUBDIR,
+            "backend_path": backend_root,
             "step": self.optimizer_steps,
             "saved_dir": str(saved),
             "weights_version": self.weights_version,
@@ -379,7 +389,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
         with open(os.path.join(ckpt_dir, CHECKPOINT_MARKER), "w", encoding="utf-8") as f:
             json.dump(marker, f)
         if self.trace is not None:
-            self.trace.record_event("save_checkpoint", path=backend_path, step=self.optimizer_steps)
+            self.trace.record_event("save_checkpoint", path=backend_root, step=self.optimizer_steps)
         if tokenizer is not None:
             tokenizer.save_pretrained(os.path.join(ckpt_dir, "tokenizer"))
         self._timed("save_checkpoint", start)
@@ -413,16 +423,10 @@ class ArcticWorkerDispatch(WorkerDispatch):
             )
         with open(marker_path, encoding="utf-8") as f:
             marker = json.load(f)
-        self._run(
-            self.backend.load_checkpoint(
-                os.path.join(ckpt_dir, marker["backend_subdir"]), int(marker["step"])
-            )
-        )
+        self._run(self.backend.load_checkpoint(marker["backend_path"], int(marker["step"])))
         self.optimizer_steps = int(marker["step"])
         if self.trace is not None:
-            self.trace.record_event(
-                "load_checkpoint", path=marker["backend_subdir"], step=self.optimizer_steps
-            )
+            self.trace.record_event("load_checkpoint", path=marker["backend_path"], step=self.optimizer_steps)
 
     def save_hf_model(self, model: str, export_dir: str, tokenizer: Any) -> None:
         raise NotImplementedError(
@@ -461,19 +465,18 @@ class ArcticWorkerDispatch(WorkerDispatch):
         raise NotImplementedError(f"register_actor_group({model!r}): the Arctic dispatch has no actor groups")
 
     # -- LoRA adapters (multi-tenant Tinker path) ---------------------------------------------------
+    # One adapter per run is trained (trainer.policy.model.lora.* -> training.peft); named adapters are not.
     def ensure_active_adapter(
         self, role: str, model_id: str | None, require_model_resident: bool = True
     ) -> None:
         if model_id is not None:
-            raise NotImplementedError(
-                f"ensure_active_adapter({role!r}, {model_id!r}): no LoRA adapters on Arctic"
-            )
+            raise NotImplementedError(f"ensure_active_adapter({role!r}, {model_id!r}): {_ONE_ADAPTER}")
 
     def register_adapter(self, role: str, model_id: str) -> None:
-        raise NotImplementedError(f"register_adapter({role!r}, {model_id!r}): no LoRA adapters on Arctic")
+        raise NotImplementedError(f"register_adapter({role!r}, {model_id!r}): {_ONE_ADAPTER}")
 
     def delete_adapter(self, role: str, model_id: str) -> None:
-        raise NotImplementedError(f"delete_adapter({role!r}, {model_id!r}): no LoRA adapters on Arctic")
+        raise NotImplementedError(f"delete_adapter({role!r}, {model_id!r}): {_ONE_ADAPTER}")
 
     # -- profiling ---------------------------------------------------------------------------------
     def start_profile(self, model: str, config: dict | None = None, raise_on_error: bool = False) -> None:

@@ -89,6 +89,17 @@ def _micro(r: Reader) -> Any:
     return value
 
 
+def _keep_count(value: Any) -> Any:
+    if int(value) < 0:
+        return UNSET  # SkyRL's -1: keep every checkpoint
+    if int(value) == 0:
+        raise FieldProblem(
+            "SkyRL's cleanup would delete every checkpoint, the one just saved included",
+            "set trainer.max_ckpts_to_keep=-1 (keep all) or a count >= 1",
+        )
+    return int(value)
+
+
 def _attn(r: Reader) -> Any:
     return UNSET if r("trainer.flash_attn") else "sdpa"
 
@@ -413,9 +424,9 @@ ENTRIES = [
     PassedThrough("trainer.resume_path", "SkyRL's checkpoint resume"),
     PassedThrough("trainer.log_path", "SkyRL's logs"),
     Mapped("trainer.ckpt_path", "checkpoint.path", str, "the Arctic training job's checkpoint directory (and SkyRL's)"),
-    PassedThrough("trainer.max_ckpts_to_keep",
-                  "SkyRL's checkpoint cleanup (removes whole global_step folders, the backend's checkpoint with them; "
-                  "trainer.arctic_rl.checkpoint.save_total_limit prunes inside the backend folder)"),
+    Mapped("trainer.max_ckpts_to_keep", "checkpoint.save_total_limit", _keep_count,
+           "the server keeps the newest N backend checkpoints (one folder per run, arctic_backend/checkpoint-<n>); "
+           "SkyRL's own cleanup keeps as many global_step folders; -1 keeps all"),
     PassedThrough("trainer.ckpt_interval", "SkyRL's checkpoint schedule"),
     Rejected("trainer.hf_save_interval",
              "set trainer.hf_save_interval=-1 and trainer.arctic_rl.checkpoint.export_hf=true (each checkpoint at "

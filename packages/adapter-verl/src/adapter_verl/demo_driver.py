@@ -134,7 +134,8 @@ def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
         "reward_mean": float(data["critic/rewards/mean"]),
         "rollout_ex": rollout_ex(rewards),
         "loss": float(data["actor/pg_loss"]),
-        "grad_norm": float(data["actor/grad_norm"]),
+        # null in verl's file log when the backend measures none (Cortex's step reports no gradient norm)
+        "grad_norm": math.nan if data["actor/grad_norm"] is None else float(data["actor/grad_norm"]),
         # the adapter's trainer logs what its weight sync reports after every step
         "weights_version": int(data["arctic/weights_version"]),
         "rollout_weights_version": int(data["arctic/rollout_weights_version"]),

@@ -124,8 +124,9 @@ def _sampling_gpus(read: Reader) -> int:
 
 def _log_prob_gpus(read: Reader) -> Any:
     """verl's reference policy shares the actor's GPUs: the log-prob job gets as many, when a KL
-    loss needs reference log-probs (`remote_backend.core.placement.log_prob_gpus` overrides)."""
-    if read("remote_backend.core.placement.log_prob_gpus") is not None or not read(f"{A}.use_kl_loss"):
+    loss or KL in the reward needs reference log-probs (`remote_backend.core.placement.log_prob_gpus` overrides)."""
+    wants = read(f"{A}.use_kl_loss") or read("algorithm.use_kl_in_reward")
+    if read("remote_backend.core.placement.log_prob_gpus") is not None or not wants:
         return UNSET
     return _training_gpus(read)
 
@@ -164,6 +165,11 @@ def _min_lr(read: Reader) -> Any:
 
 def _checkpoint_path(value: Any) -> str:
     return os.path.abspath(str(value))
+
+
+def _keep_count(value: Any) -> Any:
+    # verl's checkpoint managers prune only for a positive count
+    return int(value) if value is not None and int(value) > 0 else UNSET
 
 
 def _grad_clip(value: Any) -> Any:
@@ -419,9 +425,9 @@ ENTRIES: tuple[Entry, ...] = (
     _m(f"{A}.use_kl_loss", "loss.use_kl_loss", transform=bool),
     Derived(
         "placement.log_prob_gpus",
-        (f"{A}.use_kl_loss",),
+        (f"{A}.use_kl_loss", "algorithm.use_kl_in_reward"),
         _log_prob_gpus,
-        "use_kl_loss: as many as training (verl's reference shares the actor's GPUs); "
+        "use_kl_loss or use_kl_in_reward: as many as training (verl's reference shares the actor's GPUs); "
         "remote_backend.core.placement.log_prob_gpus overrides",
     ),
     _m(f"{A}.kl_loss_coef", "loss.kl_loss_coef", transform=_float),
@@ -552,13 +558,15 @@ ENTRIES: tuple[Entry, ...] = (
     _p("algorithm", "verl computes advantages"),
     _na("algorithm.gamma", "GAE only (needs a critic)"),
     _na("algorithm.lam", "GAE only (needs a critic)"),
-    _r(
+    _m(
         "algorithm.use_kl_in_reward",
-        "KL in the reward is not on the Arctic path: use actor_rollout_ref.actor.use_kl_loss=true "
-        "(KL in the loss, reference log-probs from the Arctic log-prob job)",
+        "loss.use_kl_in_reward",
+        "verl subtracts the KL penalty from the rewards (apply_kl_penalty) with reference log-probs from the "
+        "Arctic log-prob job; no KL term in the server loss",
+        bool,
     ),
-    _na("algorithm.kl_penalty", "KL in the reward only (algorithm.use_kl_in_reward)"),
-    _na("algorithm.kl_ctrl", "KL in the reward only (algorithm.use_kl_in_reward)"),
+    _p("algorithm.kl_penalty", "verl's KL-in-reward estimator (apply_kl_penalty)"),
+    _p("algorithm.kl_ctrl", "verl's KL-in-reward controller (apply_kl_penalty)"),
     _p(
         "algorithm.rollout_correction",
         "verl computes the rollout importance-sampling weights (rollout_is*) and the rejection mask "
@@ -589,10 +597,12 @@ ENTRIES: tuple[Entry, ...] = (
         _checkpoint_path,
     ),
     _r("trainer.default_hdfs_dir", "the Arctic backend saves to the filesystem only: set it to null"),
-    _r(
+    _m(
         "trainer.max_actor_ckpt_to_keep",
-        "arctic-platform 0.1.4 has save_checkpoint(save_total_limit) but this adapter does not send it yet: "
-        "set it to null",
+        "checkpoint.save_total_limit",
+        "the server keeps the newest N backend checkpoints (one folder per run, arctic_backend/checkpoint-<n>); "
+        "null or <= 0 keeps all, as in verl",
+        _keep_count,
     ),
     _na("trainer.max_critic_ckpt_to_keep", "no critic"),
     _r("trainer.del_local_ckpt_after_load", "checkpoints belong to the Arctic backend: set it to false"),

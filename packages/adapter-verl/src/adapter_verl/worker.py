@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import torch
+from arctic_rl_core.checkpoint_folder import backend_checkpoint_root, step_of
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.utils import tensordict_utils as tu
@@ -337,9 +338,10 @@ class ArcticActorRolloutRefWorker(Worker):
             raise ValueError(
                 f"trainer.default_hdfs_dir={hdfs_path!r}: the Arctic backend saves to local paths only"
             )
-        # One backend folder for every step (`<default_local_dir>/arctic_backend/checkpoint-<n>`), so that
-        # the server prunes to verl's max_ckpt_to_keep (trainer.max_actor_ckpt_to_keep) or, unset,
-        # checkpoint.save_total_limit; verl's global_step_<n>/actor folder names the step.
+        # One backend folder for every step (`<default_local_dir>/arctic_backend/checkpoint-<n>`,
+        # arctic_rl_core.checkpoint_folder), so that the server keeps checkpoint.save_total_limit of them
+        # (mapped from trainer.max_actor_ckpt_to_keep; verl passes the same count here, or 1 with its
+        # deprecated remove_previous_ckpt_in_save); verl's global_step_<n>/actor folder names the step.
         root = backend_checkpoint_root(local_path)
         checkpoint = self._arctic_config.checkpoint
         limit = max_ckpt_to_keep if max_ckpt_to_keep is not None and max_ckpt_to_keep > 0 else None
@@ -362,7 +364,7 @@ class ArcticActorRolloutRefWorker(Worker):
     ) -> None:
         if self.rank != 0:
             return None
-        step = _step_of(local_path)
+        step = step_of(local_path)
         root = backend_checkpoint_root(local_path)
         self._run(self._backend.load_checkpoint(root, step))
         self._trace.write({"op": "load_checkpoint", "path": root, "verl_path": local_path, "step": step})
@@ -372,23 +374,3 @@ class ArcticActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
         return None
-
-
-def backend_checkpoint_root(actor_path: str) -> str:
-    """`<dir>/global_step_<n>/actor` -> `<dir>/arctic_backend` (the backend's checkpoint-<n> live there)."""
-    import os
-
-    _step_of(actor_path)
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.normpath(actor_path))), "arctic_backend")
-
-
-def _step_of(actor_path: str) -> int:
-    """verl's checkpoint layout is `<dir>/global_step_<n>/actor`."""
-    import re
-
-    match = re.search(r"global_step_(\d+)", actor_path)
-    if match is None:
-        raise ValueError(
-            f"checkpoint path {actor_path!r} has no global_step_<n>: cannot tell the step to load"
-        )
-    return int(match.group(1))

@@ -4,10 +4,12 @@ sampler serves, runs while the current batch trains, bounded by `async.max_stale
 Two tasks on one event loop, each awaiting its own side of the backend (the reference engine runs them
 on two threads; the Arctic server on its sampling and training jobs):
 
-- the generator produces batch i (trained at trainer version <= i) as soon as the sampler serves a
-  weights version v with i - v <= k (`StalenessGate.may_start`): k = 0 waits for the sync after step
-  i - 1, which is the synchronous order exactly (generate, train, sync, generate, ...); k = 1 samples
-  batch i while step i - 1 trains;
+- the generator produces a batch as soon as the sampler serves a weights version v within k of the
+  trainer version the batch can at most be trained at (`StalenessGate.may_start`): the trainer's
+  version now plus one per batch ahead of it not yet done. Without drops that is batch i at version
+  i: k = 0 waits for the sync after step i - 1, the synchronous order exactly (generate, train, sync,
+  generate, ...); k = 1 samples batch i while step i - 1 trains. A batch dropped whole trains nothing,
+  moves no version and frees its place, so drops never stall the generator;
 - the trainer takes the batches in order, passes each through the gate at its trainer version s (a
   group older than k is dropped, or regenerated with the current weights, by policy), checks every
   group once more (`assert_within`: nothing older than k is ever trained), trains, and the weight sync
@@ -94,14 +96,18 @@ class AsyncRolloutPipeline[P]:
             raise ValueError(f"steps={steps}: must be >= 1")
         version_changed = asyncio.Condition()
         produced: asyncio.Queue[_Produced[P] | BaseException] = asyncio.Queue()
+        next_to_train = [first_step]  # the batch the trainer takes (or trains) next
+
+        def may_start(step: int) -> bool:
+            # the highest trainer version batch `step` can be trained at: one step per batch before it
+            at_most = self.trainer_version + (step - next_to_train[0])
+            return self.gate.may_start(at_most, self.weights_version)
 
         async def generator() -> None:
             try:
                 for step in range(first_step, first_step + steps):
                     async with version_changed:
-                        await version_changed.wait_for(
-                            lambda s=step: self.gate.may_start(s, self.weights_version)
-                        )
+                        await version_changed.wait_for(lambda s=step: may_start(s))
                     start = time.perf_counter()
                     groups = await self.generate(self.prompts_for_step(step))
                     produced.put_nowait(_Produced(step, list(groups), (start, time.perf_counter())))
@@ -117,6 +123,7 @@ class AsyncRolloutPipeline[P]:
                     raise item
                 record = await self._train_batch(item)
                 self.records.append(record)
+                next_to_train[0] = item.step + 1
                 async with version_changed:
                     version_changed.notify_all()
         finally:

@@ -35,6 +35,10 @@ class ForwardingBackend(Backend):
     ) -> GenerateOutput:
         return await self.target.generate(prompts, params)
 
+    @property
+    def serves_forward(self) -> bool:
+        return self.target.serves_forward
+
     async def forward(self, payload: WirePayload, *, reference_model: bool = False) -> ForwardOutput:
         return await self.target.forward(payload, reference_model=reference_model)
 

@@ -96,9 +96,22 @@ def settings_rows(cfg: ArcticRLConfig) -> list[tuple[str, str]]:
             f"optimizer step = {shape.train_batch_size} rows = micro {shape.micro_batch_size_per_gpu} x "
             f"grad-accum {shape.gradient_accumulation_steps} x data-parallel {shape.data_parallel_size}",
         ),
+        ("training", training_line(cfg)),
         *optimisation_rows(cfg),
     ]
     return rows
+
+
+def training_line(cfg: ArcticRLConfig) -> str:
+    """Full weights, or the LoRA adapters (`peft.*`) and their adapter-only weight sync."""
+    peft = cfg.peft
+    if not peft.enabled:
+        return "full weights"
+    modules = peft.target_modules if isinstance(peft.target_modules, str) else ", ".join(peft.target_modules)
+    return (
+        f"LoRA adapters (r {peft.lora_rank}, alpha {peft.lora_alpha:g}, on {modules}); base frozen, "
+        "weight sync sends the adapters only"
+    )
 
 
 def _shown(value: Any) -> str:

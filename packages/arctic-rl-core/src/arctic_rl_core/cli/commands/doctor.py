@@ -49,6 +49,21 @@ def _gpu_summary(torch_present: bool) -> str:
     return "none visible (CPU only)"
 
 
+CORTEX_TRANSPORT = "arctic_platform.client.transports.cortex"
+
+
+def cortex_transport_status() -> tuple[bool, str]:
+    """Whether arctic-platform's Cortex transport imports here (it needs arctic-platform[cortex]:
+    tenacity, requests, urllib3), and why not."""
+    import importlib
+
+    try:
+        importlib.import_module(CORTEX_TRANSPORT)
+    except ImportError as err:
+        return False, f"{type(err).__name__}: {err}"
+    return True, "imports"
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
@@ -72,6 +87,13 @@ def run(args: argparse.Namespace) -> int:
             "" if present else escape(stack.install),
         )
     console.print(table)
+    if found["arctic_platform"]:
+        ok, why = cortex_transport_status()
+        verdict = "[green]imports[/]" if ok else f"[red]does not import[/] ({escape(why)})"
+        hint = "" if ok else " - install arctic-rl-core[transport] (arctic-platform[transport,cortex]==0.1.4)"
+        console.print(f"Cortex transport ({CORTEX_TRANSPORT}): {verdict}{escape(hint)}")
+    else:
+        console.print("Cortex transport: [red]missing[/] (arctic-platform is not installed)")
     console.print(f"GPU: {_gpu_summary(found['torch'])}")
     return 0
 

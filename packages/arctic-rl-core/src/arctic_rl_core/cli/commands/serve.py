@@ -24,6 +24,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="serve the reference backend (the only server this command runs)",
     )
     parser.add_argument(
+        "--api",
+        choices=("onprem", "cortex"),
+        default="onprem",
+        help="the REST surface: the Arctic on-prem server's (default), or 'cortex': a Snowflake Cortex "
+        "(SnowAPI cortex-training) emulator for arctic-platform 0.1.4's CortexTransport, under "
+        "/api/v2/databases/{database}/schemas/{schema}/cortex-training; every call needs the PAT from "
+        "$ARCTIC_CORTEX_PAT",
+    )
+    parser.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)"
     )
     parser.add_argument(
@@ -118,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if args.colocate is not None:
         update["colocated"] = args.colocate
     settings = ReferenceEngineSettings.model_validate({**settings.model_dump(), **update})
+    if args.api == "cortex":
+        return _run_cortex(args, settings)
 
     def ready(host: str, port: int) -> None:
         print(
@@ -149,6 +160,66 @@ def run(args: argparse.Namespace) -> int:
             fidelity=fidelity,
             file_root=args.file_root,
             token=token,
+        )
+    )
+    return 0
+
+
+def _run_cortex(args: argparse.Namespace, settings) -> int:
+    """`--api cortex`: the Cortex emulator. The PAT comes from the environment only (a command-line
+    value would show in the process list); it is never printed."""
+    import asyncio
+    import os
+
+    from arctic_rl_core.backends.reference.cortex_server import ENDPOINT, PAT_ENV, PREFIX, serve
+    from arctic_rl_core.backends.reference.fidelity import Fidelity, ServerProfile
+    from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME
+
+    refused = [
+        flag
+        for flag, given in (
+            ("--token", args.token is not None),
+            ("--request-log", args.request_log is not None),
+            ("--colocate", bool(args.colocate)),
+            ("--no-state-guard", not args.state_guard),
+        )
+        if given
+    ]
+    if refused:
+        print(
+            f"arctic-rl serve --api cortex: {', '.join(refused)} do not apply: the PAT comes from ${PAT_ENV}, "
+            "and Cortex never colocates training and sampling",
+            file=sys.stderr,
+        )
+        return 2
+    token = os.environ.get(PAT_ENV, "")
+    if not token:
+        print(
+            f"arctic-rl serve --api cortex: export {PAT_ENV} (the programmatic access token every call must "
+            "send as 'Authorization: Bearer <PAT>')",
+            file=sys.stderr,
+        )
+        return 2
+    settings = settings.model_copy(update={"colocated": False})
+
+    def ready(host: str, port: int) -> None:
+        prefix = PREFIX.replace("{endpoint}", ENDPOINT)
+        print(
+            f"arctic-rl Cortex emulator ({REFERENCE_MODEL_NAME}; routes under {prefix}) listening on "
+            f"http://{host}:{port}",
+            flush=True,
+        )
+
+    fidelity = Fidelity(profile=ServerProfile(args.profile))
+    asyncio.run(
+        serve(
+            settings,
+            args.host,
+            args.port,
+            token=token,
+            file_root=args.file_root,
+            on_ready=ready,
+            fidelity=fidelity,
         )
     )
     return 0
