@@ -94,3 +94,41 @@ def cortex_emulator(tmp_path_factory) -> Iterator[CortexEmulator]:
         patch.setenv(TOKEN_ENV, emulator.pat)
         yield emulator
         emulator.check_alive()
+
+
+class InProcessCortex:
+    """The emulator (`CortexEmulator` of `arctic_rl_core.backends.reference.cortex_server`) on loopback in
+    this process, on its own event-loop thread, so a test can look at the jobs' engines (LoRA runs:
+    adapters, base, the last sync). `url`, `emulator.jobs`, `overrides(prefix)`; `stop()` when done."""
+
+    def __init__(self, pat: str, settings, file_root: Path) -> None:
+        import asyncio
+        import threading
+
+        from aiohttp import web
+        from arctic_rl_core.backends.reference.cortex_server import CortexEmulator as Server
+
+        self.pat = pat
+        self.emulator = Server(pat, settings, file_root=file_root)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+        async def start() -> int:
+            self.runner = web.AppRunner(self.emulator.application(), access_log=None)
+            await self.runner.setup()
+            await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+            return self.runner.addresses[0][1]
+
+        self.port = asyncio.run_coroutine_threadsafe(start(), self.loop).result(60)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def overrides(self, prefix: str = "") -> list[str]:
+        return CortexEmulator("127.0.0.1", self.port, Path(), self.pat, None).overrides(prefix)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)

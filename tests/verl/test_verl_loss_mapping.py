@@ -80,6 +80,11 @@ def test_cortex_runs_only_the_builtin_and_says_why(core):
     with pytest.raises(UnsupportedVerlSettingError) as info:
         core(*cortex, "actor_rollout_ref.actor.policy_loss.loss_mode=gspo")
     assert "the built-in verl_grpo loss is dual-clip PPO only" in str(info.value)
+    # KL in the reward needs reference log-probs, which Cortex cannot serve: refused naming verl's
+    # field, as the SkyRL adapter refuses SkyRL's (tests/skyrl/test_skyrl_config.py)
+    with pytest.raises(UnsupportedVerlSettingError) as info:
+        core(*cortex, "algorithm.use_kl_in_reward=true", "actor_rollout_ref.actor.use_kl_loss=false")
+    assert "algorithm.use_kl_in_reward" in str(info.value) and "Cortex has no forward op" in str(info.value)
 
 
 def test_done_when_gspo_passes_the_dry_run_on_ray_with_no_problem(capsys):

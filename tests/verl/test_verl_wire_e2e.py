@@ -69,7 +69,9 @@ def workdir(tmp_path_factory) -> Path:
     return root
 
 
-def _overrides(root: Path, server, *, colocate: bool, steps: int, validate: bool) -> list[str]:
+def _overrides(
+    root: Path, server, *, colocate: bool, steps: int, validate: bool, extra: tuple[str, ...] = ()
+) -> list[str]:
     core = "++remote_backend.core."
     layout = (
         ["actor_rollout_ref.hybrid_engine=true"]
@@ -125,6 +127,7 @@ def _overrides(root: Path, server, *, colocate: bool, steps: int, validate: bool
         f"{core}placement.log_prob_gpus=1",  # use_kl_loss: reference log-probs from the log-prob job
         f"{core}zorro.enable=false",  # one prompt x 2 rollouts per micro-batch of 1 row
         f"remote_backend.trace_dir={root / f'trace{steps}'}",
+        *extra,
     ]
 
 
@@ -214,7 +217,17 @@ def colocated(wire_server, workdir):
 
 @pytest.fixture(scope="module")
 def resumed(wire_server, workdir, colocated):
-    return _run(workdir, wire_server, "resumed", colocate=False, steps=3, validate=False)
+    # the resumed step trains with verl's GSPO (issue 16's verl case), computed on the server by
+    # dotted path (arctic_rl_core.losses); the checkpoint holds weights and optimizer, not the loss
+    return _run(
+        workdir,
+        wire_server,
+        "resumed",
+        colocate=False,
+        steps=3,
+        validate=False,
+        extra=("actor_rollout_ref.actor.policy_loss.loss_mode=gspo",),
+    )
 
 
 def test_colocated_sleeps_and_wakes_every_step_in_the_policy_order(wire, colocated):
@@ -323,3 +336,24 @@ def test_resume_in_the_separate_layout_continues_from_the_checkpoint(wire, workd
     seen = {r["input"] for s in (1, 2) for r in _dumped(workdir / "rollouts2", s)}
     third = {r["input"] for r in _dumped(workdir / "rollouts3", 3)}
     assert len(third) == TRAIN_BATCH and not third & seen
+
+
+def test_resumed_step_trains_gspo_on_the_server_by_dotted_path(workdir, colocated, resumed):
+    """verl's `policy_loss.loss_mode=gspo` through verl's own trainer over the wire: every
+    forward-backward names the server loss by dotted path with the gspo family, the server imported it
+    (the start-up probe is a no-grad forward naming arctic_rl_core.losses.server.import_probe) and
+    trained with it."""
+    from arctic_rl_core.losses import SERVER_LOSS_FN
+
+    log, requests = resumed
+    train = [r for r in _trace(workdir, 3) if r["op"] == "forward_backward"]
+    assert len(train) == TRAIN_BATCH  # 2 mini-batches of 1 prompt
+    for record in train:
+        assert record["processing"]["loss_fn"] == SERVER_LOSS_FN
+        assert record["meta"]["policy_loss_config"]["loss_mode"] == "gspo"
+    assert sum(1 for r in requests if r["route"] == "/forward-backward") == len(train)
+    metrics = _step_metrics(log, 3)
+    assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
+    # no dual clip: the colocated steps (verl's default vanilla = dual clip) report its bound, GSPO does not
+    assert "actor/pg_clipfrac_lower" in _step_metrics(colocated[0], 2)
+    assert "actor/pg_clipfrac_lower" not in metrics

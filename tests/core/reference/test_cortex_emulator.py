@@ -36,7 +36,7 @@ LR = 1e-2
 
 
 class _Server:
-    def __init__(self, emulator: CortexEmulator) -> None:
+    def __init__(self, emulator: CortexEmulator, ssl_context=None) -> None:
         from aiohttp import web
 
         self.emulator = emulator
@@ -47,12 +47,12 @@ class _Server:
         async def start() -> int:
             self.runner = web.AppRunner(emulator.application(), access_log=None)
             await self.runner.setup()
-            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            site = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=ssl_context)
             await site.start()
             return self.runner.addresses[0][1]
 
         self.port = asyncio.run_coroutine_threadsafe(start(), self.loop).result(60)
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if ssl_context else 'http'}://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(60)
@@ -342,6 +342,13 @@ def test_error_bodies_are_json_and_name_the_problem(server, job):
     with pytest.raises(requests.HTTPError) as err:
         transport.call(builders.fwd_bwd_request(jobs, wrong_loss))
     assert "dotted path" in err.value.response.json()["message"]
+    too_big = transport.session.post(
+        f"{transport._prefix}/{transport.job_id}/generate",
+        data=b"\0" * (60 * 1024 * 1024 + 128 * 1024),
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=60,
+    )
+    assert too_big.status_code == 413 and "request chunks" in too_big.json()["message"]
     resp = transport.session.get(f"{transport._prefix}/nosuchjob", timeout=30)
     assert resp.status_code == 404 and resp.json()["code"] == 404
     resp = transport.session.get(f"{transport._prefix}/{transport.job_id}/requests/nope", timeout=30)
@@ -350,3 +357,83 @@ def test_error_bodies_are_json_and_name_the_problem(server, job):
         transport._prefix.replace("cortex-training", "cortex-post-training"), timeout=30
     )
     assert resp.status_code == 404 and "cortex-training" in resp.json()["message"]
+
+
+def test_job_states_and_cancel(server):
+    transport = _transport(server.url, sampling=False)
+    created = transport._send(
+        "POST", transport._prefix, json={"sub_job_configs": transport._sub_job_configs()}
+    )
+    job_url = f"{transport._prefix}/{created['job_id']}"
+    assert transport.session.get(job_url, timeout=30).json()["status"] in ("pending", "initializing")
+    early = transport.session.post(f"{job_url}/step", json={}, timeout=30)
+    assert (
+        early.status_code == 409 and "wait until it is running" in early.json()["message"]
+    )  # 0.1.4 retries 409
+    transport.job_id = created["job_id"]
+    transport._wait_running()
+    assert transport.session.post(f"{job_url}:cancel", timeout=30).status_code == 200
+    assert transport.session.post(f"{job_url}:cancel", timeout=30).status_code == 200  # idempotent
+    assert transport._job()["status"] == "cancelled"
+    assert server.emulator.jobs[created["job_id"]].engine is None
+    late = transport.session.post(f"{job_url}/step", json={}, timeout=30)
+    assert late.status_code == 400 and "cancelled" in late.json()["message"]
+    bad = transport.session.post(
+        transport._prefix, json={"sub_job_configs": [{"job_type": "trainer"}]}, timeout=30
+    )
+    assert bad.status_code == 400 and "job_type" in bad.json()["message"]
+
+
+def test_finished_request_records_are_pruned():
+    from arctic_rl_core.backends.reference.cortex_server import RequestRecord, _prune
+
+    records = {
+        str(i): RequestRecord(str(i), "step", status="done" if i < 8 else "running") for i in range(10)
+    }
+    _prune(records, keep=4)
+    assert list(records) == ["6", "7", "8", "9"]
+
+
+def test_tls_host_path_sends_the_pat_itself(tmp_path, monkeypatch):
+    """`--tls`: the unmodified 0.1.4 transport on its host path (https, its own PAT headers)."""
+    from arctic_rl_core.backends.reference.cortex_tls import self_signed
+
+    tls = self_signed(tmp_path / "tls")
+    settings = ReferenceEngineSettings(num_threads=1, colocated=False)
+    srv = _Server(CortexEmulator(PAT, settings, file_root=tmp_path / "files"), tls.server_context())
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls.cert))
+    try:
+
+        def transport(pat: str) -> CortexTransport:
+            config = _config(srv.url, sampling=False).model_copy(
+                update={
+                    "backend": CortexConfig.model_validate(
+                        {
+                            "host": f"127.0.0.1:{srv.port}",
+                            "pat": pat,
+                            "database": DB,
+                            "schema": SCHEMA,
+                            "max_retries": 0,
+                        }
+                    )
+                }
+            )
+            made = CortexTransport(config)
+            made.poll_interval = 0.05
+            return made
+
+        with pytest.raises(requests.HTTPError) as err:
+            transport("not-the-pat").initialize()
+        assert err.value.response.status_code == 401
+        real = transport(PAT)
+        assert real._prefix.startswith(
+            f"https://127.0.0.1:{srv.port}/api/v2/databases/{DB}/schemas/{SCHEMA}/"
+        )
+        jobs = real.initialize()
+        out = real.call(builders.fwd_bwd_request(jobs, _cortex_body()))
+        assert out["avg_loss"] == pytest.approx(-1.0, abs=1e-5)
+        assert real.call(builders.step_request(jobs))["global_steps"] == 1
+        real.shutdown()
+        assert srv.emulator.jobs[real.job_id].status == "cancelled"
+    finally:
+        srv.stop()

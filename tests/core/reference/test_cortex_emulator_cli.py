@@ -38,8 +38,9 @@ def test_refuses_to_start_without_the_pat_env_or_with_a_command_line_token(tmp_p
 
 
 def test_served_calls_check_the_pat_and_never_log_it(tmp_path):
+    """With --tls: https with the self-signed certificate it writes under the file root."""
     proc = subprocess.Popen(
-        [*SERVE, "--port", "0", "--num-threads", "1", "--file-root", str(tmp_path)],
+        [*SERVE, "--tls", "--port", "0", "--num-threads", "1", "--file-root", str(tmp_path)],
         env=_env(ARCTIC_CORTEX_PAT=PAT),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -57,16 +58,24 @@ def test_served_calls_check_the_pat_and_never_log_it(tmp_path):
                 line = proc.stdout.readline()
                 output.append(line)
         port = int(line.strip().rsplit(":", 1)[1])
-        prefix = f"http://127.0.0.1:{port}/api/v2/databases/DB/schemas/SC/cortex-training"
+        assert line.strip().endswith(f"listening on https://127.0.0.1:{port}")
+        cert = tmp_path / "cortex-tls" / "cert.pem"
+        assert f"TLS certificate {cert}" in "".join(output)
+        session = requests.Session()  # a per-request verify: REQUESTS_CA_BUNDLE would beat Session.verify
+        prefix = f"https://127.0.0.1:{port}/api/v2/databases/DB/schemas/SC/cortex-training"
         good = {
             "Authorization": f"Bearer {PAT}",
             "X-Snowflake-Authorization-Token-Type": "PROGRAMMATIC_ACCESS_TOKEN",
         }
-        assert requests.get(prefix, timeout=30).status_code == 401
-        bad = requests.get(prefix, headers={**good, "Authorization": "Bearer nope"}, timeout=30)
+        assert session.get(prefix, timeout=30, verify=str(cert)).status_code == 401
+        bad = session.get(
+            prefix, headers={**good, "Authorization": "Bearer nope"}, timeout=30, verify=str(cert)
+        )
         assert bad.status_code == 401 and PAT not in bad.text
-        assert requests.get(prefix, headers=good, timeout=30).json() == {"jobs": []}
-        refused = requests.post(prefix, headers=good, json={"sub_job_configs": []}, timeout=30)
+        assert session.get(prefix, headers=good, timeout=30, verify=str(cert)).json() == {"jobs": []}
+        refused = session.post(
+            prefix, headers=good, json={"sub_job_configs": []}, timeout=30, verify=str(cert)
+        )
         assert refused.status_code == 400 and refused.json()["code"] == 400
     finally:
         proc.terminate()

@@ -56,7 +56,10 @@ def run(cortex_emulator):  # noqa: F811
 
     handler = Keep(level=logging.DEBUG)
     root = logging.getLogger()
-    level, root.level = root.level, logging.DEBUG
+    # setLevel (not `root.level =`): it clears the loggers' cached levels, which an earlier test's
+    # caplog.set_level may have left at WARNING
+    level = root.level
+    root.setLevel(logging.DEBUG)
     root.addHandler(handler)
     cfg = _config(cortex_emulator)
     errors: dict[str, BaseException] = {}
@@ -105,7 +108,7 @@ def run(cortex_emulator):  # noqa: F811
             errors["wrong_pat"] = error
     finally:
         root.removeHandler(handler)
-        root.level = level
+        root.setLevel(level)
     return {
         "cfg": cfg,
         "backend": backend,

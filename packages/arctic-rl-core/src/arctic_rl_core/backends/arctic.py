@@ -20,6 +20,10 @@ or Cortex (`cortex` extra). Version and dependency handling live in `arctic_comp
   (`RayStateLedger`) when several processes transition the server (verl's worker and replicas).
   Each transition holds the ledger around check + call + record; asking for a state the server
   is already in sends nothing.
+- Cortex (`backend.protocol == "cortex"`): the forward-backward body is Cortex's (`cortex_body`), the
+  step result has no metrics (grad_norm NaN), `serves_forward` is False (the adapters' old-log-prob
+  pass serves the sampler's log-probs), and forward, load_checkpoint and sleep raise the limit
+  (`cortex_limits`) instead of sending an op Cortex lacks; a save is a resumable Cortex checkpoint.
 - `shutdown()` is idempotent, closes the HTTP session on the loop and destroys (in a worker
   thread) only jobs this object created; a backend reconnected from a handle destroys nothing.
 """

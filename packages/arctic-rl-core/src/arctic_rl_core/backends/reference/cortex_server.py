@@ -65,6 +65,7 @@ ENDPOINT = "cortex-training"
 PREFIX = "/api/v2/databases/{database}/schemas/{schema}/{endpoint}"
 MAX_REQUEST_BYTES = 60 * 1024 * 1024  # SnowAPI's per-request cap (the client splits frames at it)
 MAX_EVENTS_DEFAULT, MAX_EVENTS_CAP = 16, 512
+MAX_REQUESTS_KEPT = 1024  # finished request records kept per job
 TOKEN_TYPE_HEADER = "X-Snowflake-Authorization-Token-Type"
 TOKEN_TYPE = "PROGRAMMATIC_ACCESS_TOKEN"
 SUB_JOB_SEGMENT = {"training": "training", "sampling": "sampling", "log_probability": "log_prob"}
@@ -169,6 +170,7 @@ class CortexJob:
     seed: int
     training: dict[str, Any] | None
     sampling_max_len: int | None
+    peft: dict[str, Any] | None = None  # the LoRA adapter both sub-jobs were created with (peft_config)
     status: str = "pending"
     reason: str = ""
     created_at: str = field(default_factory=_now)
@@ -345,6 +347,7 @@ class CortexEmulator:
         models, seeds = set(), set()
         training: dict[str, Any] | None = None
         sampling_max_len: int | None = None
+        pefts: dict[str, Any] = {}  # job type -> its peft_config (LoRA)
         for i, sub in enumerate(configs):
             if not isinstance(sub, Mapping):
                 raise CortexError(400, f"sub_job_configs[{i}] is a {type(sub).__name__}: send an object")
@@ -383,6 +386,7 @@ class CortexEmulator:
             if job_type == "training":
                 training = self._training_config(sub.get("training_config"), i)
                 entry["training_config"] = training
+                pefts["training"] = training.get("peft_config")
             else:
                 if sub.get("training_config") is not None:
                     raise CortexError(
@@ -392,6 +396,7 @@ class CortexEmulator:
                 entry["inference_config"] = inference
                 if job_type == "sampling":
                     sampling_max_len = int(inference["max_seq_len"])
+                    pefts["sampling"] = inference.get("peft_config")
             if sub.get("dtype") is not None:
                 entry["dtype"] = sub["dtype"]
             subs.append(entry)
@@ -411,7 +416,8 @@ class CortexEmulator:
                 f"model_name={model_name!r}: the Cortex emulator serves {REFERENCE_MODEL_NAME!r} (its tiny CPU model) "
                 "or a local model directory; it never downloads",
             )
-        return CortexJob(job_id, scope, subs, model_name, min(seeds), training, sampling_max_len)
+        peft = _job_peft(pefts)
+        return CortexJob(job_id, scope, subs, model_name, min(seeds), training, sampling_max_len, peft)
 
     def _training_config(self, config: Any, i: int) -> dict[str, Any]:
         if config is None:
@@ -422,11 +428,7 @@ class CortexEmulator:
         if unknown:
             raise CortexError(400, f"sub_job_configs[{i}].training_config has unknown keys {unknown}")
         if config.get("peft_config") is not None:
-            raise CortexError(
-                501,
-                f"sub_job_configs[{i}].training_config.peft_config: LoRA training is not emulated by this server "
-                "version (it would train dense weights instead)",
-            )
+            _check_peft(config["peft_config"], f"sub_job_configs[{i}].training_config.peft_config")
         return dict(config)
 
     async def _start(self, job: CortexJob) -> None:
@@ -440,7 +442,7 @@ class CortexEmulator:
         await asyncio.sleep(0)
         job.set_status("initializing")
         try:
-            settings = self.settings.model_copy(update={"seed": job.seed})
+            settings = self.settings.model_copy(update={"seed": job.seed, "peft": job.peft})
             if job.model_name != REFERENCE_MODEL_NAME:
                 model = settings.model.model_copy(update={"model_path": job.model_name})
                 settings = settings.model_copy(update={"model": model})
@@ -494,7 +496,8 @@ class CortexEmulator:
             raise CortexError(400, f"job {job.job_id} has failed ({job.reason}); there is nothing to cancel")
         if job.status != "cancelled":
             job.set_status("cancelled", "cancelled by the caller")
-            await self._release(job)
+            async with job.op_lock:  # a running op finishes first; queued ones then fail as cancelled
+                await self._release(job)
         return web.Response(status=200)
 
     async def _release(self, job: CortexJob) -> None:
@@ -562,6 +565,7 @@ class CortexEmulator:
         """A request record for `op`, run (in submission order) unless it shares `execution`."""
         record = RequestRecord(request_id=secrets.token_hex(8), op=op)
         job.requests[record.request_id] = record
+        _prune(job.requests)
         done = asyncio.Event()
         self._waiters[record.request_id] = done
         if execution is None:
@@ -881,11 +885,11 @@ class CortexEmulator:
                 f"weight-sync target_sub_job_ids={targets!r}: send [{job.sub_job_id('sampling')!r}] (the job's sampling sub-job)",
             )
         weight_format = payload.get("weight_format") or "vllm"
-        if weight_format == "lora":
+        if weight_format == "lora" and job.peft is None:
             raise CortexError(
                 400, "weight_format='lora' needs a job created with peft_config on both sub-jobs"
             )
-        if weight_format not in ("vllm", "hf"):
+        if weight_format not in ("vllm", "hf", "lora"):
             raise CortexError(400, f"weight_format={weight_format!r}: use vllm, hf or lora")
         if payload.get("cuda_ipc") or payload.get("low_memory"):
             raise CortexError(
@@ -894,7 +898,9 @@ class CortexEmulator:
 
         async def run() -> dict[str, Any]:
             assert job.engine is not None
-            report = await job.engine.sync_weights_detailed(cuda_ipc=False, low_memory=False)
+            report = await job.engine.sync_weights_detailed(
+                cuda_ipc=False, low_memory=False, weight_format=weight_format
+            )
             return {
                 "source_sub_job_id": source,
                 "target_sub_job_ids": targets,
@@ -953,6 +959,16 @@ class FaultPlan:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+
+
+def _prune(requests: dict[str, RequestRecord], keep: int = MAX_REQUESTS_KEPT) -> None:
+    """Forget the oldest finished request records beyond `keep` (a long run's results do not pile up;
+    polling a forgotten one answers 404)."""
+    excess = len(requests) - keep
+    if excess <= 0:
+        return
+    for request_id in [rid for rid, r in requests.items() if r.status in ("done", "failed")][:excess]:
+        del requests[request_id]
 
 
 def _check_scope(request: web.Request) -> None:
@@ -1054,6 +1070,59 @@ def _is_prompt(prompt: Any) -> bool:
     )
 
 
+def _check_peft(peft: Any, where: str) -> None:
+    """A sub-job's peft_config is a PEFT LoraConfig-compatible object (the reference engine builds it)."""
+    from arctic_rl_core.backends.reference.lora import lora_config
+
+    if not isinstance(peft, Mapping):
+        raise CortexError(
+            400, f"{where} must be an object (a PEFT LoraConfig: peft_type, r, lora_alpha, ...)"
+        )
+    try:
+        lora_config(dict(peft))
+    except ValueError as error:
+        raise CortexError(400, f"{where}: {error}") from None
+
+
+# What the sampling sub-job's adapter must share with the training sub-job's (spec 7.3 / 8.3).
+PEFT_MATCHED_KEYS = ("r", "lora_alpha", "target_modules")
+
+
+def _job_peft(pefts: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The job's one LoRA adapter config: both sub-jobs enable it, with the same shape (LoRA sync needs
+    LoRA on both sub-jobs at creation; the sampler's r, lora_alpha and target_modules must match)."""
+    from arctic_rl_core.backends.reference.lora import SERVER_DEFAULTS
+
+    training, sampling = pefts.get("training"), pefts.get("sampling")
+    if training is None and sampling is None:
+        return None
+    if training is None and "training" in pefts:
+        raise CortexError(
+            501,
+            "inference_config.peft_config with a dense training sub-job: the emulator syncs adapters only from a "
+            "training sub-job created with the same peft_config",
+        )
+    if training is not None and "sampling" in pefts and sampling is None:
+        raise CortexError(
+            400,
+            "training_config.peft_config without inference_config.peft_config: LoRA sync needs LoRA enabled on "
+            "the sampling sub-job too (give it the same peft_config)",
+        )
+    if training is not None and sampling is not None:
+        differ = [
+            key
+            for key in PEFT_MATCHED_KEYS
+            if training.get(key, SERVER_DEFAULTS.get(key)) != sampling.get(key, SERVER_DEFAULTS.get(key))
+        ]
+        if differ:
+            raise CortexError(
+                400,
+                f"peft_config {differ} differ between the training and the sampling sub-job: the sampler's "
+                "adapter must match the trained one (reuse the same peft_config)",
+            )
+    return dict(training if training is not None else sampling)
+
+
 def _inference_config(config: Any, i: int) -> dict[str, Any]:
     if not isinstance(config, Mapping):
         raise CortexError(400, f"sub_job_configs[{i}].inference_config is required (max_seq_len, n_gpus)")
@@ -1061,9 +1130,7 @@ def _inference_config(config: Any, i: int) -> dict[str, Any]:
     if unknown:
         raise CortexError(400, f"sub_job_configs[{i}].inference_config has unknown keys {unknown}")
     if config.get("peft_config") is not None:
-        raise CortexError(
-            501, f"sub_job_configs[{i}].inference_config.peft_config: LoRA sampling is not emulated"
-        )
+        _check_peft(config["peft_config"], f"sub_job_configs[{i}].inference_config.peft_config")
     for key in ("max_seq_len", "n_gpus"):
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -1097,8 +1164,10 @@ async def serve(
     stop: asyncio.Event | None = None,
     fidelity: Fidelity | None = None,
     emulator: CortexEmulator | None = None,
+    ssl_context: Any = None,
 ) -> None:
-    """Run the emulator until `stop` is set (or SIGINT/SIGTERM when `stop` is None)."""
+    """Run the emulator until `stop` is set (or SIGINT/SIGTERM when `stop` is None); https with
+    `ssl_context` (`cortex_tls`)."""
     import signal
 
     from aiohttp import web
@@ -1106,7 +1175,7 @@ async def serve(
     server = emulator or CortexEmulator(token, settings, fidelity=fidelity, file_root=file_root)
     runner = web.AppRunner(server.application(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     await site.start()
     bound = runner.addresses[0][1] if runner.addresses else port
     if stop is None:

@@ -118,12 +118,19 @@ class ReferenceServer:
         file_root: str | Path | None = None,
         token: str | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
+        parity_trace: Path | None = None,
     ) -> None:
         self.fidelity = fidelity or Fidelity()
         self.settings = self.fidelity.engine_settings(settings or ReferenceEngineSettings())
         self.state = ServerState()
         self._lock = asyncio.Lock()
         self.request_log = request_log
+        # `--parity-trace`: every training payload as decoded here (arctic_rl_core.parity.server_trace)
+        self.parity = None
+        if parity_trace is not None:
+            from arctic_rl_core.parity.server_trace import ServerTraceRecorder
+
+            self.parity = ServerTraceRecorder(parity_trace)
         self.files = FileRoot(Path(DEFAULT_FILE_ROOT) if file_root is None else file_root)
         self.token = token or None
         self.max_body_bytes = max_body_bytes
@@ -314,8 +321,11 @@ class ReferenceServer:
         job_id = _job_id(request)
         await _json_body(request, required=False)
         async with self._lock:
-            if self.state.jobs.pop(job_id, None) is None:
+            job = self.state.jobs.pop(job_id, None)
+            if job is None:
                 raise HTTPError(404, f"Job {job_id} not found")
+            if self.parity is not None and job.job_type == "training" and self.state.engine is not None:
+                self.parity.finish(self.state.engine)  # the run's last training state
             if not self.state.jobs:
                 await self.close()
         return {"job_id": job_id}
@@ -345,7 +355,10 @@ class ReferenceServer:
                 "trainer_version": (await self.engine.state()).trainer_version,
                 "rollouts": _trained_rollout_digests(payload),
             }
+        received = None if self.parity is None else self.parity.received(payload)
         result = await self.engine.train(payload)
+        if self.parity is not None:
+            self.parity.forward_backward(received, result.output.loss)
         response: dict[str, Any] = {
             "job_id": job_id,
             "metrics": result.output.metrics,
@@ -373,7 +386,10 @@ class ReferenceServer:
                 raise HTTPError(409, detail)
             raise InternalServerError(detail)
         payload = await _wire_body(request)
+        received = None if self.parity is None else self.parity.received(payload)
         out = await self.engine.forward(payload, reference_model=job.job_type == "log_prob")
+        if self.parity is not None:
+            self.parity.forward(received, out, reference_model=job.job_type == "log_prob")
         batch: dict[str, Any] = {"logprobs": out.logprobs_B_S}
         if out.entropy_B_S is not None:
             batch["entropy"] = out.entropy_B_S
@@ -394,6 +410,8 @@ class ReferenceServer:
             "/step", _json_object(await _json_body(request, required=False), "/step"), STEP_KEYS
         )
         out = await self.engine.step(self.fidelity.step_learning_rate(body))
+        if self.parity is not None:
+            self.parity.step(out)
         metrics = {"last_lr": out.learning_rate, "grad_norm": out.grad_norm}
         return {"job_id": job_id, "metrics": _per_rank(metrics, self.engine.settings.dp_size), "batch": {}}
 
@@ -934,6 +952,7 @@ async def serve(
     stop: asyncio.Event | None = None,
     request_log: Path | None = None,
     fidelity: Fidelity | None = None,
+    parity_trace: Path | None = None,
 ) -> None:
     """Run the server until `stop` is set (or SIGINT/SIGTERM when `stop` is None). A non-loopback
     `host` needs a `token` (`http_auth.BindRefused` otherwise)."""
@@ -943,7 +962,12 @@ async def serve(
 
     http_auth.check_bind(host, token)
     server = ReferenceServer(
-        settings, request_log=request_log, fidelity=fidelity, file_root=file_root, token=token
+        settings,
+        request_log=request_log,
+        fidelity=fidelity,
+        file_root=file_root,
+        token=token,
+        parity_trace=parity_trace,
     )
     runner = web.AppRunner(server.application(), access_log=None)
     await runner.setup()

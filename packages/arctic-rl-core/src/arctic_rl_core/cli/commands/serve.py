@@ -33,6 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "$ARCTIC_CORTEX_PAT",
     )
     parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="with --api cortex: serve https with a self-signed certificate written to "
+        "<file-root>/cortex-tls/cert.pem, so arctic-platform 0.1.4's CortexTransport can use its host + PAT "
+        "path unmodified (trust the certificate with REQUESTS_CA_BUNDLE and SSL_CERT_FILE)",
+    )
+    parser.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)"
     )
     parser.add_argument(
@@ -91,6 +98,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="append one JSON line per request received (route, job id, control fields) to PATH",
     )
     parser.add_argument(
+        "--parity-trace",
+        default=None,
+        metavar="PATH",
+        help="record every forward / forward-backward payload as this server decodes it, every optimizer "
+        "step and, when the training job is destroyed, the trainer weights' digest, as the parity trace "
+        "PATH (one run; the parity suite compares two frameworks' traces)",
+    )
+    parser.add_argument(
         "overrides", nargs="*", default=[], help="config overrides, key=value (with --config or alone)"
     )
     parser.set_defaults(func=run)
@@ -129,6 +144,9 @@ def run(args: argparse.Namespace) -> int:
     settings = ReferenceEngineSettings.model_validate({**settings.model_dump(), **update})
     if args.api == "cortex":
         return _run_cortex(args, settings)
+    if args.tls:
+        print("arctic-rl serve: --tls applies to --api cortex only", file=sys.stderr)
+        return 2
 
     def ready(host: str, port: int) -> None:
         print(
@@ -149,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"arctic-rl serve: {err}", file=sys.stderr)
         return 2
     request_log = None if args.request_log is None else Path(args.request_log)
+    parity_trace = None if args.parity_trace is None else Path(args.parity_trace)
     fidelity = Fidelity(profile=ServerProfile(args.profile), state_guard=args.state_guard)
     asyncio.run(
         serve(
@@ -157,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             args.port,
             on_ready=ready,
             request_log=request_log,
+            parity_trace=parity_trace,
             fidelity=fidelity,
             file_root=args.file_root,
             token=token,
@@ -201,12 +221,26 @@ def _run_cortex(args: argparse.Namespace, settings) -> int:
         )
         return 2
     settings = settings.model_copy(update={"colocated": False})
+    scheme, ssl_context = "http", None
+    if args.tls:
+        from pathlib import Path
+
+        from arctic_rl_core.backends.reference.cortex_tls import self_signed
+        from arctic_rl_core.backends.reference.file_root import DEFAULT_FILE_ROOT
+
+        tls = self_signed(Path(args.file_root or DEFAULT_FILE_ROOT).resolve() / "cortex-tls", args.host)
+        scheme, ssl_context = "https", tls.server_context()
+        print(
+            f"arctic-rl Cortex emulator: TLS certificate {tls.cert} (clients: REQUESTS_CA_BUNDLE={tls.cert} "
+            f"SSL_CERT_FILE={tls.cert}; CortexConfig host=HOST:PORT with the PAT)",
+            flush=True,
+        )
 
     def ready(host: str, port: int) -> None:
         prefix = PREFIX.replace("{endpoint}", ENDPOINT)
         print(
             f"arctic-rl Cortex emulator ({REFERENCE_MODEL_NAME}; routes under {prefix}) listening on "
-            f"http://{host}:{port}",
+            f"{scheme}://{host}:{port}",
             flush=True,
         )
 
@@ -220,6 +254,7 @@ def _run_cortex(args: argparse.Namespace, settings) -> int:
             file_root=args.file_root,
             on_ready=ready,
             fidelity=fidelity,
+            ssl_context=ssl_context,
         )
     )
     return 0
