@@ -52,6 +52,10 @@ def test_stock_fully_async_gsm8k_launcher_passes_dry_run_with_its_staleness_on_t
     assert arctic.loss.policy_loss == "rollout_is" and arctic.loss.loss_fn == "arctic_rl_core"
     assert not arctic.placement.colocate
     assert "async:\n    max_staleness: 4" in out
+    assert (
+        "generation                   asynchronous: overlaps training; rollouts at most 4 optimizer step(s) old (older: drop)"
+        in out
+    )
 
 
 def test_stock_dapo_fully_async_launcher_names_what_only_its_own_entry_point_has(tmp_path):
