@@ -44,6 +44,33 @@ TINY_GRPO = [
     "data.dataloader.num_workers=0",
     "data.val_data=[]",
 ]
+# SkyRL's own settings of a tiny fully asynchronous run (SkyRL's FullyAsyncRayPPOTrainer): one
+# prompt group per step, two generation workers, one step of staleness, SkyRL's async loss
+# (rollout_is) with its token TIS on (so the old-log-prob forward runs too).
+TINY_FULLY_ASYNC = [
+    *(
+        a
+        for a in TINY_GRPO
+        if not a.startswith(
+            (
+                "trainer.algorithm.policy_loss_type",
+                "trainer.train_batch_size",
+                "trainer.update_epochs_per_batch",
+                "trainer.algorithm.use_kl_loss",
+            )
+        )
+    ),
+    "trainer.algorithm.use_kl_loss=false",
+    "trainer.fully_async.enabled=true",
+    "trainer.fully_async.max_staleness_steps=1",
+    "trainer.fully_async.num_parallel_generation_workers=2",
+    "trainer.algorithm.policy_loss_type=rollout_is",
+    "trainer.algorithm.off_policy_correction.tis_ratio_type=token",
+    "trainer.train_batch_size=1",
+    "trainer.update_epochs_per_batch=1",
+    "trainer.resume_mode=none",
+    "trainer.ckpt_interval=0",
+]
 # The tiny reference model (the in-process engine's, and the directory the wire server serves).
 TINY_MODEL = {
     "num_layers": 1,
@@ -133,7 +160,7 @@ class RecordingExp(ArcticPPOExp):
             self.backend,
             tokenizer,
             prompt_format=self.prompt_format,
-            **self.generator_version_options(),
+            **self.generator_async_options(),
         )
         return self.generator
 

@@ -14,37 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from skyrl_e2e_run import IN_PROCESS, TINY_GRPO, RecordingGenerator, logged_steps, run_grpo
+from skyrl_e2e_run import IN_PROCESS, TINY_FULLY_ASYNC, TINY_GRPO, RecordingGenerator, logged_steps, run_grpo
 
 LAUNCHERS = Path(__file__).parent / "launchers"
 RECORDED = json.loads((LAUNCHERS / "recorded_commands.json").read_text())  # see launchers/README.md
 
-# SkyRL's own settings of a tiny fully async run: one prompt group per step, two generation workers,
-# SkyRL's async loss (rollout_is) with its token TIS on (the old-log-prob forward then runs).
-ASYNC_BASE = [
-    *(
-        a
-        for a in TINY_GRPO
-        if not a.startswith(
-            (
-                "trainer.algorithm.policy_loss_type",
-                "trainer.train_batch_size",
-                "trainer.update_epochs_per_batch",
-                "trainer.algorithm.use_kl_loss",
-            )
-        )
-    ),
-    "trainer.algorithm.use_kl_loss=false",
-    "trainer.fully_async.enabled=true",
-    "trainer.fully_async.max_staleness_steps=1",
-    "trainer.fully_async.num_parallel_generation_workers=2",
-    "trainer.algorithm.policy_loss_type=rollout_is",
-    "trainer.algorithm.off_policy_correction.tis_ratio_type=token",
-    "trainer.train_batch_size=1",
-    "trainer.update_epochs_per_batch=1",
-    "trainer.resume_mode=none",
-    "trainer.ckpt_interval=0",
-]
+ASYNC_BASE = TINY_FULLY_ASYNC
 
 
 def _dry(args: list[str]) -> tuple[int, str, str]:
@@ -77,6 +52,10 @@ def test_stock_fully_async_gsm8k_launcher_passes_dry_run_with_its_staleness_on_t
     assert arctic.loss.policy_loss == "rollout_is" and arctic.loss.loss_fn == "arctic_rl_core"
     assert not arctic.placement.colocate
     assert "async:\n    max_staleness: 4" in out
+    assert (
+        "generation                   asynchronous: overlaps training; rollouts at most 4 optimizer step(s) old (older: drop)"
+        in out
+    )
 
 
 def test_stock_dapo_fully_async_launcher_names_what_only_its_own_entry_point_has(tmp_path):
@@ -272,7 +251,17 @@ def test_fully_async_run_overlaps_generation_and_trains_within_the_bound(learnab
     assert sorted(steps) == [1, 2, 3]
     for step in steps.values():
         assert math.isfinite(step["policy/policy_loss"])
-        assert step["async/weights_staleness_max"] <= 1
+        assert step["async/weights_staleness_max"] <= 1 and step["async/trained_groups"] == 1
+        # SkyRL's token TIS weights (cap 2.0), their statistics in the core's names
+        assert (
+            0
+            < step["async/is_weight_min"]
+            <= step["async/is_weight_mean"]
+            <= step["async/is_weight_max"]
+            <= 2.0
+        )
+        if step["async/weights_staleness_max"] == 1:  # sampled one version back: pi_old != pi_rollout
+            assert step["async/is_weight_min"] < step["async/is_weight_max"]
     # the second group was generated while the first trained: trained one step behind
     assert max(s["async/weights_staleness_max"] for s in steps.values()) == 1
     for step, trainer_version, versions in exp.trainer.trained_versions:
@@ -320,3 +309,55 @@ def test_a_group_older_than_the_bound_is_never_trained(policy, learnable_jsonl, 
     slow = exp.generator.uids[0]
     # regenerate: the slow group's prompt was generated a second time (and trained); drop: never again
     assert exp.generator.uids.count(slow) == (2 if policy == "regenerate" else 1)
+
+
+# -- arctic-rl demo --framework skyrl --async 1 ----------------------------------------------------
+
+
+def test_demo_async_1_runs_skyrls_fully_async_trainer(tmp_path):
+    """`--async 1` is parsed, the SkyRL driver declares its asynchronous mode, and the GRPO phase runs
+    SkyRL's fully async trainer (2 tiny steps in process) with the core's per-step statistics."""
+    import yaml
+    from arctic_rl_core.demo import run as demo_run
+    from arctic_rl_core.demo.drivers import load_driver, supports_async
+    from arctic_rl_core.demo.run_log import MetricsLog
+    from demo_checks import _parsed, tiny_options
+
+    run_dir = tmp_path / "run"
+    args = _parsed(["--framework", "skyrl", "--out", str(run_dir), "--async", "1"])
+    assert demo_run.resolve_options(args).max_staleness == 1
+    assert supports_async(load_driver("skyrl"))
+    assert demo_run.run_demo(tiny_options("skyrl", run_dir, max_staleness=1, eval_samples=0)) == 0
+    steps = MetricsLog(run_dir).grpo_steps()
+    assert [s["step"] for s in steps] == [1, 2]
+    for step in steps:
+        assert step["async/max_staleness"] == 1 and step["async/trained_groups"] == 2
+        assert 0 <= step["async/weights_staleness_max"] <= 1 and math.isfinite(step["loss"])
+    assert [s["weights_version"] for s in steps] == [1, 2]
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["arctic_rl"]["async"]["max_staleness"] == 1
+    overrides = config["skyrl_overrides"]
+    assert (
+        "trainer.fully_async.enabled=true" in overrides
+        and "trainer.fully_async.max_staleness_steps=1" in overrides
+    )
+
+
+def test_fully_async_checkpoint_resumes_with_skyrls_async_state(learnable_jsonl, tmp_path):
+    """SkyRL's fully async checkpoint (the backend's, plus its consumed-UID state) resumes: the
+    resumed run trains step 3 at trainer version 2, on prompts the first run had not trained."""
+    first = _async_run(
+        learnable_jsonl, tmp_path / "a", "trainer.max_training_steps=2", "trainer.ckpt_interval=1"
+    )
+    ckpt = tmp_path / "a" / "ckpt" / "global_step_2"
+    assert (ckpt / "fully_async_state.pt").is_file()
+    resumed = _async_run(
+        learnable_jsonl, tmp_path / "b", "trainer.max_training_steps=3", "trainer.resume_mode=from_path",
+        f"trainer.resume_path={ckpt}",
+    )  # fmt: skip
+    assert sorted(logged_steps(resumed)) == [3]
+    ((step, trainer_version, versions),) = resumed.trainer.trained_versions
+    assert (step, trainer_version) == (3, 2) and all(0 <= 2 - v <= 1 for v in versions)
+    state = torch.load(ckpt / "fully_async_state.pt", weights_only=False)
+    assert set(state["consumed_uids"]) == {u for uids in first.trainer.trained_uids for u in uids}
+    assert not set(resumed.trainer.trained_uids[0]) & set(state["consumed_uids"])

@@ -27,6 +27,23 @@ PHASE_TIMINGS = {
 }
 
 
+# The core's per-step statistics of an asynchronous run (adapter_skyrl.fully_async names the three
+# version-staleness ones async/weights_staleness_*, next to SkyRL's own async/staleness_*).
+ASYNC_METRICS = (
+    "async/max_staleness",
+    "async/weights_staleness_mean",
+    "async/weights_staleness_max",
+    "async/weights_staleness_min",
+    "async/trained_groups",
+    "async/dropped_groups",
+    "async/regenerated_groups",
+    "async/is_weight_mean",
+    "async/is_weight_max",
+    "async/is_weight_min",
+    "async/is_weight_clipped_fraction",
+)
+
+
 def skyrl_overrides(
     options: DemoOptions, *, train_file: Path, model_path: Path, steps_per_epoch: int
 ) -> list[str]:
@@ -43,7 +60,7 @@ def skyrl_overrides(
         "generator.inference_engine.enable_ray_prometheus_stats=false",
         "trainer.enable_ray_gpu_monitor=false",
         "trainer.algorithm.advantage_estimator=grpo",
-        "trainer.algorithm.policy_loss_type=dual_clip",
+        *skyrl_async_overrides(options),
         f"trainer.algorithm.use_kl_loss={str(use_kl).lower()}",
         *([f"trainer.algorithm.kl_loss_coef={options.kl_loss_coef}"] if use_kl else []),
         f"trainer.algorithm.use_entropy_loss={str(use_entropy).lower()}",
@@ -72,6 +89,24 @@ def skyrl_overrides(
         f"trainer.export_path={run_dir / 'export'}",
         "trainer.resume_mode=latest",
         *skyrl_backend_overrides(options, model_path=model_path),
+    ]
+
+
+def skyrl_async_overrides(options: DemoOptions) -> list[str]:
+    """The loss and trainer: SkyRL's synchronous trainer with dual-clip PPO, or with `--async K`
+    SkyRL's own fully asynchronous trainer as its examples run it (`rollout_is` against the rollout
+    log-probs, its token TIS as the truncated IS weights), `max_staleness_steps=K` (the demo's one
+    optimizer step per SkyRL step makes it the core's async.max_staleness) and enough generation
+    workers for K steps of prompt groups ahead."""
+    k = options.max_staleness
+    if not k:
+        return ["trainer.algorithm.policy_loss_type=dual_clip"]
+    return [
+        "trainer.fully_async.enabled=true",
+        f"trainer.fully_async.max_staleness_steps={k}",
+        f"trainer.fully_async.num_parallel_generation_workers={options.prompts_per_step * (k + 1)}",
+        "trainer.algorithm.policy_loss_type=rollout_is",
+        "trainer.algorithm.off_policy_correction.tis_ratio_type=token",
     ]
 
 
@@ -104,6 +139,7 @@ def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
         "rollout_weights_version": int(data["generate/weights_version"]),
         "optimizer_steps": int(data["arctic/optimizer_steps"]),
         **phase_seconds(data, PHASE_TIMINGS),
+        **{name: float(data[name]) for name in ASYNC_METRICS if name in data},
     }
 
 
@@ -193,7 +229,7 @@ def run_grpo(
                 tokenizer,
                 prompt_format=self.prompt_format,
                 chat_template_kwargs=cfg.generator.chat_template_kwargs,
-                **self.generator_version_options(),
+                **self.generator_async_options(),
             )
             return generator
 
@@ -212,3 +248,6 @@ def run_grpo(
     on_ready(first_step, overrides, exp.arctic_cfg.model_dump(mode="json"))
     exp.run()  # SkyRL's own entry: build the trainer, resume from the latest checkpoint, train
     return exp.backend
+
+
+run_grpo.supports_async = True  # `arctic-rl demo --async K`: SkyRL's FullyAsyncRayPPOTrainer

@@ -32,6 +32,8 @@ from adapter_skyrl.samples import (
 from adapter_skyrl.skyrl_internals import no_actor_groups
 
 if TYPE_CHECKING:
+    from arctic_rl_core.async_grpo.is_weights import ISWeightStats
+    from arctic_rl_core.async_grpo.sync_gate import GenerationSyncGate
     from arctic_rl_core.backends.protocol import Backend, WirePayload
     from arctic_rl_core.config.schema import CheckpointSettings
     from arctic_rl_core.weight_sync import WeightSyncPolicy
@@ -66,6 +68,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
         trace: PayloadTrace | None = None,
         call_timeout_s: float | None = None,
         checkpoint: CheckpointSettings | None = None,
+        sync_gate: GenerationSyncGate | None = None,
     ):
         # The base keeps cfg/colocation flags; its actor-group table stays empty on purpose.
         super().__init__(cfg, policy_actor_group=None, inference_engine_client=None)
@@ -77,6 +80,8 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self.call_timeout_s = call_timeout_s
         # the core checkpoint settings (export_hf, save_total_limit) every backend save passes on
         self.checkpoint = checkpoint
+        # fully async: the weight sync waits for generate calls in flight and holds new ones back
+        self.sync_gate = sync_gate
         self.weights_version: int | None = None
         # Where the weights version is reported after each sync (the trainer's metrics of the step).
         self.metrics_sink: Callable[[], dict[str, Any]] | None = None
@@ -87,6 +92,7 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self._metrics: dict[str, list[float]] = defaultdict(list)  # reported as means
         self._last: dict[str, float] = {}  # reported as the latest value
         self._timings: dict[str, float] = defaultdict(float)
+        self._is_stats: list[ISWeightStats] = []  # the IS weights sent since the last pop
 
     # -- plumbing -----------------------------------------------------------------------------
     def _run(self, coro: Any) -> Any:
@@ -117,6 +123,23 @@ class ArcticWorkerDispatch(WorkerDispatch):
     def _record(self, op: str, payload: WirePayload) -> None:
         if self.trace is not None:
             self.trace.record(op, payload, optimizer_steps=self.optimizer_steps)
+
+    def pop_is_weight_stats(self) -> ISWeightStats | None:
+        """The statistics of every rollout_is_weights sent since the last call (token-weighted), or
+        None when none were sent."""
+        from arctic_rl_core.async_grpo.is_weights import ISWeightStats
+
+        stats, self._is_stats = self._is_stats, []
+        tokens = sum(s.tokens for s in stats)
+        if not stats or tokens == 0:
+            return None
+        return ISWeightStats(
+            mean=sum(s.mean * s.tokens for s in stats) / tokens,
+            max=max(s.max for s in stats),
+            min=min(s.min for s in stats),
+            clipped_fraction=sum(s.clipped_fraction * s.tokens for s in stats) / tokens,
+            tokens=tokens,
+        )
 
     def pop_metrics(self) -> dict[str, float]:
         """Per-step metrics gathered by this dispatch (means over calls; counters as their latest
@@ -231,6 +254,8 @@ class ArcticWorkerDispatch(WorkerDispatch):
         correction = off_policy_correction(data, algorithm)
         for key, value in correction.metrics.items():
             self._metrics[f"off_policy/{key}"].append(value)
+        if correction.is_stats is not None:
+            self._is_stats.append(correction.is_stats)
         samples = to_rollout_samples(
             data,
             with_advantages=True,
@@ -311,9 +336,10 @@ class ArcticWorkerDispatch(WorkerDispatch):
         self._reject_extras("save_weights_for_sampler", None, None, model_id, {})
         start = time.perf_counter()
         # The trainer awaits this on its own loop; the backend lives on the core's background loop.
-        self.weights_version = await on_backend_loop(
-            sync_after_step(self.backend, self.sync_policy), self.call_timeout_s
-        )
+        sync = sync_after_step(self.backend, self.sync_policy)
+        if self.sync_gate is not None:
+            sync = self.sync_gate.sync(sync)
+        self.weights_version = await on_backend_loop(sync, self.call_timeout_s)
         self.last_weight_sync_seconds = time.perf_counter() - start
         self._training_ready = False
         if self.trace is not None:

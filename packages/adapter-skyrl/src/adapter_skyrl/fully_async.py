@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_core.async_grpo.metrics import step_metrics
+from arctic_rl_core.async_grpo.staleness import StalenessGate
 from loguru import logger
 from skyrl.train.fully_async_trainer import FullyAsyncRayPPOTrainer, GeneratedOutputGroup
 
@@ -33,6 +35,13 @@ if TYPE_CHECKING:
     from arctic_rl_core.config.schema import AsyncSettings
 
 EXHAUSTION_POLL_S = 0.5  # how often a wait for a replacement group checks that the epoch ran dry
+# The core's version staleness, logged next to SkyRL's own `async/staleness_*` (steps since a group
+# was scheduled), which keep SkyRL's meaning.
+VERSION_STALENESS_NAMES = {
+    "async/staleness_mean": "async/weights_staleness_mean",
+    "async/staleness_max": "async/weights_staleness_max",
+    "async/staleness_min": "async/weights_staleness_min",
+}
 
 
 class ArcticFullyAsyncPPOTrainer(ArcticPPOTrainer, FullyAsyncRayPPOTrainer):
@@ -41,10 +50,11 @@ class ArcticFullyAsyncPPOTrainer(ArcticPPOTrainer, FullyAsyncRayPPOTrainer):
 
     def __init__(self, *args: Any, staleness: AsyncSettings, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.max_staleness = int(staleness.max_staleness)
-        self.stale_policy = str(staleness.stale_policy)
+        self.gate = StalenessGate(int(staleness.max_staleness), staleness.stale_policy)
         # (global step, trainer version, [weights version of each trained group]) per step
         self.trained_versions: list[tuple[int, int, list[int]]] = []
+        self.trained_uids: list[list[str]] = []  # the prompt uid of each trained group, per step
+        self._step_gate: tuple[list[int], int, int] | None = None  # staleness, dropped, regenerated
 
     # -- the staleness gate -----------------------------------------------------------------------
     def trainer_version(self) -> int:
@@ -61,39 +71,34 @@ class ArcticFullyAsyncPPOTrainer(ArcticPPOTrainer, FullyAsyncRayPPOTrainer):
             )
         return int(version)
 
-    def is_stale(self, group: GeneratedOutputGroup, trainer_version: int) -> bool:
-        version = self.group_version(group)
-        if version > trainer_version:
-            raise RuntimeError(
-                f"group {group.uid} was sampled with weights version {version}, ahead of the trainer's "
-                f"{trainer_version}: the backend's version record is wrong"
-            )
-        return trainer_version - version > self.max_staleness
+    def staleness(self, group: GeneratedOutputGroup, trainer_version: int) -> int:
+        """s - v (a version ahead of the trainer is the core's `StaleRolloutError`)."""
+        return self.gate.staleness(self.group_version(group), trainer_version)
 
     async def _collect_generation_mini_batch(
         self, generation_output_group_buffer: asyncio.Queue, all_generators_done: asyncio.Event
     ) -> tuple[list[GeneratedOutputGroup], list[GeneratedOutputGroup], bool]:
-        """SkyRL's collection, then the gate: a group older than `async.max_staleness` is dropped
-        (and replaced by the next one to finish) or regenerated, by `async.stale_policy`."""
+        """SkyRL's collection, then the core's gate: a group older than `async.max_staleness` is
+        dropped (and replaced by the next one to finish) or regenerated, by `async.stale_policy`."""
         kept, dropped, exhausted = await super()._collect_generation_mini_batch(
             generation_output_group_buffer, all_generators_done
         )
+        k = self.gate.max_staleness
         dropped_stale = regenerated = 0
         trainer_version = self.trainer_version()
         admitted: list[GeneratedOutputGroup] = []
         pending = list(kept)
         while pending and not exhausted:
             group = pending.pop(0)
-            if not self.is_stale(group, trainer_version):
+            lag = self.staleness(group, trainer_version)
+            if lag <= k:
                 admitted.append(group)
                 continue
-            version = self.group_version(group)
             logger.warning(
-                f"group {group.uid}: weights version {version} is {trainer_version - version} steps behind "
-                f"the trainer's {trainer_version} (async.max_staleness={self.max_staleness}): "
-                f"{self.stale_policy}"
+                f"group {group.uid}: weights version {self.group_version(group)} is {lag} steps behind the "
+                f"trainer's {trainer_version} (async.max_staleness={k}): {self.gate.policy}"
             )
-            if self.stale_policy == "regenerate":
+            if self.gate.policy == "regenerate":
                 admitted.append(await self._regenerate(group))
                 regenerated += 1
                 continue
@@ -109,19 +114,11 @@ class ArcticFullyAsyncPPOTrainer(ArcticPPOTrainer, FullyAsyncRayPPOTrainer):
             pending.append(replacement)
         if not exhausted:
             versions = [self.group_version(g) for g in admitted]
-            staleness = [trainer_version - v for v in versions]
+            self.gate.assert_within(versions, trainer_version)  # the last check before training
             self.trained_versions.append((self.global_step, trainer_version, versions))
-            self.all_metrics.update(
-                {
-                    "async/trainer_version": float(trainer_version),
-                    "async/weights_staleness_mean": sum(staleness) / len(staleness),
-                    "async/weights_staleness_max": float(max(staleness)),
-                    "async/weights_staleness_min": float(min(staleness)),
-                    "async/max_staleness": float(self.max_staleness),
-                    "async/dropped_groups": float(dropped_stale),
-                    "async/regenerated_groups": float(regenerated),
-                }
-            )
+            self.trained_uids.append([g.uid for g in admitted])
+            self._step_gate = ([trainer_version - v for v in versions], dropped_stale, regenerated)
+            self.all_metrics["async/trainer_version"] = float(trainer_version)
             trace = getattr(self.dispatch, "trace", None)
             if trace is not None:
                 trace.record_event(
@@ -133,6 +130,23 @@ class ArcticFullyAsyncPPOTrainer(ArcticPPOTrainer, FullyAsyncRayPPOTrainer):
                     regenerated=regenerated,
                 )
         return admitted, dropped, exhausted
+
+    def train_critic_and_policy(self, data: Any) -> dict[str, float]:
+        """SkyRL's training step, then the core's `async/*` statistics of the step (staleness of the
+        trained groups, drops and regenerations, the IS weights sent)."""
+        status = super().train_critic_and_policy(data)
+        if self._step_gate is not None:
+            lags, dropped_stale, regenerated = self._step_gate
+            metrics = step_metrics(
+                max_staleness=self.gate.max_staleness,
+                trained_staleness=lags,
+                dropped_groups=dropped_stale,
+                regenerated_groups=regenerated,
+                is_stats=self.dispatch.pop_is_weight_stats(),
+            )
+            self.all_metrics.update({VERSION_STALENESS_NAMES.get(k, k): v for k, v in metrics.items()})
+            self._step_gate = None
+        return status
 
     async def _regenerate(self, group: GeneratedOutputGroup) -> GeneratedOutputGroup:
         """The group's prompts generated again, with the weights the sampler serves now."""

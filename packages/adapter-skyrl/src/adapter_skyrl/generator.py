@@ -21,6 +21,7 @@ from adapter_skyrl.envs import BIRD_ENV_IDS  # importing registers the Arctic en
 from adapter_skyrl.loop_bridge import on_backend_loop
 
 if TYPE_CHECKING:
+    from arctic_rl_core.async_grpo.sync_gate import GenerationSyncGate
     from arctic_rl_core.backends.protocol import Backend, Completion, SamplingParams
 
 PromptFormat = Literal["token_ids", "text"]
@@ -75,6 +76,7 @@ class ArcticGenerator(GeneratorInterface):
         call_timeout_s: float | None = None,
         expected_weights_version: Callable[[], int | None] | None = None,
         remember_inputs: bool = False,
+        sync_gate: GenerationSyncGate | None = None,
     ):
         if prompt_format not in ("token_ids", "text"):
             raise ValueError(f"prompt_format={prompt_format!r}: use 'token_ids' or 'text'")
@@ -92,6 +94,8 @@ class ArcticGenerator(GeneratorInterface):
         # to train on can be generated again (`async.stale_policy=regenerate`).
         self.remember_inputs = remember_inputs
         self.inputs_by_uid: dict[str, GeneratorInput] = {}
+        # fully async: no generate call reaches the sampler inside a weight sync's bracket
+        self.sync_gate = sync_gate
 
     def _template(self, conversation: Sequence[Mapping[str, str]], *, tokenize: bool) -> Any:
         return self.tokenizer.apply_chat_template(
@@ -121,7 +125,10 @@ class ArcticGenerator(GeneratorInterface):
         else:
             prompts = local_ids
         start = time.perf_counter()
-        out = await on_backend_loop(self.backend.generate(prompts, params), self.call_timeout_s)
+        call = self.backend.generate(prompts, params)
+        if self.sync_gate is not None:
+            call = self.sync_gate.generate(call)
+        out = await on_backend_loop(call, self.call_timeout_s)
         generate_s = time.perf_counter() - start
         if len(out.completions) != len(prompts):
             raise RuntimeError(

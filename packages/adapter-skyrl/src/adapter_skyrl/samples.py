@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
+    from arctic_rl_core.async_grpo.is_weights import ISWeightStats
     from arctic_rl_core.wire import RolloutSample
     from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
 
@@ -121,6 +122,7 @@ class OffPolicyCorrection:
     is_weights_B_R: torch.Tensor | None
     loss_mask_B_R: torch.Tensor | None
     metrics: dict[str, float]
+    is_stats: ISWeightStats | None = None  # the weights' statistics over the loss mask (the core's)
 
 
 def off_policy_correction(data: TrainingInputBatch, algorithm: Any) -> OffPolicyCorrection:
@@ -151,7 +153,33 @@ def off_policy_correction(data: TrainingInputBatch, algorithm: Any) -> OffPolicy
     weights, metrics, mask = compute_off_policy_correction(
         old_B_R.cpu(), rollout_B_R.cpu(), loss_mask_B_R.cpu().float(), opc
     )
-    return OffPolicyCorrection(weights, mask, {k: float(v) for k, v in metrics.items()})
+    stats = None
+    if weights is not None:
+        cap = (
+            opc.token_tis_ratio_clip_high
+            if opc.tis_ratio_type == "token"
+            else opc.sequence_tis_ratio_clip_high
+        )
+        stats = is_weight_stats(weights, mask, float(cap))
+    return OffPolicyCorrection(weights, mask, {k: float(v) for k, v in metrics.items()}, stats)
+
+
+def is_weight_stats(weights_B_R: torch.Tensor, mask_B_R: torch.Tensor, cap: float) -> ISWeightStats:
+    """The core's statistics of SkyRL's TIS weights (`[B, R]`, or `[B, 1]` per sequence) over the
+    mask; a weight SkyRL truncated is exactly `cap` (its clamp)."""
+    from arctic_rl_core.async_grpo.is_weights import ISWeightStats
+
+    real = mask_B_R > 0
+    values = weights_B_R.expand_as(mask_B_R)[real].float()
+    if values.numel() == 0:
+        return ISWeightStats(mean=1.0, max=1.0, min=1.0, clipped_fraction=0.0, tokens=0)
+    return ISWeightStats(
+        mean=float(values.mean()),
+        max=float(values.max()),
+        min=float(values.min()),
+        clipped_fraction=float((values >= cap).float().mean()),
+        tokens=int(values.numel()),
+    )
 
 
 def rollout_correction_weights(data: TrainingInputBatch, algorithm: Any) -> torch.Tensor | None:

@@ -138,6 +138,12 @@ class ArcticPPOExp(BasePPOExp):
         self.eval_dataset = self.get_eval_dataset()
         self.colocate_pg = None
         no_inference_servers(self)
+        # Fully async: generate calls and weight syncs through one gate (arctic_rl_core.async_grpo.sync_gate)
+        self.sync_gate = None
+        if cfg.trainer.fully_async.enabled:
+            from arctic_rl_core.async_grpo.sync_gate import GenerationSyncGate
+
+            self.sync_gate = GenerationSyncGate()
         # The schedule horizon needs the dataloader length: recompute with the real one.
         steps_per_epoch = len(self.train_dataset) // cfg.trainer.train_batch_size
         translation = translate(cfg, steps_per_epoch=steps_per_epoch)
@@ -242,15 +248,16 @@ class ArcticPPOExp(BasePPOExp):
             prompt_format=self.prompt_format,
             chat_template_kwargs=cfg.generator.chat_template_kwargs,
             env_configs=cfg.environment.skyrl_gym,
-            **self.generator_version_options(),
+            **self.generator_async_options(),
         )
 
-    def generator_version_options(self) -> dict[str, Any]:
+    def generator_async_options(self) -> dict[str, Any]:
         """Synchronous: every rollout uses exactly the last sync's weights (checked per generate call).
         Fully async: the trainer checks each group's version against `async.max_staleness` when it
-        trains it (a sync may land while a group is in flight), and keeps inputs for regeneration."""
+        trains it (a sync may land while a group is in flight), the generator keeps inputs for
+        regeneration, and generation and weight sync share the run's `GenerationSyncGate`."""
         if self.cfg.trainer.fully_async.enabled:
-            return {"expected_weights_version": None, "remember_inputs": True}
+            return {"expected_weights_version": None, "remember_inputs": True, "sync_gate": self.sync_gate}
         return {"expected_weights_version": self._synced_version}
 
     def _synced_version(self) -> int | None:
@@ -271,6 +278,7 @@ class ArcticPPOExp(BasePPOExp):
             WeightSyncPolicy.from_config(self.arctic_cfg),
             trace=self.trace,
             checkpoint=self.arctic_cfg.checkpoint,
+            sync_gate=self.sync_gate,
         )
 
     def trainer_class(self) -> type[ArcticPPOTrainer]:

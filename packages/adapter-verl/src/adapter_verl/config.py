@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapter_verl.field_table import CORE_WHEN_VERL_DEFAULT, VERL_FIELDS, VERL_POLICY_LOSSES
+from adapter_verl.field_table import (
+    ASYNC_TRAINER_MODE,
+    CORE_WHEN_VERL_DEFAULT,
+    VERL_FIELDS,
+    VERL_POLICY_LOSSES,
+)
 
 if TYPE_CHECKING:
     from arctic_rl_core.config import ArcticRLConfig
@@ -216,8 +221,63 @@ def check_supported(config: DictConfig) -> list[str]:
                 "arctic-platform 0.1.4's training job loads models without trust_remote_code: use a model "
                 "transformers ships (the reference backend honours it for the tokenizer)",
             )
+    if is_separate_async(config):
+        _check_separate_async(config, bad)
     _check_core_group(config, bad)
     return problems
+
+
+def is_separate_async(config: Any) -> bool:
+    """The adapter's asynchronous mode: verl's separate-async trainer (`arctic_separate_async`)."""
+    return _get(config, "trainer.v1.trainer_mode") == ASYNC_TRAINER_MODE
+
+
+def _check_separate_async(config: DictConfig, bad: Any) -> None:
+    """What verl's separate-async trainer asserts after Ray is up, and what the Arctic path needs on
+    top, at dry run."""
+    rollout, actor, sep = "actor_rollout_ref.rollout", "actor_rollout_ref.actor", "trainer.v1.separate_async"
+    if _get(config, "actor_rollout_ref.hybrid_engine", True):
+        bad(
+            "actor_rollout_ref.hybrid_engine",
+            True,
+            "verl's hybrid engine puts rollout replicas on the training GPUs (a colocated Arctic run: trainer and "
+            "sampler take turns on the same GPUs, so generation cannot overlap training): set "
+            f"actor_rollout_ref.hybrid_engine=false and give sampling its own GPUs ({rollout}.nnodes x "
+            f"{rollout}.n_gpus_per_node)",
+        )
+    sync_step = _get(config, f"{sep}.parameter_sync_step")
+    if sync_step != 1:
+        bad(
+            f"{sep}.parameter_sync_step",
+            sync_step,
+            "with more than one update per weight sync verl recomputes old log-probs with pi_old saved on the "
+            "trainer (Decoupled PPO), and the Arctic training job keeps one copy of the weights: set it to 1 "
+            f"(and data.train_batch_size = {actor}.ppo_mini_batch_size)",
+        )
+    train_batch = _get(config, "data.train_batch_size")
+    mini_batch = _get(config, f"{actor}.ppo_mini_batch_size")
+    if isinstance(sync_step, int) and sync_step >= 1 and train_batch != sync_step * (mini_batch or 0):
+        bad(
+            "data.train_batch_size",
+            train_batch,
+            f"verl's separate_async needs data.train_batch_size = {sep}.parameter_sync_step x "
+            f"{actor}.ppo_mini_batch_size ({sync_step} x {mini_batch})",
+        )
+    engine = _get(config, f"{rollout}.checkpoint_engine.backend")
+    if engine == "naive":
+        bad(
+            f"{rollout}.checkpoint_engine.backend",
+            engine,
+            "verl's separate_async asserts a collective engine (its transfer to standalone replicas): set it "
+            "to nccl (on the Arctic path the backend moves the weights between its own jobs either way)",
+        )
+    if not _get(config, f"{rollout}.calculate_log_probs", False):
+        bad(
+            f"{rollout}.calculate_log_probs",
+            False,
+            "asynchronous training corrects for stale rollouts with truncated IS weights from the rollout "
+            "log-probs: set it to true",
+        )
 
 
 def _check_core_group(config: DictConfig, bad: Any) -> None:

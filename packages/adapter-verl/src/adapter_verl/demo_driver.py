@@ -99,6 +99,27 @@ def verl_overrides(
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         *verl_backend_overrides(options, model_path=model_path),
+        *separate_async_overrides(options.max_staleness),
+    ]
+
+
+def separate_async_overrides(max_staleness: int) -> list[str]:
+    """`--async K` (K > 0) as verl's own separate-async settings: one update per step (the demo's one
+    optimizer step per step), a trajectory may span K + 1 steps (max_off_policy_threshold, so the core's
+    async.max_staleness is K), K batches prefetched ahead of training, and what verl's separate-async
+    trainer asserts (a collective checkpoint engine; the adapter syncs through its backend). Sampling
+    runs on its own device (`--async` excludes `--colocate`: hybrid_engine=false, set with the backend)."""
+    from adapter_verl.field_table import ASYNC_TRAINER_MODE
+
+    if max_staleness <= 0:
+        return []
+    return [
+        # what adapter_verl.main makes of verl's trainer.v1.trainer_mode=separate_async
+        f"trainer.v1.trainer_mode={ASYNC_TRAINER_MODE}",
+        "trainer.v1.separate_async.parameter_sync_step=1",
+        f"trainer.v1.separate_async.num_warmup_batches={max_staleness}",
+        f"trainer.v1.sampler.max_off_policy_threshold={max_staleness + 1}",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
     ]
 
 
@@ -349,3 +370,7 @@ async def _restored_backend(options: DemoOptions, model_path: Path, checkpoints:
     )
     await synced(backend)
     return backend
+
+
+# `arctic-rl demo --framework verl --async K` runs verl's separate-async trainer (separate_async_overrides)
+run_grpo.supports_async = True

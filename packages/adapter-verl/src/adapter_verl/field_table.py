@@ -43,7 +43,12 @@ REF = "actor_rollout_ref.ref"
 
 # Core fields a verl field maps onto only when that verl field leaves its default: at verl's default
 # the core's (backend) default applies and `remote_backend.core.<field>` may set it.
-CORE_WHEN_VERL_DEFAULT: dict[str, str] = {"kernels.use_liger": f"{M}.use_liger"}
+CORE_WHEN_VERL_DEFAULT: dict[str, str] = {
+    "kernels.use_liger": f"{M}.use_liger",
+    # verl computes no IS weights (rollout_correction.rollout_is null): the core's truncated ones apply,
+    # with their cap from remote_backend.core.async.is_weight_cap
+    "async.is_weight_cap": "algorithm.rollout_correction.rollout_is",
+}
 
 # verl fields a user adds with `+` (absent from verl's default config, so no leaf there)
 OPTIONAL_FIELDS: tuple[str, ...] = (f"{M}.override_config.attn_implementation",)
@@ -120,6 +125,82 @@ def _sampling_gpus(read: Reader) -> int:
     if read("actor_rollout_ref.hybrid_engine") in (None, True):
         return _training_gpus(read)
     return int(read(f"{R}.nnodes") or 0) * int(read(f"{R}.n_gpus_per_node") or 0)
+
+
+SYNC_TRAINER_MODE = "arctic"
+ASYNC_TRAINER_MODE = "arctic_separate_async"  # what adapter_verl.main makes of verl's separate_async
+VERL_SEPARATE_ASYNC = "separate_async"
+TRAINER_MODE_FIELD = "trainer.v1.trainer_mode"
+OFF_POLICY_THRESHOLD = "trainer.v1.sampler.max_off_policy_threshold"
+OFF_POLICY_STRATEGY = "trainer.v1.sampler.max_off_policy_strategy"
+RC = "algorithm.rollout_correction"
+
+
+def _separate_async(read: Reader) -> bool:
+    mode = read(TRAINER_MODE_FIELD)
+    if mode in (None, SYNC_TRAINER_MODE):
+        return False
+    if mode == ASYNC_TRAINER_MODE:
+        return True
+    if mode == VERL_SEPARATE_ASYNC:
+        raise FieldProblem(
+            "verl's own separate_async trainer runs verl's GPU workers, not the Arctic forwarders",
+            "run through python -m adapter_verl.main (or arctic-rl demo), which selects "
+            f"trainer.v1.trainer_mode={ASYNC_TRAINER_MODE} for it",
+            field=TRAINER_MODE_FIELD,
+        )
+    raise FieldProblem(
+        "the Arctic path runs verl's synchronous trainer (arctic) or its separate-async trainer; "
+        "colocate_async trains and samples on the same GPUs in turns, so nothing overlaps",
+        "set trainer.v1.trainer_mode=arctic (synchronous, the default) or separate_async (asynchronous, "
+        "with actor_rollout_ref.hybrid_engine=false)",
+        field=TRAINER_MODE_FIELD,
+    )
+
+
+def _max_staleness(read: Reader) -> Any:
+    """verl bounds the steps a trajectory may span from its prompt's submission (step p) to its training
+    (step g): g - p + 1 <= threshold. Submitted at step p, it is sampled with weights of step p - 1 or
+    newer and trained with those of step g - 1: at most threshold - 1 verl steps stale, i.e.
+    (threshold - 1) x ppo_epochs optimizer steps (the core's unit)."""
+    if not _separate_async(read):
+        return UNSET
+    threshold = read(OFF_POLICY_THRESHOLD)
+    if threshold is None:
+        raise FieldProblem(
+            "null turns verl's off-policy version control off (unbounded staleness); the Arctic path "
+            "bounds it (async.max_staleness)",
+            "set an integer >= 1: the steps a trajectory may span (1 = no step stale)",
+            field=OFF_POLICY_THRESHOLD,
+        )
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
+        raise FieldProblem("must be an integer >= 1", "set an integer >= 1", field=OFF_POLICY_THRESHOLD)
+    return (threshold - 1) * int(read(f"{A}.ppo_epochs") or 1)
+
+
+def _async_active(read: Reader) -> bool:
+    staleness = _max_staleness(read)
+    return staleness is not UNSET and staleness > 0
+
+
+def _stale_policy(read: Reader) -> Any:
+    """drop: verl's replay buffer drops the stale group (= the core's drop); wait: it holds the step
+    until the in-flight stale groups finish, so none ever exceeds the bound (the core's gate only checks)."""
+    if not _async_active(read):
+        return UNSET
+    return "drop" if read(OFF_POLICY_STRATEGY) == "drop" else UNSET
+
+
+def _is_weight_cap(read: Reader) -> Any:
+    """verl's token-level TIS (rollout_is=token) is the core's truncated IS with rollout_is_threshold as
+    the cap; verl computes the weights itself then."""
+    if not _async_active(read) or read(f"{RC}.rollout_is") != "token":
+        return UNSET
+    threshold = read(f"{RC}.rollout_is_threshold")
+    try:
+        return float(threshold)
+    except (TypeError, ValueError):
+        return UNSET
 
 
 def _log_prob_gpus(read: Reader) -> Any:
@@ -238,7 +319,13 @@ ENTRIES: tuple[Entry, ...] = (
         "also seeds verl's dataloader; null keeps the core default",
         _int_or_unset,
     ),
-    _r("data.gen_batch_size", "generation batches are data.train_batch_size on the Arctic path: remove it"),
+    Rejected(
+        "data.gen_batch_size",
+        "generation batches are data.train_batch_size on the Arctic path: remove it",
+        # verl's async trainers fetch prompts one at a time (they set 1 themselves; a sync step still
+        # submits data.train_batch_size prompts at once)
+        accepts=lambda value: value == 1,
+    ),
     _r("data.use_shm", "set it to false"),
     _r("data.custom_cls.path", "the Arctic path reads verl's standard RL dataset: remove it"),
     _r(
@@ -610,9 +697,47 @@ ENTRIES: tuple[Entry, ...] = (
     _na("trainer.critic_warmup", "no critic"),
     _r("trainer.device", "verl's workers are CPU forwarders; GPUs belong to the Arctic server: remove it"),
     _r("trainer.use_v1", "set trainer.use_v1=true (the V1 trainer)"),
-    _r("trainer.v1.trainer_mode", "set trainer.v1.trainer_mode=arctic"),
-    _na("trainer.v1.colocate_async", "the arctic trainer mode is synchronous"),
-    _na("trainer.v1.separate_async", "the arctic trainer mode is synchronous"),
+    Derived(
+        "async.max_staleness",
+        (TRAINER_MODE_FIELD, OFF_POLICY_THRESHOLD, f"{A}.ppo_epochs"),
+        _max_staleness,
+        "trainer_mode arctic (synchronous): 0; separate_async (the adapter's arctic_separate_async): "
+        "(max_off_policy_threshold - 1) x ppo_epochs optimizer steps (a trajectory spans at most threshold "
+        "steps from its prompt's submission; null, unbounded, is rejected); colocate_async is rejected",
+    ),
+    Derived(
+        "async.stale_policy",
+        (TRAINER_MODE_FIELD, OFF_POLICY_STRATEGY),
+        _stale_policy,
+        "separate_async with staleness > 0: drop -> drop (verl's replay buffer drops the group); wait -> "
+        "the core default (verl holds the step until stale groups in flight finish: none exceeds the bound)",
+    ),
+    Derived(
+        "async.is_weight_cap",
+        (TRAINER_MODE_FIELD, f"{RC}.rollout_is", f"{RC}.rollout_is_threshold"),
+        _is_weight_cap,
+        "separate_async with staleness > 0 and rollout_is=token: rollout_is_threshold (verl computes the "
+        "weights); rollout_is null: the core's truncated IS weights, cap remote_backend.core.async.is_weight_cap",
+    ),
+    _na(
+        "trainer.v1.colocate_async",
+        "verl's colocate_async mode, rejected on the Arctic path (see trainer.v1.trainer_mode)",
+    ),
+    _p(
+        "trainer.v1.separate_async.num_warmup_batches",
+        "verl's separate-async prefetch window (batches submitted for generation ahead of training); "
+        "unused by the synchronous arctic mode",
+    ),
+    _p(
+        "trainer.v1.separate_async.parameter_sync_step",
+        "verl's separate-async updates per weight sync; the Arctic path runs 1 (checked at dry run: the "
+        "training job keeps no second copy of pi_old); unused by the synchronous arctic mode",
+    ),
+    _na(
+        "trainer.v1.separate_async.hybrid_rollout",
+        "lends the hybrid engine's training GPUs to rollout between steps; separate_async on the Arctic "
+        "path has no hybrid engine (actor_rollout_ref.hybrid_engine=false), and verl turns switching off then",
+    ),
     _p("trainer.v1.sync", "the arctic trainer mode is verl's synchronous trainer"),
     _p("trainer.v1.sampler", "verl's replay buffer"),
     _na("trainer.ray_wait_register_center_timeout", "verl's worker start-up"),

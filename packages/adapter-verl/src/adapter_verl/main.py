@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from adapter_verl.field_table import ASYNC_TRAINER_MODE, VERL_SEPARATE_ASYNC
 from adapter_verl.verl_internals import turn_off_ray_uv_hook_constant
 
 RAY_UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
@@ -119,6 +120,12 @@ def prepare(argv: Sequence[str]) -> Prepared:
         elif key == "remote_backend" and value != "arctic":
             problems.append(f"remote_backend={value}: the adapter's group is +remote_backend=arctic")
             continue
+        elif key == "trainer.v1.trainer_mode" and value == VERL_SEPARATE_ASYNC:
+            override = f"trainer.v1.trainer_mode={ASYNC_TRAINER_MODE}"
+            notices.append(
+                f"trainer.v1.trainer_mode={VERL_SEPARATE_ASYNC}: now {ASYNC_TRAINER_MODE} (verl's separate-async "
+                "trainer with the Arctic forwarders and rollout replicas)"
+            )
         elif key == "actor_rollout_ref.rollout.name" and value == "vllm":
             override = "actor_rollout_ref.rollout.name=arctic"
             notices.append(

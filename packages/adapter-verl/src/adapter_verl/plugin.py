@@ -25,6 +25,8 @@ from adapter_verl.verl_internals import REPLICA_MODULE, TRAINER_PACKAGE
 logger = logging.getLogger("adapter_verl")
 
 TRAINER_MODE = "arctic"
+# what the adapter makes of verl's trainer.v1.trainer_mode=separate_async (adapter_verl.main)
+ASYNC_TRAINER_MODE = "arctic_separate_async"
 ROLLOUT_NAME = "arctic"
 
 _lock = threading.Lock()

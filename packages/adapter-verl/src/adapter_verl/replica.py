@@ -207,6 +207,17 @@ class ArcticRolloutReplica(RolloutReplica):
     def rollout_worker_use_gpu(self) -> bool:
         return False
 
+    async def init_standalone(self) -> None:
+        """verl's standalone replica (separate async) without its GPU pool and rollout workers: the
+        sampling job's GPUs belong to the Arctic backend, and the server actor forwards to it. No worker
+        means nothing for a collective checkpoint engine to reach; the adapter's async trainer syncs
+        through the forwarder's `update_weights` (the naive engine)."""
+        from verl.workers.rollout.replica import RolloutMode
+
+        self.rollout_mode = RolloutMode.STANDALONE
+        self.workers = []
+        await self.launch_servers()
+
     async def launch_servers(self) -> None:
         name = f"arctic_rollout_server_{self.replica_rank}{self.name_suffix}"
         server_cls = ray.remote(num_cpus=0)(ArcticRolloutServer)

@@ -1,9 +1,19 @@
-"""The `arctic` V1 trainer mode: verl's synchronous PPO trainer with CPU forwarder workers.
+"""The adapter's V1 trainer modes: verl's own PPO trainers with CPU forwarder workers.
 
-Selected with `trainer.v1.trainer_mode=arctic`. It keeps verl's sync semantics on purpose: verl
-switches on async behaviour (async replay buffer, generation batch size 1, TransferQueue
-checkpointing) wherever the mode name is not "sync", so this trainer reports "sync" as its mode.
-Its actor/rollout/ref workers are CPU Ray actors (`adapter_verl.worker`) that forward to the core
+- `arctic` (`trainer.v1.trainer_mode=arctic`, the adapter's default): verl's synchronous trainer. It
+  keeps verl's sync semantics on purpose: verl switches on async behaviour (async replay buffer,
+  generation batch size 1, TransferQueue checkpointing) wherever the mode name is not "sync", so
+  this trainer reports "sync" as its mode.
+- `arctic_separate_async` (what the adapter makes of verl's `trainer.v1.trainer_mode=separate_async`):
+  verl's separate-async trainer (its replay buffer, prefetch window and staleness control; rollout
+  on the standalone sampling GPUs only, `actor_rollout_ref.hybrid_engine=false`). It reports
+  "separate_async" so that every one of verl's mode checks takes its asynchronous branch and reads
+  `trainer.v1.separate_async`. Weights reach the sampler through the core weight sync at every step
+  boundary; generation already in flight is not aborted (the arctic replica serves requests whole).
+  Before each update the trainer hands every row's sampling version to the worker, which checks it
+  against `async.max_staleness` and adds the truncated IS weights (`adapter_verl.worker`).
+
+Their actor/rollout/ref workers are CPU Ray actors (`adapter_verl.worker`) that forward to the core
 backend; GPUs belong to the backend, not to verl.
 """
 
@@ -15,14 +25,26 @@ from dataclasses import dataclass
 import ray
 from verl.single_controller.ray import RayResourcePool, ResourcePoolManager
 from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from adapter_verl.plugin import TRAINER_MODE
-from adapter_verl.verl_internals import add_step_metrics
+from adapter_verl.plugin import ASYNC_TRAINER_MODE, TRAINER_MODE
+from adapter_verl.verl_internals import (
+    ROLLOUT_VERSIONS_KEY,
+    add_step_metrics,
+    checkpoint_engine_backend,
+    set_checkpoint_engine_backend,
+    tolerate_flush_in_separate_async_log,
+)
 
 logger = logging.getLogger(__name__)
 
+tolerate_flush_in_separate_async_log()
+
 SYNC_MODE = "sync"
+SEPARATE_ASYNC_MODE = "separate_async"
+# verl's checkpoint engine that calls only `actor_wg.update_weights` (the forwarder's core weight sync)
+NAIVE_CHECKPOINT_ENGINE = "naive"
 
 
 @dataclass
@@ -64,14 +86,22 @@ FORWARDER_TOPOLOGY: dict[str, int] = {
 }
 
 
-def forwarder_topology(config) -> dict[str, tuple[object, int]]:
+# separate async: verl sizes its standalone rollout pool (one replica per rollout.nnodes x
+# rollout.n_gpus_per_node / TP) from these; on the Arctic path they are the sampling job's GPUs.
+STANDALONE_ROLLOUT_TOPOLOGY: dict[str, int] = {
+    "actor_rollout_ref.rollout.nnodes": 1,
+    "actor_rollout_ref.rollout.n_gpus_per_node": 1,
+}
+
+
+def forwarder_topology(config, extra: dict[str, int] | None = None) -> dict[str, tuple[object, int]]:
     """Rewrite verl's placement fields in `config` to the forwarder topology (after the core
-    config has read them); returns what changed, field -> (was, now), and logs it."""
+    config has read them), plus `extra`; returns what changed, field -> (was, now), and logs it."""
     from omegaconf import OmegaConf, open_dict
 
     changed: dict[str, tuple[object, int]] = {}
     with open_dict(config):
-        for path, value in FORWARDER_TOPOLOGY.items():
+        for path, value in {**FORWARDER_TOPOLOGY, **(extra or {})}.items():
             was = OmegaConf.select(config, path)
             if was != value:
                 OmegaConf.update(config, path, value, merge=False)
@@ -85,24 +115,12 @@ def forwarder_topology(config) -> dict[str, tuple[object, int]]:
     return changed
 
 
-@register_trainer(TRAINER_MODE)
-class ArcticTrainer(PPOTrainerSync):
-    """verl's sync PPO trainer whose workers forward to the Arctic (or reference) backend."""
+class _ArcticForwarding:
+    """What both Arctic trainer modes add to verl's trainer: settings, backend and session before any
+    worker exists, the forwarder workers on CPU pools, the sync's metrics per step, shutdown."""
 
-    selected_mode: str = TRAINER_MODE
-
-    @property  # type: ignore[override]
-    def trainer_mode(self) -> str:
-        """Always "sync": verl's mode checks must take their synchronous branches."""
-        return SYNC_MODE
-
-    @trainer_mode.setter
-    def trainer_mode(self, value: str) -> None:
-        if value not in (TRAINER_MODE, SYNC_MODE):
-            raise ValueError(
-                f"trainer.v1.trainer_mode={value!r} reached ArcticTrainer: set trainer.v1.trainer_mode={TRAINER_MODE}"
-            )
-        self.selected_mode = value
+    # verl placement fields rewritten beyond FORWARDER_TOPOLOGY
+    extra_topology: dict[str, int] = {}  # noqa: RUF012 (read-only class default)
 
     def fit(self, *args, **kwargs):
         """verl's training loop, then release the backend `_init_resource_pool_mgr` started: the
@@ -134,7 +152,7 @@ class ArcticTrainer(PPOTrainerSync):
 
         self.arctic_settings = settings_from_verl(self.config, self.total_training_steps)
         self.arctic_session = start_session(self.arctic_settings)
-        forwarder_topology(self.config)
+        forwarder_topology(self.config, self.extra_topology)
         super()._init_resource_pool_mgr()
         self.role_worker_mapping = {
             role: ray.remote(ArcticActorRolloutRefWorker) for role in self.role_worker_mapping
@@ -143,3 +161,72 @@ class ArcticTrainer(PPOTrainerSync):
         self.resource_pool_manager = CpuResourcePoolManager(
             resource_pool_spec=stock.resource_pool_spec, mapping=stock.mapping
         )
+
+
+@register_trainer(TRAINER_MODE)
+class ArcticTrainer(_ArcticForwarding, PPOTrainerSync):
+    """verl's sync PPO trainer whose workers forward to the Arctic (or reference) backend."""
+
+    selected_mode: str = TRAINER_MODE
+
+    @property  # type: ignore[override]
+    def trainer_mode(self) -> str:
+        """Always "sync": verl's mode checks must take their synchronous branches."""
+        return SYNC_MODE
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        if value not in (TRAINER_MODE, SYNC_MODE):
+            raise ValueError(
+                f"trainer.v1.trainer_mode={value!r} reached ArcticTrainer: set trainer.v1.trainer_mode={TRAINER_MODE}"
+            )
+        self.selected_mode = value
+
+
+@register_trainer(ASYNC_TRAINER_MODE)
+class ArcticSeparateAsyncTrainer(_ArcticForwarding, PPOTrainerSeparateAsync):
+    """verl's separate-async PPO trainer whose workers and standalone rollout replicas forward to
+    the Arctic (or reference) backend."""
+
+    selected_mode: str = ASYNC_TRAINER_MODE
+    extra_topology = STANDALONE_ROLLOUT_TOPOLOGY
+
+    def _init_resource_pool_mgr(self) -> None:
+        """The settings are resolved (the checks see the user's engine), then: verl asserted a
+        collective checkpoint engine for separate async (its NCCL/NIXL transfer to standalone replicas);
+        on the Arctic path the backend moves the weights between its own jobs, so before `_setup` builds
+        its checkpoint managers the engine becomes the one that calls the forwarder's weight sync."""
+        super()._init_resource_pool_mgr()
+        was = checkpoint_engine_backend(self.config)
+        if was != NAIVE_CHECKPOINT_ENGINE:
+            set_checkpoint_engine_backend(self.config, NAIVE_CHECKPOINT_ENGINE)
+            logger.info(
+                "adapter_verl: actor_rollout_ref.rollout.checkpoint_engine.backend %s -> %s: the Arctic "
+                "backend syncs the weights between its own jobs (the forwarder's update_weights)",
+                was,
+                NAIVE_CHECKPOINT_ENGINE,
+            )
+
+    @property  # type: ignore[override]
+    def trainer_mode(self) -> str:
+        """Always "separate_async": verl's mode checks take their asynchronous branches and read
+        `trainer.v1.separate_async`."""
+        return SEPARATE_ASYNC_MODE
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        if value not in (ASYNC_TRAINER_MODE, SEPARATE_ASYNC_MODE):
+            raise ValueError(
+                f"trainer.v1.trainer_mode={value!r} reached ArcticSeparateAsyncTrainer: set "
+                f"trainer.v1.trainer_mode={SEPARATE_ASYNC_MODE} (the adapter selects {ASYNC_TRAINER_MODE})"
+            )
+        self.selected_mode = value
+
+    def _update_actor(self, batch, metrics: dict):
+        """verl's actor update, with every row's sampling version (verl's `min_global_steps` tag: the
+        oldest weights any of its tokens was drawn with) handed to the worker, which checks it against
+        `async.max_staleness` before anything is trained."""
+        batch.extra_info[ROLLOUT_VERSIONS_KEY] = [
+            -1 if tag.get("is_padding", False) else int(tag["min_global_steps"]) for tag in batch.tags
+        ]
+        return super()._update_actor(batch, metrics)

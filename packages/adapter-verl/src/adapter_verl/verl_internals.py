@@ -13,6 +13,7 @@ forwarder pool) by `ray.available_resources()`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,6 +26,13 @@ REPLICA_MODULE = "verl.workers.rollout.replica"
 # The key of `TokenOutput.extra_fields` from which verl's LLM-server client reads the weights
 # version a generation was sampled with (it derives `min_global_steps` / `max_global_steps`).
 WEIGHTS_VERSION_KEY = "global_steps"
+# The replay-buffer tag of a trajectory with the oldest weights version it was sampled with (verl's
+# LLM-server client derives it from WEIGHTS_VERSION_KEY), and the key under which the async trainer
+# hands the rows' versions to the worker with the update's other settings (`KVBatchMeta.extra_info`).
+MIN_VERSION_TAG = "min_global_steps"
+ROLLOUT_VERSIONS_KEY = "arctic_rollout_versions"
+CHECKPOINT_ENGINE_BACKEND = "actor_rollout_ref.rollout.checkpoint_engine.backend"
+SEPARATE_ASYNC_MODULE = "verl.trainer.ppo.v1.trainer_separate_async"
 RAY_CONSTANTS_MODULE = "ray._private.ray_constants"
 RAY_UV_HOOK_CONSTANT = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
 
@@ -128,6 +136,33 @@ INTERNALS: tuple[Internal, ...] = (
         "plugins before it imports that package, so the plugin registers right after its import",
     ),
     Internal(
+        "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
+        "_update_actor",
+        "override",
+        "trainer.ArcticSeparateAsyncTrainer._update_actor",
+        "the one place of verl's step between the replay buffer's sample and the actor update where the "
+        "rows' tags (their sampling versions) and the update's extra_info are both at hand",
+        ("self", "batch", "metrics"),
+    ),
+    Internal(
+        "verl.trainer.ppo.v1.agent_loop_tq",
+        MIN_VERSION_TAG,
+        "key",
+        "trainer.ArcticSeparateAsyncTrainer._update_actor",
+        "verl's agent loop tags each trajectory with the oldest weights version it was sampled with "
+        "(for its own staleness metrics); no typed field carries it",
+    ),
+    Internal(
+        SEPARATE_ASYNC_MODULE,
+        "logger",
+        "module attribute",
+        "trainer (tolerate_flush_in_separate_async_log, at import)",
+        "verl 0.9.1's PPOTrainerSeparateAsync._setup logs with `logger.info(..., flush=True)` when "
+        "actor_rollout_ref.hybrid_engine=false, which `logging` rejects (TypeError: unexpected keyword "
+        "'flush'): every separate-async run without the hybrid engine dies there. The adapter wraps the "
+        "module's logger in an adapter that drops `flush`",
+    ),
+    Internal(
         RAY_CONSTANTS_MODULE,
         RAY_UV_HOOK_CONSTANT,
         "module attribute",
@@ -160,6 +195,38 @@ def collect_on_rank0(worker: Any, meshes: Iterable[str]) -> None:
 def add_step_metrics(trainer: Any, metrics: dict[str, Any]) -> None:
     """Merge `metrics` into the current step's logged metrics (verl consumes them once)."""
     trainer._pending_sync_metrics = {**(getattr(trainer, "_pending_sync_metrics", None) or {}), **metrics}
+
+
+def checkpoint_engine_backend(config: Any) -> Any:
+    """verl's `actor_rollout_ref.rollout.checkpoint_engine.backend` in `config`."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(config, CHECKPOINT_ENGINE_BACKEND)
+
+
+def set_checkpoint_engine_backend(config: Any, backend: str) -> None:
+    """Set verl's checkpoint-engine backend in `config` (read when `_setup` builds its managers)."""
+    from omegaconf import OmegaConf, open_dict
+
+    with open_dict(config):
+        OmegaConf.update(config, CHECKPOINT_ENGINE_BACKEND, backend, merge=False)
+
+
+class _LoggerWithoutFlush(logging.LoggerAdapter):
+    """`logger.info(msg, flush=True)` (a print habit) for a `logging.Logger`: `flush` is dropped."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        kwargs.pop("flush", None)
+        return msg, kwargs
+
+
+def tolerate_flush_in_separate_async_log() -> None:
+    """Let verl's separate-async module log its hybrid_engine=false line (see INTERNALS). Idempotent."""
+    import importlib
+
+    module = importlib.import_module(SEPARATE_ASYNC_MODULE)
+    if not isinstance(module.logger, _LoggerWithoutFlush):
+        module.logger = _LoggerWithoutFlush(module.logger, {})
 
 
 def turn_off_ray_uv_hook_constant() -> None:

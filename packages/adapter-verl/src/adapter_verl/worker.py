@@ -26,9 +26,10 @@ from verl.single_controller.base.decorator import Dispatch, make_nd_compute_data
 from verl.utils import tensordict_utils as tu
 
 from adapter_verl.trace import TraceWriter
-from adapter_verl.verl_internals import collect_on_rank0
+from adapter_verl.verl_internals import ROLLOUT_VERSIONS_KEY, collect_on_rank0
 
 if TYPE_CHECKING:
+    from arctic_rl_core.async_grpo.is_weights import ISWeightStats
     from arctic_rl_core.backends.protocol import Backend
     from arctic_rl_core.wire import PayloadSpec, RolloutSample
     from tensordict import TensorDict
@@ -39,6 +40,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MESHES = ("actor", "ref", "rollout")
+_ONE_UPDATE_PER_SYNC = (
+    "verl asked the forwarder for a saved copy of pi_old (trainer.v1.separate_async.parameter_sync_step > 1): "
+    "the Arctic training job keeps one copy of the weights; set trainer.v1.separate_async.parameter_sync_step=1"
+)
 
 
 def _rows(data: TensorDict, key: str) -> list[torch.Tensor] | None:
@@ -82,6 +87,49 @@ def samples_from_tensordict(data: TensorDict, *, with_training_fields: bool) -> 
             )
         )
     return samples
+
+
+def truncated_is_samples(
+    samples: list[RolloutSample], *, cap: float
+) -> tuple[list[RolloutSample], ISWeightStats]:
+    """Each sample with the core's truncated IS weights (`arctic_rl_core.async_grpo.is_weights`) from its
+    old and rollout log-probs, and their statistics over the masked-in response tokens."""
+    from dataclasses import replace
+
+    from arctic_rl_core.async_grpo.is_weights import truncated_is_weights, weights_per_sample
+
+    lengths = [len(sample.response_ids) for sample in samples]
+    width = max(lengths, default=0)
+    old = torch.zeros(len(samples), width)
+    rollout = torch.zeros(len(samples), width)
+    mask = torch.zeros(len(samples), width, dtype=torch.bool)
+    for b, sample in enumerate(samples):
+        n = lengths[b]
+        old[b, :n] = torch.tensor(sample.old_logprobs[:n], dtype=torch.float32)
+        rollout[b, :n] = torch.tensor(sample.rollout_logprobs[:n], dtype=torch.float32)
+        mask[b, :n] = (
+            True if sample.response_mask is None else torch.tensor(sample.response_mask[:n], dtype=torch.bool)
+        )
+    weights, stats = truncated_is_weights(old, rollout, mask, cap)
+    rows = weights_per_sample(weights, lengths)
+    return [replace(sample, rollout_is_weights=row) for sample, row in zip(samples, rows, strict=True)], stats
+
+
+def combined_is_stats(stats: list[ISWeightStats]) -> ISWeightStats | None:
+    """The statistics of several mini-batches' weights as one (token-weighted)."""
+    from arctic_rl_core.async_grpo.is_weights import ISWeightStats
+
+    stats = [s for s in stats if s.tokens]
+    if not stats:
+        return None
+    tokens = sum(s.tokens for s in stats)
+    return ISWeightStats(
+        mean=sum(s.mean * s.tokens for s in stats) / tokens,
+        max=max(s.max for s in stats),
+        min=min(s.min for s in stats),
+        clipped_fraction=sum(s.clipped_fraction * s.tokens for s in stats) / tokens,
+        tokens=tokens,
+    )
 
 
 def full_sequence_nested(values_B_R: torch.Tensor, samples: list[RolloutSample]) -> torch.Tensor:
@@ -242,8 +290,14 @@ class ArcticActorRolloutRefWorker(Worker):
                 f"{expected} (ppo_mini_batch_size x rollout.n): the trainer and the adapter settings disagree"
             )
         metrics: dict[str, list[float]] = {}
-        # verl's sync trainer samples a step's rollouts on the weights synced before it
-        self._rollout_weights_version = self.weights_version
+        rollout_versions = tu.pop(data, key=ROLLOUT_VERSIONS_KEY, default=None)
+        if rollout_versions is None:
+            # verl's sync trainer samples a step's rollouts on the weights synced before it
+            self._rollout_weights_version = self.weights_version
+            trained_staleness = None
+        else:
+            trained_staleness = self._check_staleness(list(rollout_versions), len(data))
+        is_stats: list[ISWeightStats] = []
         iterator = tu.make_iterator(
             data,
             mini_batch_size=mini_batch_size,
@@ -253,6 +307,10 @@ class ArcticActorRolloutRefWorker(Worker):
         )
         for mini_batch in iterator:
             samples = samples_from_tensordict(mini_batch, with_training_fields=True)
+            if rollout_versions is not None and self._arctic_config.async_settings.max_staleness > 0:
+                samples, stats = self._off_policy_correction(samples)
+                if stats is not None:
+                    is_stats.append(stats)
             payload = build_train_payload(samples, self._spec)
             self._trace.write(payload_to_trace_record("forward_backward", payload))
             start = time.perf_counter()
@@ -278,7 +336,77 @@ class ArcticActorRolloutRefWorker(Worker):
             raise ValueError(
                 f"update_actor produced no mini-batch from {len(data)} rows (mini_batch_size={mini_batch_size})"
             )
+        if trained_staleness is not None:
+            for key, value in self._async_step_metrics(trained_staleness, is_stats).items():
+                metrics[key] = [value]
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
+
+    # -- asynchronous training (verl's separate_async mode) -----------------------------------------
+    def _async_step_metrics(
+        self, trained_staleness: list[int], is_stats: list[ISWeightStats]
+    ) -> dict[str, float]:
+        """The core's `async/*` step metrics over the trained rows (verl logs them as `actor/async/*`), less
+        the group counts: verl's replay buffer drops stale groups and counts them itself
+        (`<partition>/off_policy/evicted_samples`)."""
+        from arctic_rl_core.async_grpo.metrics import step_metrics
+
+        out = step_metrics(
+            max_staleness=self._arctic_config.async_settings.max_staleness,
+            trained_staleness=trained_staleness,
+            dropped_groups=0,
+            regenerated_groups=0,
+            is_stats=combined_is_stats(is_stats),
+        )
+        # verl's own counts: rows, not groups, reach the worker
+        verl_counts = ("async/trained_groups", "async/dropped_groups", "async/regenerated_groups")
+        return {k: v for k, v in out.items() if k not in verl_counts}
+
+    def _check_staleness(self, versions: list[int], rows: int) -> list[int]:
+        """Every row's sampling version (the backend's weights version the replica reported for it, verl's
+        `min_global_steps`; -1 for verl's padding rows) through the core's staleness gate, before anything
+        is trained: a row sampled with weights version v may be trained with the trainer at version s only
+        if 0 <= s - v <= k (`StalenessGate.assert_within`). verl's replay buffer drops (or waits for) older
+        groups first, so a failure here means its bound and the core's disagree. Returns the trained rows'
+        staleness."""
+        from arctic_rl_core.async_grpo.staleness import StalenessGate
+
+        if len(versions) != rows:
+            raise ValueError(
+                f"update_actor got {len(versions)} rollout versions for {rows} rows: the trainer and the "
+                "worker disagree on the batch"
+            )
+        gate = StalenessGate.from_config(self._arctic_config)
+        trainer_version = self._run(self._backend.state()).trainer_version
+        real = [int(v) for v in versions if v >= 0]
+        if not real:
+            raise ValueError("update_actor got only padding rows: nothing to train")
+        gate.assert_within(real, trainer_version)
+        self._rollout_weights_version = min(real)
+        self._trace.write(
+            {
+                "op": "staleness",
+                "trainer_version": trainer_version,
+                "rollout_versions": real,
+                "max_staleness": gate.max_staleness,
+            }
+        )
+        return [gate.staleness(v, trainer_version) for v in real]
+
+    def _off_policy_correction(
+        self, samples: list[RolloutSample]
+    ) -> tuple[list[RolloutSample], dict[str, float]]:
+        """verl's own rollout correction when it computed weights (`algorithm.rollout_correction.rollout_is`);
+        otherwise the core's truncated importance-sampling weights min(exp(old - rollout), cap) per response
+        token (`async.is_weight_cap`), sent as rollout_is_weights."""
+        if all(sample.rollout_is_weights is not None for sample in samples):
+            return samples, None
+        missing = [i for i, sample in enumerate(samples) if sample.rollout_logprobs is None]
+        if missing:
+            raise ValueError(
+                f"rows {missing[:5]} carry no rollout log-probs: the off-policy correction of "
+                "asynchronous training needs actor_rollout_ref.rollout.calculate_log_probs=true"
+            )
+        return truncated_is_samples(samples, cap=self._arctic_config.async_settings.is_weight_cap)
 
     # -- weights --------------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
@@ -369,6 +497,23 @@ class ArcticActorRolloutRefWorker(Worker):
         self._run(self._backend.load_checkpoint(root, step))
         self._trace.write({"op": "load_checkpoint", "path": root, "verl_path": local_path, "step": step})
         return None
+
+    # verl's separate-async trainer keeps pi_old on the CPU for parameter_sync_step > 1 (Decoupled PPO);
+    # the Arctic path runs parameter_sync_step=1 (checked at dry run): the backend's current weights are
+    # pi_old for the one update of each step, so there is nothing to save.
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_model_to_cpu(self, n: int) -> None:
+        if n != 0:
+            raise ValueError(_ONE_UPDATE_PER_SYNC)
+        return None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def restore_model_from_cpu(self, n: int) -> None:
+        raise ValueError(_ONE_UPDATE_PER_SYNC)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def clear_cpu_model(self, n: int) -> None:
+        raise ValueError(_ONE_UPDATE_PER_SYNC)
 
     # Stock methods verl may call around training; nothing to move on a forwarder.
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -90,6 +90,7 @@ def settings_rows(cfg: ArcticRLConfig) -> list[tuple[str, str]]:
             f"({shape.num_sampling_engines} engine(s) x TP {tp}) / log-prob {place.log_prob_gpus}",
         ),
         ("colocation", "on (jobs share GPUs, sleep/wake)" if place.colocate else "off (separate GPUs)"),
+        ("generation", generation_line(cfg)),
         (
             "batch",
             f"{cfg.batch.prompts_per_step} prompts x {cfg.batch.rollouts_per_prompt} rollouts; "
@@ -100,6 +101,17 @@ def settings_rows(cfg: ArcticRLConfig) -> list[tuple[str, str]]:
         *optimisation_rows(cfg),
     ]
     return rows
+
+
+def generation_line(cfg: ArcticRLConfig) -> str:
+    """Synchronous, or asynchronous with its staleness bound (`async.*`)."""
+    settings = cfg.async_settings
+    if not settings.max_staleness:
+        return "synchronous (generate, train, sync weights, in turn)"
+    return (
+        f"asynchronous: overlaps training; rollouts at most {settings.max_staleness} optimizer step(s) old "
+        f"(older: {settings.stale_policy})"
+    )
 
 
 def training_line(cfg: ArcticRLConfig) -> str:
