@@ -55,12 +55,13 @@ run_suite() {  # suite, env, test dir
   if [ $rc -ne 0 ]; then failed+=("$suite"); fi
 }
 
-for suite in "${suites[@]}"; do
+run_one() {  # suite: its environment, then its tests; appends to failed
+  local suite=$1
   case "$suite" in
     lint)
       echo "== uv lock --check"
       "${uv[@]}" lock --check || failed+=("lock")
-      sync_env core --extra core || { failed+=("sync-core"); continue; }
+      sync_env core --extra core || { failed+=("sync-core"); return; }
       echo "== ruff check + ruff format --check"
       .venvs/core/bin/ruff check packages tests recipes || failed+=("ruff-check")
       .venvs/core/bin/ruff format --check packages tests recipes || failed+=("ruff-format")
@@ -69,23 +70,54 @@ for suite in "${suites[@]}"; do
         .venvs/core/bin/lint-imports --no-cache || failed+=("import-rules")
       ;;
     core)
-      sync_env core --extra core || { failed+=("sync-core"); continue; }
+      sync_env core --extra core || { failed+=("sync-core"); return; }
       run_suite core core tests/core ;;
     skyrl)
-      sync_env skyrl --package adapter-skyrl --extra cpu || { failed+=("sync-skyrl"); continue; }
+      sync_env skyrl --package adapter-skyrl --extra cpu || { failed+=("sync-skyrl"); return; }
       run_suite skyrl skyrl tests/skyrl ;;
     verl)
-      sync_env verl --package adapter-verl --extra cpu || { failed+=("sync-verl"); continue; }
+      sync_env verl --package adapter-verl --extra cpu || { failed+=("sync-verl"); return; }
       run_suite verl verl tests/verl ;;
     parity)
-      sync_env core --extra core || { failed+=("sync-core"); continue; }
+      sync_env core --extra core || { failed+=("sync-core"); return; }
       run_suite parity core tests/parity ;;
     wheels)  # wheels built from the checkout, installed into stock SkyRL / verl outside the workspace
-      sync_env core --extra core || { failed+=("sync-core"); continue; }
+      sync_env core --extra core || { failed+=("sync-core"); return; }
       run_suite wheels core tests/wheels ;;
     *) echo "unknown suite '$suite' (lint, core, skyrl, verl, parity, wheels)"; exit 2 ;;
   esac
+}
+
+# Two lanes on a machine with two or more cores: verl's suite (mostly waiting on Ray, TransferQueue
+# and verl's actors starting) runs beside core, skyrl and wheels; lint first, parity last (it reads the
+# traces the skyrl and verl suites write). ARCTIC_RL_TEST_LANES=1 runs everything one after the other.
+lanes=${ARCTIC_RL_TEST_LANES:-$([ "$(nproc)" -ge 2 ] && echo 2 || echo 1)}
+side=() main_lane=() last=()
+for suite in "${suites[@]}"; do
+  case "$suite" in
+    verl) side+=("$suite") ;;
+    lint) run_one lint ;;
+    parity) last+=("$suite") ;;
+    *) main_lane+=("$suite") ;;
+  esac
 done
+if [ "$lanes" -ge 2 ] && [ ${#side[@]} -gt 0 ] && [ ${#main_lane[@]} -gt 0 ]; then
+  side_log="$results_dir/lane-verl.log"
+  echo "== lanes: [${side[*]}] beside [${main_lane[*]}] (the verl lane's output: $side_log, printed when it ends)"
+  ( failed=(); for suite in "${side[@]}"; do run_one "$suite"; done
+    printf '%s\n' "${failed[@]}" > "$side_log.failed" ) > "$side_log" 2>&1 &
+  side_pid=$!
+  trap 'kill -- "$side_pid" 2>/dev/null' EXIT
+  for suite in "${main_lane[@]}"; do run_one "$suite"; done
+  wait "$side_pid"
+  trap - EXIT
+  echo "== lane [${side[*]}] output"
+  cat "$side_log"
+  while read -r f; do [ -n "$f" ] && failed+=("$f"); done < "$side_log.failed"
+else
+  for suite in "${main_lane[@]}" "${side[@]}"; do run_one "$suite"; done
+fi
+for suite in "${last[@]}"; do run_one "$suite"; done
 
 echo
 echo "== summary ($(( $(date +%s) - start_all )) s)"

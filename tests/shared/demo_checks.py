@@ -52,10 +52,14 @@ def run_interrupted_then_resumed(options: DemoOptions) -> tuple[int, dict[str, A
         return record
 
     MetricsLog.append = ctrl_c_after_step_1
+    # Ctrl-C at a terminal raises KeyboardInterrupt; a shell starts background jobs with SIGINT
+    # ignored (and Python keeps it so), so a suite run with `&` would never see the interrupt.
+    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         first_rc = demo_run.run_demo(options)
     finally:
         MetricsLog.append = original_append
+        signal.signal(signal.SIGINT, previous_handler)
     after_interrupt = {
         "checkpoints": sorted(p.name for p in (run_dir / "checkpoints").glob("global_step_*")),
         "summary": (run_dir / "summary.json").exists(),
