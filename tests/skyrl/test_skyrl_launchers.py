@@ -193,6 +193,10 @@ SEED_DIFFERENCES = {
         "`max_num_batched_tokens`",
         lambda ours, seed: (seed, ours) == (MISSING, 8192),
     ),
+    "sampling.vllm.logprobs_mode": (
+        "`logprobs_mode`",
+        lambda ours, seed: (seed, ours) == (MISSING, "processed_logprobs"),
+    ),
     "sampling.vllm.compilation_config.cudagraph_mode": (
         "`compilation_config.cudagraph_mode`",
         lambda ours, seed: (seed, ours) == (MISSING, "PIECEWISE"),

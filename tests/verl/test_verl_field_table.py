@@ -58,6 +58,7 @@ MAPPED = {
     "actor_rollout_ref.rollout.max_num_batched_tokens=12345": ("vllm.max_num_batched_tokens", 12345),
     "actor_rollout_ref.rollout.enforce_eager=true": ("vllm.enforce_eager", True),
     "actor_rollout_ref.rollout.max_model_len=3000": ("vllm.max_model_len", 3000),
+    "actor_rollout_ref.rollout.logprobs_mode=raw_logprobs": ("vllm.logprobs_mode", "raw_logprobs"),
     "+actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4": ("vllm.engine_args", {"swap_space": 4}),
     "+actor_rollout_ref.model.override_config.attn_implementation=flash_attention_3": (
         "kernels.attn_implementation",
@@ -102,6 +103,23 @@ def test_each_verl_field_reaches_its_core_field():
     # fields at verl's default are mapped too (verl's defaults are the user's settings)
     assert translation.values["optimizer.weight_decay"] == 0.01
     assert translation.values["vllm.enable_chunked_prefill"] is True
+
+
+def test_verls_default_logprobs_mode_reaches_the_engine_config():
+    """verl 0.9.1 defaults rollout.logprobs_mode to processed_logprobs: it is mapped (not rejected) and
+    ends in the vllm_config the Arctic client sends, so the sampler's log-probs are temperature-scaled."""
+    from adapter_verl.config import translate_fields
+    from adapter_verl.main import compose, with_arctic_defaults
+    from arctic_rl_core.config import ArcticRLConfig
+    from arctic_rl_core.config.engine_args import build_engine_args
+
+    cfg = compose(with_arctic_defaults(["algorithm.adv_estimator=grpo"])[0])
+    assert cfg.actor_rollout_ref.rollout.logprobs_mode == "processed_logprobs"
+    translation = translate_fields(cfg)
+    assert translation.issues == []
+    assert translation.values["vllm.logprobs_mode"] == "processed_logprobs"
+    raw = ArcticRLConfig.model_validate({"vllm": {"logprobs_mode": "raw_logprobs"}})
+    assert build_engine_args(raw).args["logprobs_mode"] == "raw_logprobs"
 
 
 def test_non_colocated_sampling_gpus_are_the_standalone_rollout_pool():

@@ -318,6 +318,10 @@ DIFFERENCES = {
         "`torch_autocast`, `data_types`",
         lambda ours, _: ours is False,
     ),
+    "sampling.vllm.logprobs_mode": (
+        "`logprobs_mode`",
+        lambda ours, theirs: (theirs, ours) == (MISSING, "processed_logprobs"),
+    ),
     "sampling.vllm.enable_prefix_caching": (
         "`enable_prefix_caching`, `max_num_batched_tokens`",
         lambda o, _: o,

@@ -76,6 +76,7 @@ GSM8K_CLIENT: dict[str, Any] = {
             "enforce_eager": False,
             "enable_chunked_prefill": True,
             "enable_prefix_caching": True,
+            "logprobs_mode": "processed_logprobs",
             "forest_cascade_attn_configs": "{}",
             "compilation_config": {
                 "cudagraph_mode": "PIECEWISE",
@@ -146,6 +147,7 @@ COLOCATED_CLIENT: dict[str, Any] = {
             "enforce_eager": True,
             "enable_chunked_prefill": True,
             "enable_prefix_caching": True,
+            "logprobs_mode": "processed_logprobs",
             "forest_cascade_attn_configs": "{}",
             "compilation_config": {
                 "cudagraph_mode": "PIECEWISE",
@@ -230,6 +232,7 @@ BIRD_CLIENT: dict[str, Any] = {
             "enforce_eager": False,
             "enable_chunked_prefill": True,
             "enable_prefix_caching": True,
+            "logprobs_mode": "processed_logprobs",
             "max_num_batched_tokens": 40960,
             "forest_cascade_attn_configs": "{}",
             "compilation_config": {
@@ -296,6 +299,7 @@ CORTEX_CLIENT: dict[str, Any] = {
             "enforce_eager": False,
             "enable_chunked_prefill": True,
             "enable_prefix_caching": True,
+            "logprobs_mode": "processed_logprobs",
         },
         # Arctic Inference is off on Cortex: 0.1.4's create-job body carries no config for it
         "arctic_inference_config": None,
@@ -447,6 +451,7 @@ def test_cortex_client_config_reads_the_token_by_name(
             "enforce_eager": False,
             "enable_chunked_prefill": True,
             "enable_prefix_caching": True,
+            "logprobs_mode": "processed_logprobs",
             # no Arctic Inference / FCA on Cortex (off by default there: 0.1.4's create-job body drops
             # arctic_inference_config, so only half of the plugin's settings would arrive)
         },
@@ -507,6 +512,19 @@ def test_bird_engine_args_provenance() -> None:
         "speculative_config.num_speculative_tokens",
     )
     assert engine.from_user == () and engine.user_overrode == ()
+
+
+def test_logprobs_mode_reaches_the_sampling_engine_config() -> None:
+    """vllm.logprobs_mode is a typed knob: processed by default (the trainer's apply_temperature log-probs),
+    raw on request, in the vllm_config the client sends; engine_args may not set it behind the knob."""
+    assert _config("reference-cpu.yaml").vllm.logprobs_mode == "processed_logprobs"
+    cfg = load_config(CONFIGS / "bird-qwen3-32b-32gpu.yaml", ["vllm.logprobs_mode=raw_logprobs"])
+    assert cfg.plan()["client"]["sampling"]["vllm"]["logprobs_mode"] == "raw_logprobs"
+    assert "logprobs_mode" in build_engine_args(cfg).from_typed_knobs
+    with pytest.raises(ConfigError, match=r"vllm\.logprobs_mode"):
+        load_config(CONFIGS / "reference-cpu.yaml", ["vllm.engine_args.logprobs_mode=raw_logprobs"])
+    with pytest.raises(ConfigError, match="logprobs_mode"):
+        load_config(CONFIGS / "reference-cpu.yaml", ["vllm.logprobs_mode=raw_logits"])
 
 
 def test_user_compilation_config_keeps_the_injected_workaround() -> None:

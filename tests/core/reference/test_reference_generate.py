@@ -52,6 +52,45 @@ def test_completion_fields_and_sampled_logprobs_match_the_forward(engine_factory
     torch.testing.assert_close(values, expected, atol=2e-5, rtol=0)
 
 
+def test_processed_logprobs_equal_the_trainers_temperature_scaled_forward(engine_factory, ref):
+    """At temperature 0.6 and the same weights, vLLM's processed_logprobs are the trainer's
+    apply_temperature log-probs (importance weights of 1); raw_logprobs (vLLM's default) are not."""
+    from arctic_rl_core.wire import RolloutSample
+
+    params = SamplingParams(max_tokens=5, temperature=0.6, logprobs=True, seed=3)
+    got = {}
+    for mode in ("processed_logprobs", "raw_logprobs"):
+        engine = engine_factory(logprobs_mode=mode)
+        got[mode] = ref.run(engine.generate(PROMPTS, params)).completions
+    # the mode changes the reported log-probs, never the draw
+    assert [c.token_ids for c in got["processed_logprobs"]] == [c.token_ids for c in got["raw_logprobs"]]
+    samples = [
+        RolloutSample(prompt_ids=c.prompt_token_ids, response_ids=c.token_ids) for c in got["raw_logprobs"]
+    ]
+    spec = ref.spec(
+        engine, max_prompt_len=max(len(s.prompt_ids) for s in samples), max_response_len=5, temperature=0.6
+    )
+    payload = build_forward_payload(samples, spec)
+    values, mask = response_logprobs(ref.run(engine.forward(payload)).logprobs_B_S, payload, spec)
+    assert mask.all()
+    processed = torch.tensor([c.logprobs for c in got["processed_logprobs"]])
+    raw = torch.tensor([c.logprobs for c in got["raw_logprobs"]])
+    torch.testing.assert_close(values, processed, atol=2e-5, rtol=0)
+    assert (values - raw).abs().max() > 1e-2  # the bias the raw mode puts into every IS weight
+
+
+def test_processed_logprobs_renormalise_over_the_top_k_kept_set(engine_factory, ref):
+    engine = engine_factory(logprobs_mode="processed_logprobs")
+    sequences, _ = ref.run(
+        engine.sample(PROMPTS, SamplingParams(max_tokens=4, temperature=0.6, top_k=2), top_logprobs=3)
+    )
+    for seq in sequences:
+        for token, entries in zip(seq.token_ids, seq.top_logprobs, strict=True):
+            kept = [lp for lp, _rank in entries.values() if lp > float("-inf")]
+            assert len(kept) == 2 and entries[token][0] > float("-inf")  # vLLM: after top-k masking
+            assert sum(torch.tensor(kept).exp().tolist()) == pytest.approx(1.0, abs=1e-5)
+
+
 def test_greedy_top_k_one_and_tiny_top_p_agree(engine_factory, ref):
     engine = engine_factory()
     greedy = ref.run(engine.generate(PROMPTS, SamplingParams(max_tokens=6, temperature=0.0)))

@@ -258,3 +258,41 @@ def test_ds_config_mapping():
     ):
         with pytest.raises(DeepSpeedConfigError, match=fragment):
             training_overrides(bad, dp_size=1, defaults=defaults)
+
+
+def test_sampling_job_honours_vllm_config_logprobs_mode(tmp_path):
+    """`serve --reference`: the sampling job's vllm_config.logprobs_mode (vLLM's default raw_logprobs
+    when absent) decides the returned log-probs; processed = the temperature-scaled distribution."""
+    from arctic_rl_core.backends.protocol import SamplingParams
+
+    params = {"max_tokens": 4, "temperature": 0.6, "seed": 5, "logprobs": 0}
+
+    async def sampled(client, vllm_config):
+        status, body = await _init(client, "sampling", **vllm_config)
+        assert status == 200, body
+        job_id = body["job_id"]
+        status, body = await _wire_post(
+            client, "/generate", job_id, {"prompts": ["SELECT"], "sampling_params": params}
+        )
+        assert status == 200, body
+        (result,) = body["results"]
+        await client.post("/destroy", params={"job_id": job_id}, json={})
+        return result["token_ids"], [
+            e[str(t)]["logprob"] for e, t in zip(result["logprobs"], result["token_ids"], strict=True)
+        ]
+
+    async def test(client, server):
+        status, body = await _init(client, "sampling", vllm_config={"logprobs_mode": "raw_logits"})
+        assert status == 400 and "vllm_config.logprobs_mode='raw_logits'" in body["detail"]
+        raw_tokens, raw = await sampled(client, {})
+        tokens, processed = await sampled(client, {"vllm_config": {"logprobs_mode": "processed_logprobs"}})
+        assert tokens == raw_tokens and max(abs(a - b) for a, b in zip(raw, processed, strict=True)) > 1e-2
+        await _init(client, "sampling")
+        direct, _ = await server.engine.sample(
+            ["SELECT"],
+            SamplingParams(max_tokens=4, temperature=0.6, seed=5),
+            logprobs_mode="processed_logprobs",
+        )
+        assert processed == pytest.approx(list(direct[0].logprobs), abs=1e-6)
+
+    _serve(test, tmp_path)

@@ -593,7 +593,7 @@ ENTRIES: tuple[Entry, ...] = (
     _m(f"{R}.max_num_seqs", "vllm.max_num_seqs", "also the adapter's generate batch", int),
     _m(f"{R}.enable_chunked_prefill", "vllm.enable_chunked_prefill", transform=bool),
     _m(f"{R}.enable_prefix_caching", "vllm.enable_prefix_caching", transform=bool),
-    _r(f"{R}.logprobs_mode", "the Arctic sampling job returns processed log-probs: remove it"),
+    _m(f"{R}.logprobs_mode", "vllm.logprobs_mode", "the sampling engine's vLLM logprobs_mode", str),
     _r(f"{R}.scheduling_policy", f"use {R}.engine_kwargs.vllm.scheduling_policy"),
     _na(f"{R}.load_format", "the Arctic sampling job loads the model itself"),
     _na(f"{R}.layered_summon", "FSDP weight gathering; the Arctic weight sync replaces it"),

@@ -88,6 +88,7 @@ def typed_defaults(cfg: ArcticRLConfig) -> dict[str, Any]:
         "enforce_eager": vllm.enforce_eager,
         "enable_chunked_prefill": vllm.enable_chunked_prefill,
         "enable_prefix_caching": vllm.enable_prefix_caching,
+        "logprobs_mode": vllm.logprobs_mode,
     }
     if vllm.max_num_batched_tokens is not None:
         args["max_num_batched_tokens"] = vllm.max_num_batched_tokens

@@ -494,6 +494,15 @@ class VllmSettings(_Group):
     max_num_batched_tokens: int | None = Field(
         default=None, ge=1, description="Tokens per scheduler step; null = vLLM's default."
     )
+    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
+        default="processed_logprobs",
+        description=(
+            "What the sampler's log-probs are (vLLM's logprobs_mode): processed = log-softmax of the "
+            "temperature-scaled logits after top-k/top-p (what the trainer computes with apply_temperature, "
+            "so importance weights are 1 at the same weights); raw = the unscaled model distribution "
+            "(vLLM's own default, biased IS weights at temperature != 1)."
+        ),
+    )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description=(

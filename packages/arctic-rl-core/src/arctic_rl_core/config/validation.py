@@ -29,6 +29,7 @@ VLLM_OWNED_KEYS: dict[str, str] = {
     "enable_prefix_caching": "vllm.enable_prefix_caching",
     "max_model_len": "vllm.max_model_len",
     "max_num_batched_tokens": "vllm.max_num_batched_tokens",
+    "logprobs_mode": "vllm.logprobs_mode",
     "enable_sleep_mode": "placement.colocate (the server turns sleep mode on when colocated)",
 }
 

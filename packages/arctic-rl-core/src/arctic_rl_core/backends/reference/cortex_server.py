@@ -171,6 +171,7 @@ class CortexJob:
     training: dict[str, Any] | None
     sampling_max_len: int | None
     peft: dict[str, Any] | None = None  # the LoRA adapter both sub-jobs were created with (peft_config)
+    logprobs_mode: str = "raw_logprobs"  # the sampling sub-job's vllm_config.logprobs_mode (vLLM's default)
     status: str = "pending"
     reason: str = ""
     created_at: str = field(default_factory=_now)
@@ -347,6 +348,7 @@ class CortexEmulator:
         models, seeds = set(), set()
         training: dict[str, Any] | None = None
         sampling_max_len: int | None = None
+        logprobs_mode = "raw_logprobs"
         pefts: dict[str, Any] = {}  # job type -> its peft_config (LoRA)
         for i, sub in enumerate(configs):
             if not isinstance(sub, Mapping):
@@ -396,6 +398,7 @@ class CortexEmulator:
                 entry["inference_config"] = inference
                 if job_type == "sampling":
                     sampling_max_len = int(inference["max_seq_len"])
+                    logprobs_mode = _sampling_logprobs_mode(inference, i)
                     pefts["sampling"] = inference.get("peft_config")
             if sub.get("dtype") is not None:
                 entry["dtype"] = sub["dtype"]
@@ -417,7 +420,9 @@ class CortexEmulator:
                 "or a local model directory; it never downloads",
             )
         peft = _job_peft(pefts)
-        return CortexJob(job_id, scope, subs, model_name, min(seeds), training, sampling_max_len, peft)
+        job = CortexJob(job_id, scope, subs, model_name, min(seeds), training, sampling_max_len, peft)
+        job.logprobs_mode = logprobs_mode
+        return job
 
     def _training_config(self, config: Any, i: int) -> dict[str, Any]:
         if config is None:
@@ -714,7 +719,12 @@ class CortexEmulator:
     ) -> dict[str, Any]:
         assert job.engine is not None
         sequences, _version = await job.engine.sample(
-            prompts, params, top_logprobs=top, extra_stop_ids=stop_ids, max_model_len=job.sampling_max_len
+            prompts,
+            params,
+            top_logprobs=top,
+            extra_stop_ids=stop_ids,
+            max_model_len=job.sampling_max_len,
+            logprobs_mode=job.logprobs_mode,
         )
         results = []
         for seq in sequences:
@@ -1121,6 +1131,16 @@ def _job_peft(pefts: Mapping[str, Any]) -> dict[str, Any] | None:
                 "adapter must match the trained one (reuse the same peft_config)",
             )
     return dict(training if training is not None else sampling)
+
+
+def _sampling_logprobs_mode(inference: Mapping[str, Any], i: int) -> str:
+    """vLLM's `logprobs_mode` of the sampling sub-job's engine (`raw_logprobs`, vLLM's default, when unset)."""
+    from arctic_rl_core.backends.reference.http_server import HTTPError, vllm_logprobs_mode
+
+    try:
+        return vllm_logprobs_mode(inference.get("vllm_config"))
+    except HTTPError as err:
+        raise CortexError(400, f"sub_job_configs[{i}].inference_config.{err}") from None
 
 
 def _inference_config(config: Any, i: int) -> dict[str, Any]:

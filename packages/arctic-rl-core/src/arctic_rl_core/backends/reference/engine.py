@@ -249,12 +249,20 @@ class ReferenceBackend(Backend):
         top_logprobs: int | None = None,
         extra_stop_ids: frozenset[int] = frozenset(),
         max_model_len: int | None = None,
+        logprobs_mode: str | None = None,
     ) -> tuple[list[SampledSequence], int]:
         """Sampled sequences (with `top_logprobs` alternatives per token) and the weights version used.
         `extra_stop_ids` also end a generation (vLLM's stop_token_ids); `max_model_len` caps prompt +
-        generation below the model's own limit."""
+        generation below the model's own limit; `logprobs_mode` (vLLM's, of the sampling job's engine)
+        None = `settings.logprobs_mode`."""
         return await self._run_sampler(
-            self._sample, prompts, params, top_logprobs, extra_stop_ids, max_model_len
+            self._sample,
+            prompts,
+            params,
+            top_logprobs,
+            extra_stop_ids,
+            max_model_len,
+            logprobs_mode or self.settings.logprobs_mode,
         )
 
     def _sample(
@@ -264,6 +272,7 @@ class ReferenceBackend(Backend):
         top_logprobs: int | None,
         extra_stop_ids: frozenset[int],
         max_len: int | None,
+        logprobs_mode: str,
     ) -> tuple[list[SampledSequence], int]:
         from arctic_rl_core.backends.reference.sampler import sample
 
@@ -278,6 +287,7 @@ class ReferenceBackend(Backend):
             stop_ids=self._stop_ids | extra_stop_ids,
             max_model_len=self.max_model_len if max_len is None else min(max_len, self.max_model_len),
             top_logprobs=top_logprobs,
+            logprobs_mode=logprobs_mode,
         )
         return sequences, self._weights_version
 

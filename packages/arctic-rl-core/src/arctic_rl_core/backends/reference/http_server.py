@@ -95,6 +95,7 @@ class Job:
     deepspeed: bool = False  # log_prob job: DeepSpeed reference engine (else vLLM-like)
     offloaded: bool = False  # log_prob job: /sleep-log-prob moved its DeepSpeed engine to the CPU
     max_model_len: int | None = None  # sampling job: vllm_config.max_model_len
+    logprobs_mode: str = "raw_logprobs"  # sampling job: vllm_config.logprobs_mode (vLLM's default if absent)
 
 
 @dataclass
@@ -248,6 +249,7 @@ class ReferenceServer:
             await self._init_training(engine, body, job, info)
         elif job_type == "sampling":
             job.max_model_len = _max_model_len(body.get("vllm_config"), engine.max_model_len)
+            job.logprobs_mode = vllm_logprobs_mode(body.get("vllm_config"))
         else:
             job.deepspeed = body.get("ds_config") is not None
             info["engine"] = "deepspeed" if job.deepspeed else "vllm"
@@ -484,7 +486,12 @@ class ReferenceServer:
             body.get("sampling_params"), job.max_model_len or 0, fidelity=self.fidelity
         )
         sequences, version = await self.engine.sample(
-            prompts, params, top_logprobs=top, extra_stop_ids=stop_ids, max_model_len=job.max_model_len
+            prompts,
+            params,
+            top_logprobs=top,
+            extra_stop_ids=stop_ids,
+            max_model_len=job.max_model_len,
+            logprobs_mode=job.logprobs_mode,
         )
         if self.request_log is not None:  # the weights version each rollout was sampled with
             request[ROLLOUT_LOG_KEY] = {
@@ -833,6 +840,21 @@ def vllm_sampling(
 
 def _logprob_entries(entries: Mapping[int, tuple[float, int]]) -> dict[int, dict[str, float | int]]:
     return {token: {"logprob": lp, "rank": rank} for token, (lp, rank) in entries.items()}
+
+
+def vllm_logprobs_mode(vllm_config: Any) -> str:
+    """The sampling engine's vLLM `logprobs_mode` (vLLM's default `raw_logprobs` when not sent)."""
+    from arctic_rl_core.backends.reference.sampler import LOGPROBS_MODES
+
+    mode = vllm_config.get("logprobs_mode") if isinstance(vllm_config, Mapping) else None
+    if mode is None:
+        return "raw_logprobs"
+    if mode not in LOGPROBS_MODES:
+        raise HTTPError(
+            400,
+            f"vllm_config.logprobs_mode={mode!r}: the reference engine honours {', '.join(LOGPROBS_MODES)}",
+        )
+    return str(mode)
 
 
 def _max_model_len(vllm_config: Any, model_limit: int) -> int | None:

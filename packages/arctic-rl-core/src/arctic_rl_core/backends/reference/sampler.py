@@ -1,8 +1,9 @@
 """Batched sampling with vLLM's semantics on the reference sampler's weights: temperature (0 =
 greedy), top-k, then top-p, max tokens, stop strings and stop tokens, an optional per-request seed
 (every prompt of the call draws from its own generator seeded with it, so identical prompts give
-identical completions, as in vLLM), and log-probs of the raw model distribution (vLLM's default
-`raw_logprobs`) with vLLM's 1-based ranks. Prompts are left-padded and decoded with a KV cache."""
+identical completions, as in vLLM), and log-probs with vLLM's 1-based ranks, as vLLM's
+`logprobs_mode`: `raw_logprobs` (vLLM's default) of the model's distribution, `processed_logprobs` of
+the temperature-scaled, top-k/top-p-masked logits that are sampled from (temperature 0 scales by 1). Prompts are left-padded and decoded with a KV cache."""
 
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
+LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
+
+
 @dataclass(frozen=True)
 class SampledSequence:
     prompt_ids: tuple[int, ...]
     token_ids: tuple[int, ...]
     text: str
     finish_reason: FinishReason
-    logprobs: tuple[float, ...]  # sampled token, raw distribution
+    logprobs: tuple[float, ...]  # sampled token, in the call's logprobs_mode
     top_logprobs: tuple[
         dict[int, tuple[float, int]], ...
     ]  # per token: id -> (logprob, rank); sampled + top-k
@@ -39,10 +43,14 @@ def sample(
     stop_ids: frozenset[int],
     max_model_len: int,
     top_logprobs: int | None = None,
+    logprobs_mode: str = "raw_logprobs",
 ) -> list[SampledSequence]:
     """One completion per prompt. `generator` is used when `params.seed` is None. `top_logprobs`
     (vLLM's `logprobs=k`): per token the sampled token and the k most likely, with ranks."""
     import torch
+
+    if logprobs_mode not in LOGPROBS_MODES:
+        raise ValueError(f"logprobs_mode={logprobs_mode!r}: use one of {', '.join(LOGPROBS_MODES)}")
 
     device = next(model.parameters()).device
     batch = len(prompts)
@@ -84,12 +92,13 @@ def sample(
         while True:
             raw = torch.log_softmax(logits_last.float(), dim=-1).cpu()
             chosen = _choose(raw, logits_last.float().cpu(), params, generators, finish)
+            reported = raw if logprobs_mode == "raw_logprobs" else _processed_logprobs(logits_last, params)
             step_tokens = torch.full((batch, 1), pad, dtype=torch.long)
             for i in range(batch):
                 if finish[i] is not None:
                     continue
                 token = int(chosen[i])
-                row = raw[i]
+                row = reported[i]
                 generated[i].append(token)
                 logprobs[i].append(float(row[token]))
                 if top_logprobs is not None:
@@ -122,6 +131,25 @@ def sample(
         )
         for i in range(batch)
     ]
+
+
+def _processed_logprobs(logits_B_V: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """vLLM's `processed_logprobs`: log-softmax of the logits divided by the temperature (1 when
+    greedy), with top-k then top-p applied as masks (-inf outside the kept set)."""
+    import torch
+
+    scaled = logits_B_V.float().cpu() / (params.temperature or 1.0)
+    vocab = scaled.shape[-1]
+    if params.top_k > 0 and params.top_k < vocab:
+        kth = torch.topk(scaled, params.top_k, dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_probs, order = torch.sort(torch.softmax(scaled, dim=-1), dim=-1, descending=True)
+        drop_sorted = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= params.top_p
+        drop_sorted[:, 0] = False
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        scaled = scaled.masked_fill(drop, float("-inf"))
+    return torch.log_softmax(scaled, dim=-1)
 
 
 def _cache_argument(model) -> str:

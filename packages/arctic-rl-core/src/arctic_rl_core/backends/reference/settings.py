@@ -120,6 +120,12 @@ class ReferenceEngineSettings(BaseModel):
         "peft_config of the training and sampling sub-jobs). The trainer trains only the adapters, the sampler "
         "serves the same adapter shape, a sync sends only the adapter tensors. None = full-weight training.",
     )
+    logprobs_mode: Literal["raw_logprobs", "processed_logprobs"] = Field(
+        default="raw_logprobs",
+        description="The sampler's log-probs, as vLLM's logprobs_mode: raw (vLLM's default) = log-softmax of the "
+        "model's logits; processed = of the temperature-scaled, top-k/top-p-masked logits (the trainer's "
+        "apply_temperature distribution).",
+    )
     num_threads: int | None = Field(
         default=1,
         ge=1,
@@ -131,7 +137,7 @@ class ReferenceEngineSettings(BaseModel):
     def from_config(cls, cfg: ArcticRLConfig) -> ReferenceEngineSettings:
         """Map the project configuration: model from `backend.reference`, topology from the derived
         training shape (data-parallel size, gradient accumulation), optimizer and schedule, seed,
-        colocation and weight-sync defaults."""
+        colocation, weight-sync defaults and vLLM's logprobs_mode."""
         from arctic_rl_core.config import TrainingShape
 
         shape = TrainingShape.from_config(cfg)
@@ -158,4 +164,5 @@ class ReferenceEngineSettings(BaseModel):
             cuda_ipc=cfg.weight_sync.cuda_ipc,
             low_memory=cfg.weight_sync.low_memory,
             peft=cfg.peft.peft_config(),
+            logprobs_mode=cfg.vllm.logprobs_mode,
         )
