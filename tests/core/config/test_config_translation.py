@@ -299,7 +299,7 @@ CORTEX_CLIENT: dict[str, Any] = {
             "enforce_eager": False,
             "enable_chunked_prefill": True,
             "enable_prefix_caching": True,
-            "logprobs_mode": "processed_logprobs",
+            "logprobs_mode": "raw_logprobs",  # Cortex trains without temperature
         },
         # Arctic Inference is off on Cortex: 0.1.4's create-job body carries no config for it
         "arctic_inference_config": None,
@@ -451,7 +451,7 @@ def test_cortex_client_config_reads_the_token_by_name(
             "enforce_eager": False,
             "enable_chunked_prefill": True,
             "enable_prefix_caching": True,
-            "logprobs_mode": "processed_logprobs",
+            "logprobs_mode": "raw_logprobs",  # Cortex trains without temperature
             # no Arctic Inference / FCA on Cortex (off by default there: 0.1.4's create-job body drops
             # arctic_inference_config, so only half of the plugin's settings would arrive)
         },
@@ -517,7 +517,11 @@ def test_bird_engine_args_provenance() -> None:
 def test_logprobs_mode_reaches_the_sampling_engine_config() -> None:
     """vllm.logprobs_mode is a typed knob: processed by default (the trainer's apply_temperature log-probs),
     raw on request, in the vllm_config the client sends; engine_args may not set it behind the knob."""
-    assert _config("reference-cpu.yaml").vllm.logprobs_mode == "processed_logprobs"
+    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+
+    reference = _config("reference-cpu.yaml")
+    assert reference.vllm.logprobs_mode is None
+    assert ReferenceEngineSettings.from_config(reference).logprobs_mode == "processed_logprobs"
     cfg = load_config(CONFIGS / "bird-qwen3-32b-32gpu.yaml", ["vllm.logprobs_mode=raw_logprobs"])
     assert cfg.plan()["client"]["sampling"]["vllm"]["logprobs_mode"] == "raw_logprobs"
     assert "logprobs_mode" in build_engine_args(cfg).from_typed_knobs
@@ -525,6 +529,13 @@ def test_logprobs_mode_reaches_the_sampling_engine_config() -> None:
         load_config(CONFIGS / "reference-cpu.yaml", ["vllm.engine_args.logprobs_mode=raw_logprobs"])
     with pytest.raises(ConfigError, match="logprobs_mode"):
         load_config(CONFIGS / "reference-cpu.yaml", ["vllm.logprobs_mode=raw_logits"])
+    # Cortex trains without temperature: raw by default there, processed at temperature != 1 refused
+    cortex = load_config(CONFIGS / "cortex.yaml", ["loss.temperature=0.6"])
+    assert build_engine_args(cortex).args["logprobs_mode"] == "raw_logprobs"
+    with pytest.raises(ConfigError, match="Cortex's training body has no temperature"):
+        load_config(
+            CONFIGS / "cortex.yaml", ["loss.temperature=0.6", "vllm.logprobs_mode=processed_logprobs"]
+        )
 
 
 def test_user_compilation_config_keeps_the_injected_workaround() -> None:

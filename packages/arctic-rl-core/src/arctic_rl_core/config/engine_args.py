@@ -78,6 +78,15 @@ def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
+def logprobs_mode(cfg: ArcticRLConfig) -> str:
+    """vLLM's `logprobs_mode` of the sampling engines: `vllm.logprobs_mode`, else the distribution the
+    trainer's log-probs have: temperature-scaled (`processed_logprobs`) where the training forward runs
+    `apply_temperature`, the model's own (`raw_logprobs`) on Cortex, whose training body has no temperature."""
+    if cfg.vllm.logprobs_mode is not None:
+        return cfg.vllm.logprobs_mode
+    return "raw_logprobs" if cfg.backend.kind == "cortex" else "processed_logprobs"
+
+
 def typed_defaults(cfg: ArcticRLConfig) -> dict[str, Any]:
     vllm = cfg.vllm
     args: dict[str, Any] = {
@@ -88,7 +97,7 @@ def typed_defaults(cfg: ArcticRLConfig) -> dict[str, Any]:
         "enforce_eager": vllm.enforce_eager,
         "enable_chunked_prefill": vllm.enable_chunked_prefill,
         "enable_prefix_caching": vllm.enable_prefix_caching,
-        "logprobs_mode": vllm.logprobs_mode,
+        "logprobs_mode": logprobs_mode(cfg),
     }
     if vllm.max_num_batched_tokens is not None:
         args["max_num_batched_tokens"] = vllm.max_num_batched_tokens

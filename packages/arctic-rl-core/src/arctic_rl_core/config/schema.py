@@ -494,13 +494,15 @@ class VllmSettings(_Group):
     max_num_batched_tokens: int | None = Field(
         default=None, ge=1, description="Tokens per scheduler step; null = vLLM's default."
     )
-    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
-        default="processed_logprobs",
+    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] | None = Field(
+        default=None,
         description=(
             "What the sampler's log-probs are (vLLM's logprobs_mode): processed = log-softmax of the "
-            "temperature-scaled logits after top-k/top-p (what the trainer computes with apply_temperature, "
-            "so importance weights are 1 at the same weights); raw = the unscaled model distribution "
-            "(vLLM's own default, biased IS weights at temperature != 1)."
+            "temperature-scaled logits after top-k/top-p, raw = of the unscaled model logits (vLLM's own "
+            "default). null = the trainer's distribution, so importance weights are 1 at the same weights: "
+            "processed where the training forward applies the temperature (apply_temperature: ray, http, "
+            "reference), raw on Cortex (its training body has no temperature). A mode that differs from the "
+            "trainer's biases every IS weight at temperature != 1."
         ),
     )
     engine_args: dict[str, Any] = Field(

@@ -773,6 +773,19 @@ def _peft_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
 
 def _vllm_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     yield from _owned_keys("vllm.engine_args", cfg.vllm.engine_args, VLLM_OWNED_KEYS)
+    if (
+        cfg.backend.kind == "cortex"
+        and cfg.vllm.logprobs_mode == "processed_logprobs"
+        and cfg.loss.temperature != 1
+    ):
+        yield _issue(
+            "vllm.logprobs_mode",
+            "processed_logprobs",
+            f"Cortex's training body has no temperature (its log-probs are the model's own), so temperature-"
+            f"scaled rollout log-probs at loss.temperature={cfg.loss.temperature} bias every importance weight",
+            "set vllm.logprobs_mode to raw_logprobs or null (verl: actor_rollout_ref.rollout.logprobs_mode="
+            "raw_logprobs)",
+        )
 
 
 RULES: tuple[Rule, ...] = (

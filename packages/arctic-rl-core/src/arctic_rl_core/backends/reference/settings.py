@@ -139,6 +139,7 @@ class ReferenceEngineSettings(BaseModel):
         training shape (data-parallel size, gradient accumulation), optimizer and schedule, seed,
         colocation, weight-sync defaults and vLLM's logprobs_mode."""
         from arctic_rl_core.config import TrainingShape
+        from arctic_rl_core.config.engine_args import logprobs_mode
 
         shape = TrainingShape.from_config(cfg)
         opt = cfg.optimizer
@@ -164,5 +165,5 @@ class ReferenceEngineSettings(BaseModel):
             cuda_ipc=cfg.weight_sync.cuda_ipc,
             low_memory=cfg.weight_sync.low_memory,
             peft=cfg.peft.peft_config(),
-            logprobs_mode=cfg.vllm.logprobs_mode,
+            logprobs_mode=logprobs_mode(cfg),
         )
