@@ -68,6 +68,8 @@ def verl_overrides(
         f"actor_rollout_ref.model.path={model_path.resolve()}",
         f"actor_rollout_ref.rollout.n={options.rollouts_per_prompt}",
         f"actor_rollout_ref.rollout.temperature={options.temperature}",
+        # the rollout log-probs in the trainer's distribution: Cortex's training body has no temperature
+        f"actor_rollout_ref.rollout.logprobs_mode={'raw' if options.backend == 'cortex' else 'processed'}_logprobs",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={rows_per_step}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={rows_per_step}",
