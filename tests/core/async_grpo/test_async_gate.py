@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from arctic_rl_core.async_grpo.is_weights import truncated_is_weights, weights_per_sample
+from arctic_rl_core.async_grpo.is_weights import combined_is_stats, truncated_is_weights, weights_per_sample
 from arctic_rl_core.async_grpo.metrics import METRIC_NAMES, step_metrics
 from arctic_rl_core.async_grpo.staleness import StalenessGate, StaleRolloutError
 from arctic_rl_core.config import ArcticRLConfig
@@ -83,6 +83,22 @@ def test_is_weights_are_one_on_policy_and_reject_bad_input() -> None:
         truncated_is_weights(lp, lp, torch.ones(2, 4), cap=0.5)
     with pytest.raises(ValueError, match="shapes differ"):
         truncated_is_weights(lp, lp[:, :3], torch.ones(2, 4), cap=2.0)
+
+
+def test_combined_is_stats_equal_the_stats_of_all_tokens_at_once() -> None:
+    old = torch.tensor([[-1.0, -2.0, -0.5], [-3.0, -1.0, 0.0]])
+    rollout = torch.tensor([[-1.5, -1.0, -4.0], [-3.0, -200.0, 0.0]])
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    _, whole = truncated_is_weights(old, rollout, mask, cap=2.0)
+    parts = [
+        truncated_is_weights(old[i : i + 1], rollout[i : i + 1], mask[i : i + 1], cap=2.0)[1] for i in (0, 1)
+    ]
+    empty = truncated_is_weights(old[:1], rollout[:1], torch.zeros(1, 3, dtype=torch.bool), cap=2.0)[1]
+    combined = combined_is_stats([parts[0], empty, parts[1]])
+    assert combined is not None and combined.tokens == whole.tokens == 5
+    assert (combined.max, combined.min) == (whole.max, whole.min)
+    assert combined.mean == pytest.approx(whole.mean) and combined.clipped_fraction == pytest.approx(0.4)
+    assert combined_is_stats([]) is None and combined_is_stats([empty]) is None
 
 
 def test_step_metrics_names_and_values() -> None:

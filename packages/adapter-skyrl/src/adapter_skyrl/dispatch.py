@@ -127,19 +127,10 @@ class ArcticWorkerDispatch(WorkerDispatch):
     def pop_is_weight_stats(self) -> ISWeightStats | None:
         """The statistics of every rollout_is_weights sent since the last call (token-weighted), or
         None when none were sent."""
-        from arctic_rl_core.async_grpo.is_weights import ISWeightStats
+        from arctic_rl_core.async_grpo.is_weights import combined_is_stats
 
         stats, self._is_stats = self._is_stats, []
-        tokens = sum(s.tokens for s in stats)
-        if not stats or tokens == 0:
-            return None
-        return ISWeightStats(
-            mean=sum(s.mean * s.tokens for s in stats) / tokens,
-            max=max(s.max for s in stats),
-            min=min(s.min for s in stats),
-            clipped_fraction=sum(s.clipped_fraction * s.tokens for s in stats) / tokens,
-            tokens=tokens,
-        )
+        return combined_is_stats(stats)
 
     def pop_metrics(self) -> dict[str, float]:
         """Per-step metrics gathered by this dispatch (means over calls; counters as their latest

@@ -115,23 +115,6 @@ def truncated_is_samples(
     return [replace(sample, rollout_is_weights=row) for sample, row in zip(samples, rows, strict=True)], stats
 
 
-def combined_is_stats(stats: list[ISWeightStats]) -> ISWeightStats | None:
-    """The statistics of several mini-batches' weights as one (token-weighted)."""
-    from arctic_rl_core.async_grpo.is_weights import ISWeightStats
-
-    stats = [s for s in stats if s.tokens]
-    if not stats:
-        return None
-    tokens = sum(s.tokens for s in stats)
-    return ISWeightStats(
-        mean=sum(s.mean * s.tokens for s in stats) / tokens,
-        max=max(s.max for s in stats),
-        min=min(s.min for s in stats),
-        clipped_fraction=sum(s.clipped_fraction * s.tokens for s in stats) / tokens,
-        tokens=tokens,
-    )
-
-
 def full_sequence_nested(values_B_R: torch.Tensor, samples: list[RolloutSample]) -> torch.Tensor:
     """Response-aligned `[B, R]` values -> jagged `[B, P_b + R_b]`, verl's predict-next layout."""
     rows = []
@@ -348,6 +331,7 @@ class ArcticActorRolloutRefWorker(Worker):
         """The core's `async/*` step metrics over the trained rows (verl logs them as `actor/async/*`), less
         the group counts: verl's replay buffer drops stale groups and counts them itself
         (`<partition>/off_policy/evicted_samples`)."""
+        from arctic_rl_core.async_grpo.is_weights import combined_is_stats
         from arctic_rl_core.async_grpo.metrics import step_metrics
 
         out = step_metrics(

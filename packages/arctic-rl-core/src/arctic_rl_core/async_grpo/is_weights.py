@@ -29,6 +29,21 @@ class ISWeightStats:
     tokens: int
 
 
+def combined_is_stats(stats: list[ISWeightStats]) -> ISWeightStats | None:
+    """Several batches' statistics as one (token-weighted); None when none covers a token."""
+    stats = [s for s in stats if s.tokens]
+    if not stats:
+        return None
+    tokens = sum(s.tokens for s in stats)
+    return ISWeightStats(
+        mean=sum(s.mean * s.tokens for s in stats) / tokens,
+        max=max(s.max for s in stats),
+        min=min(s.min for s in stats),
+        clipped_fraction=sum(s.clipped_fraction * s.tokens for s in stats) / tokens,
+        tokens=tokens,
+    )
+
+
 def truncated_is_weights(
     old_logprobs_B_R: torch.Tensor,
     rollout_logprobs_B_R: torch.Tensor,

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends.reference import http_auth
+from arctic_rl_core.backends.reference.app_runner import serve_application
 from arctic_rl_core.backends.reference.cortex_chunks import ChunkFrameError, ChunkGroupError, ChunkGroups
 from arctic_rl_core.backends.reference.fidelity import Fidelity
 from arctic_rl_core.backends.reference.file_root import DEFAULT_FILE_ROOT, FileRoot
@@ -1188,24 +1189,7 @@ async def serve(
 ) -> None:
     """Run the emulator until `stop` is set (or SIGINT/SIGTERM when `stop` is None); https with
     `ssl_context` (`cortex_tls`)."""
-    import signal
-
-    from aiohttp import web
-
     server = emulator or CortexEmulator(token, settings, fidelity=fidelity, file_root=file_root)
-    runner = web.AppRunner(server.application(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
-    await site.start()
-    bound = runner.addresses[0][1] if runner.addresses else port
-    if stop is None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-    if on_ready is not None:
-        on_ready(host, bound)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    await serve_application(
+        server.application(), host, port, ssl_context=ssl_context, on_ready=on_ready, stop=stop
+    )

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends.protocol import SamplingParams
 from arctic_rl_core.backends.reference import http_auth
+from arctic_rl_core.backends.reference.app_runner import serve_application
 from arctic_rl_core.backends.reference.checkpoint import prune_checkpoint_dirs, write_text_atomic
 from arctic_rl_core.backends.reference.fidelity import (
     GENERATE_KEYS,
@@ -978,10 +979,6 @@ async def serve(
 ) -> None:
     """Run the server until `stop` is set (or SIGINT/SIGTERM when `stop` is None). A non-loopback
     `host` needs a `token` (`http_auth.BindRefused` otherwise)."""
-    import signal
-
-    from aiohttp import web
-
     http_auth.check_bind(host, token)
     server = ReferenceServer(
         settings,
@@ -991,19 +988,4 @@ async def serve(
         token=token,
         parity_trace=parity_trace,
     )
-    runner = web.AppRunner(server.application(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = runner.addresses[0][1] if runner.addresses else port
-    if stop is None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-    if on_ready is not None:
-        on_ready(host, bound)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    await serve_application(server.application(), host, port, on_ready=on_ready, stop=stop)
