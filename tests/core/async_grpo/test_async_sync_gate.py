@@ -98,9 +98,11 @@ def test_a_cancelled_waiting_sync_lets_generation_go_on():
 
 @pytest.mark.parametrize("gated", [True, False])
 def test_on_the_reference_engine_no_generate_lands_inside_a_sync(gated):
-    """Generation kept in flight while the trainer steps and syncs (as an asynchronous trainer does):
-    through the gate every generate call succeeds; without it one lands between the weight transfer
-    and the prefix-cache reset and the engine refuses it."""
+    """Generation kept in flight while the trainer steps and syncs (as an asynchronous trainer does),
+    and at every sync one generate call issued between the weight transfer and the prefix-cache reset
+    (the window a free-running generator hits only by chance): through the gate every generate call
+    succeeds, the one issued in the window held back until the reset; without it the engine refuses
+    that one."""
     from arctic_rl_core.backends.protocol import SamplingParams
     from arctic_rl_core.backends.reference.engine import ReferenceBackend
     from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
@@ -122,6 +124,21 @@ def test_on_the_reference_engine_no_generate_lands_inside_a_sync(gated):
     async def main() -> list[BaseException]:
         errors: list[BaseException] = []
         stop = asyncio.Event()
+        held: list[asyncio.Task] = []
+        reset = backend.reset_prefix_cache
+
+        async def reset_after_a_generate_in_the_window() -> None:
+            call = backend.generate(prompt, params)
+            if gated:  # the gate holds it back until the sync's bracket is done: awaited after the sync
+                held.append(asyncio.create_task(gate.generate(call)))
+            else:
+                try:
+                    await call
+                except Exception as error:
+                    errors.append(error)
+            await reset()
+
+        backend.reset_prefix_cache = reset_after_a_generate_in_the_window
 
         async def generator() -> None:
             while not stop.is_set():
@@ -139,6 +156,10 @@ def test_on_the_reference_engine_no_generate_lands_inside_a_sync(gated):
             await asyncio.sleep(0.005)
         stop.set()
         await asyncio.gather(*tasks)
+        for outcome in await asyncio.gather(*held, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                errors.append(outcome)
+        assert len(held) == (4 if gated else 0)
         return errors
 
     try:
@@ -148,4 +169,4 @@ def test_on_the_reference_engine_no_generate_lands_inside_a_sync(gated):
     if gated:
         assert errors == []
     else:
-        assert any("reset_prefix_cache" in str(e) for e in errors), errors
+        assert len(errors) >= 4 and any("reset_prefix_cache" in str(e) for e in errors), errors
