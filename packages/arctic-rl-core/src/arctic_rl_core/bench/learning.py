@@ -4,7 +4,10 @@ For each seed the demo runs twice, `--async 0` and `--async K` (default 1), same
 settings. Both runs of a seed start from the same supervised warm start: the asynchronous run's folder
 is seeded with the synchronous run's `warm_start/` checkpoint and its warm-start and before-GRPO
 accuracy records (the demo skips what its folder already has, as on `--resume`), so the pair differs
-only in the GRPO phase and the accuracy measured after it. The measure is the demo's sampled train EX
+only in the GRPO phase and the accuracy measured after it. With `--one-warm-start` every run starts from
+the first seed's synchronous run's warm start in the same way (one supervised phase in all: on a small
+shared machine it is most of a run's time); the seeds then vary GRPO's sampling and data order only,
+and the accuracy before GRPO is the first seed's for every run. The measure is the demo's sampled train EX
 after GRPO (`eval_samples` answers per training question at the rollout temperature, the expected
 reward GRPO optimises). Printed: every run, each mode's mean and sample standard deviation over the
 seeds, the per-seed difference (async - sync) with its mean, standard deviation and standard error,
@@ -63,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's)")
     parser.add_argument(
         "--out", default="runs/bench-learning", help="folder of the runs (reused where already finished)"
+    )
+    parser.add_argument(
+        "--one-warm-start",
+        action="store_true",
+        help="every run starts from the first seed's warm start (the seeds vary GRPO's sampling and data "
+        "order only; one supervised phase in all)",
     )
     parser.add_argument(
         "--lock",
@@ -165,6 +174,10 @@ def finished_summary(run_dir: Path, wanted: dict[str, Any]) -> dict[str, Any] | 
 def seed_from(sync_dir: Path, async_dir: Path) -> None:
     """Start `async_dir` from `sync_dir`'s warm start: its checkpoint, its warm-start records and its
     accuracy before GRPO (so the demo goes straight to GRPO from the same model)."""
+    if not (sync_dir / "summary.json").is_file():
+        raise LearningBenchError(
+            f"{async_dir.name} starts from {sync_dir}'s warm start, which has no finished run"
+        )
     from arctic_rl_core.demo.run import WARM_START_DIR
     from arctic_rl_core.demo.run_log import METRICS_FILE
 
@@ -213,6 +226,14 @@ def _held(lock: str | None) -> Iterator[None]:
         yield
 
 
+def warm_start_source(args: argparse.Namespace, seed: int, max_staleness: int, out: Path) -> Path | None:
+    """The finished run whose warm start this run starts from (None: its own warm start)."""
+    first = next(iter(dict.fromkeys(args.seeds)))
+    if args.one_warm_start and seed != first:
+        return out / run_name(first, 0)
+    return out / run_name(seed, 0) if max_staleness else None
+
+
 def run_one(args: argparse.Namespace, seed: int, max_staleness: int, out: Path) -> dict[str, Any]:
     run_dir = out / run_name(seed, max_staleness)
     wanted = _wanted(args, seed, max_staleness)
@@ -220,8 +241,9 @@ def run_one(args: argparse.Namespace, seed: int, max_staleness: int, out: Path) 
     if summary is not None:
         print(f"{run_dir.name}: reused (finished)", flush=True)
         return summary
-    if max_staleness:
-        seed_from(out / run_name(seed, 0), run_dir)
+    source = warm_start_source(args, seed, max_staleness, out)
+    if source is not None:
+        seed_from(source, run_dir)
     elif run_dir.exists():
         shutil.rmtree(run_dir)
     argv, env, cwd = demo_command(args, seed, max_staleness, run_dir)
@@ -304,5 +326,8 @@ def learning_result(
         quantity="sampled train EX",
         higher_is_better=True,
         extra_rows=rows,
-        notes=[f"runs in {Path(args.out).resolve()}; this invocation took {wall_s:.0f} s"],
+        notes=[
+            f"runs in {Path(args.out).resolve()}; this invocation took {wall_s:.0f} s"
+            + ("; every run from the first seed's warm start" if args.one_warm_start else "")
+        ],
     )
