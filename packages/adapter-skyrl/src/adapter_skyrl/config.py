@@ -17,6 +17,7 @@ from typing import Any
 from arctic_rl_core.config import ArcticRLConfig, ConfigError, ConfigIssue
 from arctic_rl_core.config.framework_fields import NotAppliedSetting, nest
 from arctic_rl_core.config.schema import ONPREM_BACKENDS
+from arctic_rl_core.config.truncated_sampling import truncated_sampling_issues
 from skyrl.train.config import SkyRLTrainConfig, make_config
 from skyrl.train.config.config import TrainerConfig
 
@@ -215,6 +216,16 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
         arctic = ArcticRLConfig.from_dict(data)
     except ConfigError as error:
         issues += [_core_issue(issue, legacy_flat) for issue in error.issues]
+    if arctic is not None:
+        sampling = cfg.generator.sampling_params
+        issues += truncated_sampling_issues(
+            arctic,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            top_p_field="generator.sampling_params.top_p",
+            top_k_field="generator.sampling_params.top_k",
+            logprobs_mode_field="trainer.arctic_rl.vllm.logprobs_mode",
+        )
     if issues:
         arctic = None
     return SkyRLTranslation(arctic, issues, [*legacy.notices, *dapo_notices(cfg)], table.not_applied)

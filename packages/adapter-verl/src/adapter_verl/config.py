@@ -365,6 +365,19 @@ def resolve(config: DictConfig, total_training_steps: int | None) -> Resolution:
                 named = VERL_FIELDS.in_framework_terms(issue, extension_prefix=CORE_PREFIX)
                 if not any(path in named.path for path in mapped_bad):
                     problems.append(named.render())
+    if cfg is not None:
+        from arctic_rl_core.config.truncated_sampling import truncated_sampling_issues
+
+        rollout = "actor_rollout_ref.rollout"
+        for issue in truncated_sampling_issues(
+            cfg,
+            top_p=_get(config, f"{rollout}.top_p"),
+            top_k=_get(config, f"{rollout}.top_k"),
+            top_p_field=f"{rollout}.top_p",
+            top_k_field=f"{rollout}.top_k",
+            logprobs_mode_field=f"{rollout}.logprobs_mode",
+        ):
+            problems.append(issue.render())
     resume_mode = _get(config, "trainer.resume_mode", "auto")
     if cfg is not None and cfg.backend.kind == "cortex" and resume_mode == "resume_path":
         from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS
