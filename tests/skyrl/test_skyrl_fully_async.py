@@ -159,6 +159,12 @@ def test_what_skyrls_async_trainer_asserts_is_reported_at_dry_run():
     assert "trainer.fully_async.num_parallel_generation_workers = 5" in err
 
 
+def test_dynamic_sampling_is_refused_naming_the_async_equivalent():
+    code, _, err = _dry([*ASYNC_BASE, *IN_PROCESS, "trainer.algorithm.dynamic_sampling.type=filter"])
+    assert code == 2 and 'trainer.algorithm.dynamic_sampling.type = "filter"' in err
+    assert "not built or tested" in err and "trainer.fully_async.sample_full_batch=true" in err
+
+
 def test_cispo_anchored_on_the_rollout_takes_no_tis_on_top():
     code, _, err = _dry(
         [*ASYNC_BASE, *IN_PROCESS, "trainer.algorithm.policy_loss_type=cispo",

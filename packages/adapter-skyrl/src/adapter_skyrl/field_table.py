@@ -405,8 +405,12 @@ ENTRIES = [
                   "rollout = the sampler's log-probs (as SkyRL's cispo reads them)"),
     NotApplicable("trainer.algorithm.dppo", _UNUSED_LOSS),
     NotApplicable("trainer.algorithm.value_clip", _CRITIC),
-    Rejected("trainer.algorithm.dynamic_sampling.type", "unset it (null)",
-             why="dynamic sampling is not supported by the Arctic generator"),
+    Rejected("trainer.algorithm.dynamic_sampling.type",
+             "unset it (null); fully async: trainer.fully_async.sample_full_batch=true with "
+             "trainer.algorithm.zero_variance_filter=true (SkyRL's asynchronous equivalent, served)",
+             why="SkyRL's synchronous trainer resamples (filter) or replaces (replace) zero-variance groups itself, "
+                 "one step then spanning several generate calls; that path is not built or tested on the Arctic "
+                 "path (SkyRL's fully async trainer refuses dynamic sampling outright)"),
     NotApplicable("trainer.algorithm.dynamic_sampling", "applies only with dynamic_sampling.type"),
     Rejected("trainer.mtp.enabled", "set it to false", why="the Arctic server trains no multi-token-prediction heads"),
     NotApplicable("trainer.mtp", "applies only with trainer.mtp.enabled"),
