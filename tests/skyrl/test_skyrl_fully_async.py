@@ -61,16 +61,16 @@ def test_stock_fully_async_gsm8k_launcher_passes_dry_run_with_its_staleness_on_t
 DAPO_LAUNCHER = "stock_run_dapo_qwen3_1.7b_aime_fully_async.sh"
 
 
-def _dapo_args(home: Path) -> list[str]:
-    """The DAPO launcher's arguments with its training file in place (320 rows: the LR warm-up of 160
-    steps needs the run's length)."""
+def _dapo_args(home: Path, launcher: str = DAPO_LAUNCHER, rows: int = 320) -> list[str]:
+    """A DAPO launcher's arguments with its training file in place (`rows` rows: an LR warm-up needs
+    the run's length; 320 give the fully async launcher 200 steps for its 160 warm-up steps)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    args = _recorded(DAPO_LAUNCHER, home)
+    args = _recorded(launcher, home)
     (train,) = (a.split("=", 1)[1].strip("[]'") for a in args if a.startswith("data.train_data="))
     Path(train).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({"prompt": ["q"] * 320}), train)
+    pq.write_table(pa.table({"prompt": ["q"] * rows}), train)
     return args
 
 
@@ -127,6 +127,32 @@ def test_stock_dapo_fully_async_launcher_on_the_adapters_dapo_entry_point(tmp_pa
         bare.trainer.algorithm.overlong_buffer_len,
         bare.trainer.algorithm.overlong_buffer_penalty_factor,
     ) == (512, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("launcher", "refused", "fixes"),
+    [
+        ("stock_run_dapo_qwen3_1.7b_aime.sh", ["trainer.algorithm.loss_reduction", "trainer.hf_save_interval"],
+         ["trainer.algorithm.loss_reduction=token_mean", "trainer.hf_save_interval=-1",
+          "trainer.arctic_rl.checkpoint.export_hf=true"]),
+        ("stock_run_dapo_gsm8k.sh", ["trainer.algorithm.loss_reduction", "trainer.algorithm.dynamic_sampling.type"],
+         ["trainer.algorithm.loss_reduction=token_mean", "trainer.algorithm.dynamic_sampling.type=null"]),
+    ],
+)  # fmt: skip
+def test_stock_synchronous_dapo_launchers_on_the_dapo_entry_point(
+    launcher, refused, fixes, tmp_path, monkeypatch
+):
+    """SkyRL's synchronous DAPO examples (main_dapo, colocated): only the refusals that name a fix, then 0."""
+    from adapter_skyrl.dapo import ArcticDAPOConfig
+
+    monkeypatch.setenv("WANDB_API_KEY", "unused")
+    args = _dapo_args(tmp_path, launcher, rows=10240)
+    code, _, err = _dry(args, config_cls=ArcticDAPOConfig)
+    assert code == 2 and err.startswith(f"{len(refused)} problems")
+    assert all(f"  - {name} = " in err and "Fix: " in err for name in refused), err
+    code, out, err = _dry([*args, *fixes], config_cls=ArcticDAPOConfig)
+    assert code == 0, err
+    assert "DAPO soft overlong punishment" in out and "DAPO overlong filtering" in out
 
 
 def test_staleness_counts_optimizer_steps_and_the_tis_cap_is_the_core_cap():
