@@ -121,7 +121,6 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    import asyncio
 
     from arctic_rl_core.backends.reference.file_root import FileRoot
     from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, serve
@@ -174,21 +173,30 @@ def run(args: argparse.Namespace) -> int:
     fidelity = Fidelity(profile=ServerProfile(args.profile), state_guard=args.state_guard)
     files = FileRoot(args.file_root)
     print(f"arctic-rl serve: {files.describe()}", flush=True)
+    return _serve_until_stopped(
+        files,
+        serve(
+            settings,
+            args.host,
+            args.port,
+            on_ready=ready,
+            request_log=request_log,
+            parity_trace=parity_trace,
+            fidelity=fidelity,
+            file_root=files,
+            token=token,
+        ),
+    )
+
+
+def _serve_until_stopped(files, server) -> int:
+    """Run the `server` coroutine to its end; a temporary file root goes with it (the server removes it
+    on a clean stop; this covers a failed start: port in use, ...)."""
+    import asyncio
+
     try:
-        asyncio.run(
-            serve(
-                settings,
-                args.host,
-                args.port,
-                on_ready=ready,
-                request_log=request_log,
-                parity_trace=parity_trace,
-                fidelity=fidelity,
-                file_root=files,
-                token=token,
-            )
-        )
-    finally:  # the server removes it on a clean stop; this covers a failed start (port in use, ...)
+        asyncio.run(server)
+    finally:
         files.remove_temporary()
     return 0
 
@@ -196,7 +204,6 @@ def run(args: argparse.Namespace) -> int:
 def _run_cortex(args: argparse.Namespace, settings) -> int:
     """`--api cortex`: the Cortex emulator. The PAT comes from the environment only (a command-line
     value would show in the process list); it is never printed."""
-    import asyncio
     import os
 
     from arctic_rl_core.backends.reference.cortex_server import ENDPOINT, PAT_ENV, PREFIX, serve
@@ -254,19 +261,16 @@ def _run_cortex(args: argparse.Namespace, settings) -> int:
         )
 
     fidelity = Fidelity(profile=ServerProfile(args.profile))
-    try:
-        asyncio.run(
-            serve(
-                settings,
-                args.host,
-                args.port,
-                token=token,
-                file_root=files,
-                on_ready=ready,
-                fidelity=fidelity,
-                ssl_context=ssl_context,
-            )
-        )
-    finally:
-        files.remove_temporary()
-    return 0
+    return _serve_until_stopped(
+        files,
+        serve(
+            settings,
+            args.host,
+            args.port,
+            token=token,
+            file_root=files,
+            on_ready=ready,
+            fidelity=fidelity,
+            ssl_context=ssl_context,
+        ),
+    )
