@@ -312,3 +312,29 @@ def test_checkpoints_kept_is_the_servers_save_total_limit():
         check_supported(
             parse_cli([*REFERENCE, "trainer.arctic_rl.checkpoint.save_total_limit=3"]), steps_per_epoch=4
         )
+
+
+def test_truncated_training_sampling_with_processed_logprobs_is_refused_at_dry_run():
+    """top-k/top-p on the training rollouts: vLLM's processed_logprobs renormalise over the kept tokens, the
+    trainer's do not, so the IS weights would sit below 1 at staleness 0. `python -m adapter_skyrl.main
+    --dry-run` refuses it naming both fixes; raw_logprobs at temperature 1 (the trainer's distribution
+    whatever is kept) and truncation in evaluation sampling only both pass."""
+    import io
+
+    from adapter_skyrl.main import dry_run
+
+    def run(*overrides: str) -> tuple[int, str]:
+        out, err = io.StringIO(), io.StringIO()
+        return dry_run([*REFERENCE, "trainer.logger=console", *overrides], out=out, err=err), err.getvalue()
+
+    code, err = run("generator.sampling_params.top_p=0.9", "generator.sampling_params.top_k=20")
+    assert code == 2, err
+    assert "generator.sampling_params.top_p = 0.9: with generator.sampling_params.top_p=0.9 and " in err
+    assert "generator.sampling_params.top_k=20 the sampler's processed_logprobs" in err
+    assert "trainer.arctic_rl.vllm.logprobs_mode=raw_logprobs" in err and "biased below 1" in err
+    code, err = run("generator.sampling_params.top_k=20")
+    assert code == 2 and "generator.sampling_params.top_k = 20" in err, err
+    code, err = run("generator.sampling_params.top_k=20", "trainer.arctic_rl.vllm.logprobs_mode=raw_logprobs")
+    assert code == 0, err
+    code, err = run("generator.eval_sampling_params.top_p=0.7", "generator.eval_sampling_params.top_k=5")
+    assert code == 0, err

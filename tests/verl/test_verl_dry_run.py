@@ -229,3 +229,21 @@ def test_remote_backend_group_selection(capsys):
     assert compose(plain.overrides).remote_backend.core.backend.kind == "ray"
     other = prepare(["+remote_backend=mine"])
     assert other.problems == ["remote_backend=mine: the adapter's group is +remote_backend=arctic"]
+
+
+def test_truncated_rollout_sampling_with_processed_logprobs_is_refused(capsys, tmp_path):
+    """top-k/top-p on verl's training rollouts: vLLM's processed_logprobs (the default here, verl's
+    apply_temperature distribution) renormalise over the kept tokens and the trainer's do not, so every IS
+    weight sits below 1 at staleness 0: refused naming both fixes. raw_logprobs at temperature 1 (the
+    trainer's full distribution whatever is kept) and truncation in validation sampling only both pass."""
+    rollout = "actor_rollout_ref.rollout"
+    stock = [*STOCK_QWEN2_7B, f"trainer.default_local_dir={tmp_path}/ckpt"]
+    code, _, err = dry_run(capsys, *stock, f"{rollout}.top_p=0.9")
+    assert code == 2
+    assert f"{rollout}.top_p = 0.9: with {rollout}.top_p=0.9 the sampler's processed_logprobs" in err, err
+    assert f"set {rollout}.top_p=1.0 and {rollout}.top_k=-1" in err
+    assert f"{rollout}.logprobs_mode=raw_logprobs" in err
+    code, _, err = dry_run(capsys, *stock, f"{rollout}.top_k=8", f"{rollout}.logprobs_mode=raw_logprobs")
+    assert code == 0, err
+    code, _, err = dry_run(capsys, *stock, f"{rollout}.val_kwargs.top_p=0.7", f"{rollout}.val_kwargs.top_k=5")
+    assert code == 0, err

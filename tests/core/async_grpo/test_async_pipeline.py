@@ -205,9 +205,11 @@ def test_stale_groups_are_dropped_or_regenerated_and_counted(policy: str) -> Non
     assert by_step[4].trained and by_step[4].trainer_version == (2 if policy == "drop" else 4)
 
 
-def test_engine_sampler_and_trainer_overlap_and_sync_waits_for_generation() -> None:
+@pytest.mark.parametrize("sampler_process", [False, True], ids=["thread", "process"])
+def test_engine_sampler_and_trainer_overlap_and_sync_waits_for_generation(sampler_process: bool) -> None:
     cfg = _config()
-    engine = _engine(cfg)
+    settings = ReferenceEngineSettings.from_config(cfg)
+    engine = ReferenceBackend(settings.model_copy(update={"sampler_process": sampler_process}))
     spans: dict[str, list[tuple[float, float, int]]] = {"sample": [], "train": []}
     original_sample, original_train = engine._sample, engine._train
 

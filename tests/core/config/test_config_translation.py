@@ -538,6 +538,32 @@ def test_logprobs_mode_reaches_the_sampling_engine_config() -> None:
         )
 
 
+def test_truncated_training_sampling_is_refused_where_the_logprobs_are_processed() -> None:
+    """Both adapters' rule (config.truncated_sampling): top-k/top-p with processed_logprobs is an issue
+    naming the framework's fields and both fixes; off (top_p 1, top_k -1 or 0) or raw_logprobs is not."""
+    from arctic_rl_core.config.truncated_sampling import truncated_sampling_issues
+
+    names = {"top_p_field": "s.top_p", "top_k_field": "s.top_k", "logprobs_mode_field": "s.mode"}
+    reference = _config("reference-cpu.yaml")  # logprobs_mode null -> processed here
+
+    def issues(cfg, top_p, top_k):
+        return truncated_sampling_issues(cfg, top_p=top_p, top_k=top_k, **names)
+
+    (issue,) = issues(reference, 0.95, 40)
+    assert (issue.path, issue.value) == ("s.top_p", 0.95)
+    assert "s.top_p=0.95 and s.top_k=40" in issue.problem and "biased below 1" in issue.problem
+    assert "s.top_p=1.0 and s.top_k=-1" in issue.remedy and "s.mode=raw_logprobs" in issue.remedy
+    (issue,) = issues(reference, 1.0, 40)
+    assert (issue.path, issue.value) == ("s.top_k", 40)
+    assert issues(reference, 1.0, -1) == issues(reference, None, 0) == []
+    raw = load_config(CONFIGS / "reference-cpu.yaml", ["vllm.logprobs_mode=raw_logprobs"])
+    assert issues(raw, 0.5, 4) == []
+    cortex = load_config(CONFIGS / "cortex.yaml")  # raw by default (no temperature in its training body)
+    assert issues(cortex, 0.5, 4) == []
+    cortex_processed = load_config(CONFIGS / "cortex.yaml", ["vllm.logprobs_mode=processed_logprobs"])
+    assert [i.path for i in issues(cortex_processed, 0.5, -1)] == ["s.top_p"]
+
+
 def test_user_compilation_config_keeps_the_injected_workaround() -> None:
     cfg = load_config(
         CONFIGS / "bird-qwen3-32b-32gpu.yaml",

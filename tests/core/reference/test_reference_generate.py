@@ -91,6 +91,47 @@ def test_processed_logprobs_renormalise_over_the_top_k_kept_set(engine_factory, 
             assert sum(torch.tensor(kept).exp().tolist()) == pytest.approx(1.0, abs=1e-5)
 
 
+def test_truncated_processed_logprobs_sit_above_the_trainers_by_the_kept_mass(engine_factory, ref):
+    """Why top-k/top-p with processed_logprobs is refused at dry run (config.truncated_sampling): with
+    top_p < 1 the processed log-probs are renormalised over the kept tokens, the trainer's forward is over
+    the whole vocabulary, so the IS weight exp(trainer - rollout) is the kept mass (< 1), not 1, at the same
+    weights. The remedy it names: raw_logprobs at temperature 1 equal the trainer's whatever is kept."""
+    from arctic_rl_core.wire import RolloutSample
+
+    def trainer_and_rollout(mode: str, params: SamplingParams):
+        engine = engine_factory(logprobs_mode=mode)
+        completions = ref.run(engine.generate(PROMPTS, params)).completions
+        samples = [
+            RolloutSample(prompt_ids=c.prompt_token_ids, response_ids=c.token_ids) for c in completions
+        ]
+        spec = ref.spec(
+            engine,
+            max_prompt_len=max(len(s.prompt_ids) for s in samples),
+            max_response_len=params.max_tokens,
+            temperature=params.temperature,
+        )
+        payload = build_forward_payload(samples, spec)
+        values, mask = response_logprobs(ref.run(engine.forward(payload)).logprobs_B_S, payload, spec)
+        lengths = [len(c.token_ids) for c in completions]
+        rollout = torch.tensor(
+            [
+                list(c.logprobs) + [0.0] * (params.max_tokens - n)
+                for c, n in zip(completions, lengths, strict=True)
+            ]
+        )
+        return values, rollout, mask
+
+    trainer, rollout, mask = trainer_and_rollout(
+        "processed_logprobs", SamplingParams(max_tokens=6, temperature=0.6, top_p=0.8, logprobs=True, seed=3)
+    )
+    is_weights = (trainer - rollout).exp()[mask]
+    assert (is_weights <= 1 + 1e-5).all() and is_weights.min() < 0.95  # biased below 1 at staleness 0
+    trainer, rollout, mask = trainer_and_rollout(
+        "raw_logprobs", SamplingParams(max_tokens=6, temperature=1.0, top_k=3, logprobs=True, seed=3)
+    )
+    torch.testing.assert_close(trainer[mask], rollout[mask], atol=2e-5, rtol=0)
+
+
 def test_greedy_top_k_one_and_tiny_top_p_agree(engine_factory, ref):
     engine = engine_factory()
     greedy = ref.run(engine.generate(PROMPTS, SamplingParams(max_tokens=6, temperature=0.0)))

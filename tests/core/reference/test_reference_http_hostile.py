@@ -19,7 +19,7 @@ from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_train_payload
 TOKEN = "s3cret-token"
 
 
-def _serve(test, file_root: Path, **server_kwargs) -> None:
+def _serve(test, file_root: Path | None, **server_kwargs) -> None:
     async def main():
         server = ReferenceServer(ReferenceEngineSettings(num_threads=1), file_root=file_root, **server_kwargs)
         async with TestClient(TestServer(server.application())) as client:
@@ -106,6 +106,69 @@ def test_every_caller_chosen_path_stays_under_the_file_root(layout) -> None:
     _serve(test, root)
     assert _tree(outside) == ["checkpoint-1", "keep.txt"]  # nothing written, read or pruned there
     assert (outside / "keep.txt").read_text() == "precious"
+
+
+def test_no_file_root_given_means_a_temporary_one_removed_at_close(tmp_path: Path, monkeypatch) -> None:
+    """Without a file root the server writes under a fresh temporary folder of its own (never the working
+    directory: a server started in a checkout left `arctic-rl-serve-files/` there), removed when it stops."""
+    import tempfile
+
+    from arctic_rl_core.backends.reference.file_root import TEMPORARY_PREFIX, FileRoot
+
+    monkeypatch.chdir(tmp_path)
+    seen: list[Path] = []
+
+    async def test(client, server):
+        root = server.files.root
+        seen.append(root)
+        assert root.parent == Path(tempfile.gettempdir()).resolve() and root.name.startswith(TEMPORARY_PREFIX)
+        status, _ = await _post(
+            client,
+            "/initialize",
+            {"model_name": REFERENCE_MODEL_NAME, "job_type": "training", "checkpoint_path": "runs/a"},
+        )
+        assert status == 200 and (root / "runs" / "a" / "arctic_rl_job_1").is_dir()
+        status, answer = await _post(client, "/save", {"path": "saves", "step": 1}, job_id=1)
+        assert status == 200 and Path(answer["path"]).is_relative_to(root)
+
+    _serve(test, None)
+    assert not seen[0].exists()  # removed when the server closed
+    assert list(tmp_path.iterdir()) == []  # nothing in the working directory
+    given = FileRoot(tmp_path / "kept")
+    given.root.mkdir()
+    given.remove_temporary()
+    assert given.root.is_dir() and not given.temporary  # a given root is never removed
+
+
+def test_serve_cli_prints_its_temporary_file_root_and_removes_it_on_sigterm(tmp_path: Path) -> None:
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "arctic_rl_core.cli.main", "serve", "--reference", "--port", "0"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines = []
+        while not lines or "listening on" not in lines[-1]:
+            line = proc.stdout.readline()
+            assert line, f"the server exited before listening: {lines}"
+            lines.append(line)
+        (announced,) = [
+            m for m in map(re.compile(r"file root: (\S+) \(a temporary folder").search, lines) if m
+        ]
+        root = Path(announced.group(1))
+        assert root.is_dir() and not root.is_relative_to(tmp_path)
+        assert "--file-root DIR keeps the files" in "".join(lines)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert proc.returncode == 0 and not root.exists() and list(tmp_path.iterdir()) == []
 
 
 # -- item 1: authentication -----------------------------------------------------------------------

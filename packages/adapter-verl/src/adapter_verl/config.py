@@ -251,7 +251,10 @@ def _check_separate_async(config: DictConfig, bad: Any) -> None:
             f"{sep}.parameter_sync_step",
             sync_step,
             "with more than one update per weight sync verl recomputes old log-probs with pi_old saved on the "
-            "trainer (Decoupled PPO), and the Arctic training job keeps one copy of the weights: set it to 1 "
+            "trainer (Decoupled PPO: DetachActorWorker's save/restore of the weights to CPU), and the Arctic "
+            "training job keeps one copy of the weights (arctic-platform 0.1.4 has no such operation); verl's "
+            "bypass mode (algorithm.rollout_correction.bypass_mode=true: old log-probs = the rollout's) would "
+            "need no pi_old, but several updates per sync are not built on the Arctic path: set it to 1 "
             f"(and data.train_batch_size = {actor}.ppo_mini_batch_size)",
         )
     train_batch = _get(config, "data.train_batch_size")
@@ -362,6 +365,19 @@ def resolve(config: DictConfig, total_training_steps: int | None) -> Resolution:
                 named = VERL_FIELDS.in_framework_terms(issue, extension_prefix=CORE_PREFIX)
                 if not any(path in named.path for path in mapped_bad):
                     problems.append(named.render())
+    if cfg is not None:
+        from arctic_rl_core.config.truncated_sampling import truncated_sampling_issues
+
+        rollout = "actor_rollout_ref.rollout"
+        for issue in truncated_sampling_issues(
+            cfg,
+            top_p=_get(config, f"{rollout}.top_p"),
+            top_k=_get(config, f"{rollout}.top_k"),
+            top_p_field=f"{rollout}.top_p",
+            top_k_field=f"{rollout}.top_k",
+            logprobs_mode_field=f"{rollout}.logprobs_mode",
+        ):
+            problems.append(issue.render())
     resume_mode = _get(config, "trainer.resume_mode", "auto")
     if cfg is not None and cfg.backend.kind == "cortex" and resume_mode == "resume_path":
         from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS

@@ -1,9 +1,11 @@
 """Asynchronous GRPO on the reference backend: trained samples/s with `async.max_staleness` 1 against 0,
 same sizes, same seeds, same run: `arctic-rl bench async`.
 
-The reference engine runs generation and training on two threads of one process (one torch thread
-each, so each side holds one core, as the Arctic server's sampling and training GPUs are separate):
-synchronously one waits for the other; with k = 1 batch i+1 is sampled while batch i trains. The
+The reference engine runs generation in its own process (`sampler_process`: weights in shared
+memory, one torch thread) and training on a thread of this one (one torch thread), so each side holds
+one core, as the Arctic server's sampling and training GPUs are separate, and neither waits for the
+other's GIL (`--sampler thread`: the in-thread sampler, for comparison): synchronously one waits for
+the other; with k = 1 batch i+1 is sampled while batch i trains. The
 benchmark first picks the model's hidden size so that generation and training each take 40-60% of a
 synchronous step (training's kernels grow with it faster than generation's per-token cost, which is
 mostly fixed overhead at these sizes: two calibration runs and a linear fit), prints the split, then runs both modes, alternating, `--repeats` times (the best run of each mode counts). Throughput is measured at steady state
@@ -44,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--repeats", type=int, default=2, help="runs of each mode, alternating; the best counts"
+    )
+    parser.add_argument(
+        "--sampler",
+        choices=("process", "thread"),
+        default="process",
+        help="the reference sampler in its own process (default) or on a thread of the trainer's process",
     )
 
 
@@ -104,7 +112,8 @@ async def _run_mode(args: argparse.Namespace, hidden: int, max_staleness: int, s
     from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 
     cfg = _config(args, hidden, max_staleness)
-    engine = ReferenceBackend(ReferenceEngineSettings.from_config(cfg))  # num_threads=1
+    settings = ReferenceEngineSettings.from_config(cfg)  # num_threads=1
+    engine = ReferenceBackend(settings.model_copy(update={"sampler_process": args.sampler == "process"}))
     try:
         task = TokenTask.create(
             cfg,
@@ -240,7 +249,10 @@ def run(args: argparse.Namespace) -> BenchResult:
             ),
             ("staleness of trained groups (k=1)", ", ".join(map(str, staleness))),
             ("dropped groups (k=1)", f"{sum(r.metrics['async/dropped_groups'] for r in fast.records):.0f}"),
-            ("torch threads per side; load average", f"{torch.get_num_threads()}; {os.getloadavg()[0]:.1f}"),
+            (
+                "sampler; torch threads per side; load average",
+                f"{args.sampler}; {torch.get_num_threads()}; {os.getloadavg()[0]:.1f}",
+            ),
             (
                 "two-core check before; after (pure kernels, 2 threads vs 1; ~2 = two free cores)",
                 f"{capacity[0]:.2f}x; {capacity[1]:.2f}x",

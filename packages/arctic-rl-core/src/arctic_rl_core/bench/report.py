@@ -16,11 +16,16 @@ class BenchResult:
     ours_seconds: float
     unit: str = "s"
     quantity: str = "time"  # what baseline_seconds / ours_seconds measure (e.g. "bytes": lower is better too)
+    higher_is_better: bool = False  # e.g. an accuracy: the ratio is then ours / baseline
     notes: list[str] = field(default_factory=list)
     extra_rows: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def ratio(self) -> float:
+        if self.higher_is_better:
+            if self.baseline_seconds <= 0:
+                raise ValueError(f"benchmark {self.title!r} measured a non-positive baseline")
+            return self.ours_seconds / self.baseline_seconds
         if self.ours_seconds <= 0:
             raise ValueError(f"benchmark {self.title!r} measured a non-positive time for ours")
         return self.baseline_seconds / self.ours_seconds

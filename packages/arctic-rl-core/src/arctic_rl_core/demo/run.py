@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default 24)")
     parser.add_argument("--out", default=None, help="run directory (default runs/demo-<UTC timestamp>)")
     parser.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seeds the model, sampling and data order (default 42)"
+    )
     parser.add_argument("--warm-start-steps", type=int, default=None, help="supervised steps (default 80)")
     parser.add_argument(
         "--prompts-per-step", type=int, default=None, help="prompts per GRPO step (default 4)"
@@ -99,6 +102,7 @@ def _explicit(args: argparse.Namespace) -> dict[str, Any]:
         "framework": "framework",
         "task": "task",
         "steps": "steps",
+        "seed": "seed",
         "warm_start_steps": "warm_start_steps",
         "prompts_per_step": "prompts_per_step",
         "rollouts_per_prompt": "rollouts_per_prompt",

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
-from arctic_rl_core.losses.aggregation import aggregate, kl_penalty, masked_sum
+from arctic_rl_core.losses.aggregation import aggregate, masked_sum
 from arctic_rl_core.losses.families import policy_terms
+from arctic_rl_core.losses.regularizers import add_entropy_and_kl
 from arctic_rl_core.losses.settings import LossSettings
 
 
@@ -67,26 +68,17 @@ def actor_loss(
             if flags is not None:
                 metrics[f"actor/{name}.sum"] = float((flags & mask).sum().item())
                 metrics[f"actor/{name}.tokens"] = tokens
-    loss_sum = pg_sum
-    if entropy_B_R is not None:
-        loss = loss - settings.entropy_coeff * aggregate(entropy_B_R, mask, settings.loss_agg_mode, **agg)
-        entropy_sum = float(masked_sum(entropy_B_R.detach(), mask).item())
-        metrics["actor/entropy_loss.sum"] = entropy_sum
-        metrics["actor/entropy_loss.tokens"] = tokens
-        loss_sum -= settings.entropy_coeff * entropy_sum
-    if settings.use_kl_loss:
-        if ref_logprobs_B_R is None:
-            raise ValueError(
-                "meta.actor_config.use_kl_loss=True but batch.ref_log_prob is missing: send reference "
-                "log-probs (forward with reference_model=True) or set use_kl_loss=False"
-            )
-        kld = kl_penalty(logprobs_B_R, ref_logprobs_B_R, settings.kl_loss_type)
-        loss = loss + aggregate(kld, mask, settings.loss_agg_mode, **agg) * settings.kl_loss_coef
-        kl_sum = float(masked_sum(kld.detach(), mask).item())
-        metrics["kl_loss.sum"] = kl_sum
-        metrics["kl_loss.tokens"] = tokens
-        metrics["kl_coef"] = settings.kl_loss_coef
-        loss_sum += settings.kl_loss_coef * kl_sum
-    metrics["loss.sum"] = loss_sum
-    metrics["loss.tokens"] = tokens
+    loss = add_entropy_and_kl(
+        loss,
+        pg_sum,
+        metrics,
+        settings,
+        aggregate=aggregate,
+        agg=agg,
+        logprobs=logprobs_B_R,
+        mask=mask,
+        tokens=tokens,
+        entropy=entropy_B_R,
+        ref_logprobs=ref_logprobs_B_R,
+    )
     return loss, metrics

@@ -50,7 +50,7 @@ from arctic_rl_core.backends.reference import http_auth
 from arctic_rl_core.backends.reference.app_runner import serve_application
 from arctic_rl_core.backends.reference.cortex_chunks import ChunkFrameError, ChunkGroupError, ChunkGroups
 from arctic_rl_core.backends.reference.fidelity import Fidelity
-from arctic_rl_core.backends.reference.file_root import DEFAULT_FILE_ROOT, FileRoot
+from arctic_rl_core.backends.reference.file_root import FileRoot
 from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, vllm_sampling
 from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 
@@ -217,7 +217,7 @@ class CortexEmulator:
         settings: ReferenceEngineSettings | None = None,
         *,
         fidelity: Fidelity | None = None,
-        file_root: str | Path | None = None,
+        file_root: str | Path | FileRoot | None = None,
         poll_wait_s: float = 0.1,
     ) -> None:
         if not token:
@@ -228,7 +228,7 @@ class CortexEmulator:
         self.settings = self.fidelity.engine_settings(settings or ReferenceEngineSettings()).model_copy(
             update={"honour_clip_ratios": True}
         )
-        self.files = FileRoot(Path(DEFAULT_FILE_ROOT) if file_root is None else file_root)
+        self.files = file_root if isinstance(file_root, FileRoot) else FileRoot(file_root)
         self.jobs: dict[str, CortexJob] = {}
         self.poll_wait_s = poll_wait_s
         self.faults = FaultPlan()
@@ -266,6 +266,7 @@ class CortexEmulator:
     async def close(self) -> None:
         for job in self.jobs.values():
             await self._release(job)
+        self.files.remove_temporary()
 
     def _json_route(self, handler: Callable[[web.Request], Awaitable[Any]]) -> Any:
         async def route(request: web.Request) -> web.StreamResponse:
@@ -1180,7 +1181,7 @@ async def serve(
     port: int,
     *,
     token: str,
-    file_root: str | Path | None = None,
+    file_root: str | Path | FileRoot | None = None,
     on_ready: Callable[[str, int], None] | None = None,
     stop: asyncio.Event | None = None,
     fidelity: Fidelity | None = None,

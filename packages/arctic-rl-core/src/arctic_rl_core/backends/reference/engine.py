@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     import torch
 
     from arctic_rl_core.backends.reference.sampler import SampledSequence
+    from arctic_rl_core.backends.reference.sampler_process import SamplerProcess
     from arctic_rl_core.backends.reference.weight_transfer import TransferReport
 
 __all__ = ["ReferenceBackend", "ReferenceEngineSettings", "SyncReport", "TrainResult"]
@@ -113,6 +114,7 @@ class ReferenceBackend(Backend):
         )
         if self.settings.peft is not None:
             self._add_adapters(self.settings.peft)
+        self._sampler_process: SamplerProcess | None = None
         self.vocab_size = int(self._trainer.get_input_embeddings().weight.shape[0])
         self.max_model_len = int(model_cfg.max_position_embeddings)
         self._stop_ids = stop_token_ids(self.tokenizer)
@@ -137,6 +139,13 @@ class ReferenceBackend(Backend):
             initializer=self._init_worker_thread,
         )
         self._sampler_lock = threading.Lock()  # held by a generate call, a sync, a load, a sampler sleep/wake
+        if self.settings.sampler_process:  # last: nothing after it can fail and leave the child running
+            from arctic_rl_core.backends.reference.sampler_process import SamplerProcess
+
+            assert self.settings.num_threads is not None  # the settings check it
+            self._sampler_process = SamplerProcess(
+                self._sampler, self.tokenizer, seed=self.settings.seed, num_threads=self.settings.num_threads
+            )
         with _REGISTRY.lock:
             self._registry_id = next(_REGISTRY.ids)
             _REGISTRY.live[self._registry_id] = self
@@ -278,17 +287,15 @@ class ReferenceBackend(Backend):
 
         self._state.check_generate()
         ids = self._prompt_ids(prompts)
-        sequences = sample(
-            self._sampler,
-            self.tokenizer,
-            ids,
-            params,
-            generator=self._sampler_rng,
+        options = dict(
             stop_ids=self._stop_ids | extra_stop_ids,
             max_model_len=self.max_model_len if max_len is None else min(max_len, self.max_model_len),
             top_logprobs=top_logprobs,
             logprobs_mode=logprobs_mode,
         )
+        if self._sampler_process is not None:
+            return self._sampler_process.sample(ids, params, **options), self._weights_version
+        sequences = sample(self._sampler, self.tokenizer, ids, params, generator=self._sampler_rng, **options)
         return sequences, self._weights_version
 
     async def generate_version(self) -> int:
@@ -322,6 +329,17 @@ class ReferenceBackend(Backend):
             completions,
             params,
         )
+
+    def _sampler_rng_state(self) -> torch.Tensor:
+        if self._sampler_process is not None:
+            return self._sampler_process.rng_state()
+        return self._sampler_rng.get_state()
+
+    def _set_sampler_rng_state(self, state: torch.Tensor) -> None:
+        if self._sampler_process is not None:
+            self._sampler_process.set_rng_state(state)
+        else:
+            self._sampler_rng.set_state(state)
 
     def _prompt_ids(self, prompts) -> list[list[int]]:
         if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
@@ -653,7 +671,7 @@ class ReferenceBackend(Backend):
             self._optimizer,
             global_step=self._global_step,
             trainer_rng=self._trainer_rng,
-            sampler_rng=self._sampler_rng.get_state(),
+            sampler_rng=self._sampler_rng_state(),
             extra=extra,
         )
         if export_hf:
@@ -672,7 +690,7 @@ class ReferenceBackend(Backend):
         self._state.check_training("load_checkpoint")
         state, trainer_rng, sampler_rng = load_checkpoint(directory, self._trainer, self._optimizer)
         self._trainer_rng = trainer_rng
-        self._sampler_rng.set_state(sampler_rng)
+        self._set_sampler_rng_state(sampler_rng)
         self._global_step = state.global_step
         self._has_grads = False
         self._trainer.zero_grad(set_to_none=True)
@@ -734,6 +752,8 @@ class ReferenceBackend(Backend):
             _REGISTRY.live.pop(self._registry_id, None)
         self._executor.shutdown(wait=True)
         self._sampler_executor.shutdown(wait=True)
+        if self._sampler_process is not None:
+            self._sampler_process.close()
 
 
 class InProcessHandle(BackendHandle):

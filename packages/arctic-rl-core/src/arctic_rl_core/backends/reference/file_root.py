@@ -5,14 +5,20 @@ A relative path resolves from the root (not from the server's working directory)
 one must already be inside it. Symlinks are resolved before the check, so a link inside the root
 that points out of it is refused too. A refusal is a 403 naming the field, the value, the root
 and the fix, and happens before any file operation.
+
+No root given: a fresh temporary folder for this server run (`TEMPORARY_PREFIX` under the system's
+temp directory), made on first use and removed when the server closes, so a server started in a
+checkout leaves nothing there. A given root is never removed.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
-DEFAULT_FILE_ROOT = "arctic-rl-serve-files"  # under the server's working directory
+TEMPORARY_PREFIX = "arctic-rl-serve-"
 
 
 class PathRefused(Exception):
@@ -23,8 +29,30 @@ class PathRefused(Exception):
 
 
 class FileRoot:
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root).expanduser().resolve()
+    def __init__(self, root: str | Path | None) -> None:
+        self._root = None if root is None else Path(root).expanduser().resolve()
+        self.temporary = root is None
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX)).resolve()
+        return self._root
+
+    def describe(self) -> str:
+        """The line a server prints at start: where its files go, and whether they outlive it."""
+        if self.temporary:
+            return (
+                f"file root: {self.root} (a temporary folder, removed when the server stops; "
+                "--file-root DIR keeps the files)"
+            )
+        return f"file root: {self.root}"
+
+    def remove_temporary(self) -> None:
+        """Delete the folder if this object made it (a given root stays); the next use makes a new one."""
+        if self.temporary and self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
 
     def resolve(self, field: str, value: Any) -> Path:
         """`value` (a client's path) as an absolute path inside the root, or `PathRefused`."""

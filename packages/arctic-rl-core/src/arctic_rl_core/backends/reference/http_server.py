@@ -46,7 +46,7 @@ from arctic_rl_core.backends.reference.fidelity import (
     InternalServerError,
     deepspeed_rejects,
 )
-from arctic_rl_core.backends.reference.file_root import DEFAULT_FILE_ROOT, FileRoot, PathRefused
+from arctic_rl_core.backends.reference.file_root import FileRoot, PathRefused
 from arctic_rl_core.backends.reference.fixed_rollouts import FixedRollouts, FixedRolloutsError
 from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 
@@ -118,7 +118,7 @@ class ReferenceServer:
         *,
         request_log: Path | None = None,
         fidelity: Fidelity | None = None,
-        file_root: str | Path | None = None,
+        file_root: str | Path | FileRoot | None = None,
         token: str | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         parity_trace: Path | None = None,
@@ -137,7 +137,7 @@ class ReferenceServer:
             self.parity = ServerTraceRecorder(parity_trace)
         # `--fixed-rollouts`: /generate serves these completions instead of sampling (fixed_rollouts.py)
         self.fixed_rollouts = fixed_rollouts
-        self.files = FileRoot(Path(DEFAULT_FILE_ROOT) if file_root is None else file_root)
+        self.files = file_root if isinstance(file_root, FileRoot) else FileRoot(file_root)
         self.token = token or None
         self.max_body_bytes = max_body_bytes
 
@@ -181,6 +181,7 @@ class ReferenceServer:
         engine, self.state.engine = self.state.engine, None
         if engine is not None:
             await engine.shutdown()
+        self.files.remove_temporary()
 
     # -- jobs -----------------------------------------------------------------------------------
     async def health(self, request: web.Request) -> Any:
@@ -1047,7 +1048,7 @@ async def serve(
     host: str,
     port: int,
     *,
-    file_root: str | Path | None = None,
+    file_root: str | Path | FileRoot | None = None,
     token: str | None = None,
     on_ready: Callable[[str, int], None] | None = None,
     stop: asyncio.Event | None = None,

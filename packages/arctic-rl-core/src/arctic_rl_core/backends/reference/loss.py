@@ -285,28 +285,21 @@ def grpo_loss(
             "actor/pg_loss.sum": pg_loss_sum,
             "actor/pg_loss.tokens": tokens,
         }
-    loss_sum = pg_loss_sum
-    if entropy_B_T is not None:
-        loss = loss - config.entropy_coeff * aggregate(entropy_B_T, mask_B_T, config.loss_agg_mode, **agg)
-        entropy_sum = float(masked_sum(entropy_B_T.detach(), mask_B_T).item())
-        metrics["actor/entropy_loss.sum"] = entropy_sum
-        metrics["actor/entropy_loss.tokens"] = tokens
-        loss_sum -= config.entropy_coeff * entropy_sum
-    if config.use_kl_loss:
-        if ref_logprobs_B_T is None:
-            raise ValueError(
-                "meta.actor_config.use_kl_loss=True but batch.ref_log_prob is missing: send reference "
-                "log-probs (forward with reference_model=True) or set use_kl_loss=False"
-            )
-        kld_B_T = kl_penalty(logprobs_B_T, ref_logprobs_B_T, config.kl_loss_type)
-        loss = loss + config.kl_loss_coef * aggregate(kld_B_T, mask_B_T, config.loss_agg_mode, **agg)
-        kl_sum = float(masked_sum(kld_B_T.detach(), mask_B_T).item())
-        metrics["kl_loss.sum"] = kl_sum
-        metrics["kl_loss.tokens"] = tokens
-        metrics["kl_coef"] = config.kl_loss_coef
-        loss_sum += config.kl_loss_coef * kl_sum
-    metrics["loss.sum"] = loss_sum
-    metrics["loss.tokens"] = tokens
+    from arctic_rl_core.losses.regularizers import add_entropy_and_kl
+
+    loss = add_entropy_and_kl(
+        loss,
+        pg_loss_sum,
+        metrics,
+        config,
+        aggregate=aggregate,
+        agg=agg,
+        logprobs=logprobs_B_T,
+        mask=mask_B_T,
+        tokens=tokens,
+        entropy=entropy_B_T,
+        ref_logprobs=ref_logprobs_B_T,
+    )
     return loss, metrics
 
 

@@ -132,6 +132,27 @@ class ReferenceEngineSettings(BaseModel):
         description="torch intra-op threads, set process-wide when the engine starts. 1 by default: the tiny "
         "model is latency-bound and extra threads slow sampling sharply on a busy CPU; None leaves torch's setting.",
     )
+    sampler_process: bool = Field(
+        default=False,
+        description="Run the sampler in its own (forked) process instead of a thread of this one: weights in "
+        "shared memory (a sync copies into them), generate calls over a pipe, same tokens and log-probs. For "
+        "asynchronous GRPO on CPU, where generation overlaps training and two threads would share one GIL; "
+        "needs num_threads and device 'cpu'.",
+    )
+
+    @model_validator(mode="after")
+    def _check_sampler_process(self) -> ReferenceEngineSettings:
+        if self.sampler_process and self.num_threads is None:
+            raise ValueError(
+                "sampler_process=True needs num_threads (the forked sampler sets its own torch thread "
+                "count; the in-thread sampler's is torch's default): set num_threads, e.g. 1"
+            )
+        if self.sampler_process and self.model.device != "cpu":
+            raise ValueError(
+                f"sampler_process=True with model.device={self.model.device!r}: the sampler process shares "
+                "its weights through CPU shared memory; use device='cpu' or sampler_process=False"
+            )
+        return self
 
     @classmethod
     def from_config(cls, cfg: ArcticRLConfig) -> ReferenceEngineSettings:

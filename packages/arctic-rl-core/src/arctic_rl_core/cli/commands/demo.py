@@ -16,6 +16,7 @@ def run(args: argparse.Namespace) -> int:
 
     framework = args.framework or "skyrl"
     extra = {
+        "--seed": args.seed,
         "--warm-start-steps": args.warm_start_steps,
         "--prompts-per-step": args.prompts_per_step,
         "--rollouts-per-prompt": args.rollouts_per_prompt,

@@ -1,6 +1,7 @@
 """`arctic-rl serve --reference`: the CPU reference engine behind the Arctic on-prem HTTP API, so the
 real arctic-platform client (or any adapter) can drive it. Binds to loopback unless told otherwise;
-a non-loopback address needs a bearer token. Files are read and written under --file-root only."""
+a non-loopback address needs a bearer token. Files are read and written under --file-root only
+(default: a temporary folder of this run, removed when the server stops)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help=(
             "the only folder clients' checkpoint paths may name; relative paths resolve from it "
-            "(default: ./arctic-rl-serve-files)"
+            "(default: a new temporary folder for this run, removed when the server stops; give a folder "
+            "to keep what clients save)"
         ),
     )
     parser.add_argument(
@@ -127,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    import asyncio
 
+    from arctic_rl_core.backends.reference.file_root import FileRoot
     from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, serve
     from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 
@@ -192,7 +194,10 @@ def run(args: argparse.Namespace) -> int:
         except FixedRolloutsError as err:
             print(f"arctic-rl serve: {err}", file=sys.stderr)
             return 2
-    asyncio.run(
+    files = FileRoot(args.file_root)
+    print(f"arctic-rl serve: {files.describe()}", flush=True)
+    return _serve_until_stopped(
+        files,
         serve(
             settings,
             args.host,
@@ -202,17 +207,27 @@ def run(args: argparse.Namespace) -> int:
             parity_trace=parity_trace,
             fixed_rollouts=fixed_rollouts,
             fidelity=fidelity,
-            file_root=args.file_root,
+            file_root=files,
             token=token,
-        )
+        ),
     )
+
+
+def _serve_until_stopped(files, server) -> int:
+    """Run the `server` coroutine to its end; a temporary file root goes with it (the server removes it
+    on a clean stop; this covers a failed start: port in use, ...)."""
+    import asyncio
+
+    try:
+        asyncio.run(server)
+    finally:
+        files.remove_temporary()
     return 0
 
 
 def _run_cortex(args: argparse.Namespace, settings) -> int:
     """`--api cortex`: the Cortex emulator. The PAT comes from the environment only (a command-line
     value would show in the process list); it is never printed."""
-    import asyncio
     import os
 
     from arctic_rl_core.backends.reference.cortex_server import ENDPOINT, PAT_ENV, PREFIX, serve
@@ -245,14 +260,15 @@ def _run_cortex(args: argparse.Namespace, settings) -> int:
         )
         return 2
     settings = settings.model_copy(update={"colocated": False})
+    from arctic_rl_core.backends.reference.file_root import FileRoot
+
+    files = FileRoot(args.file_root)
+    print(f"arctic-rl Cortex emulator: {files.describe()}", flush=True)
     scheme, ssl_context = "http", None
     if args.tls:
-        from pathlib import Path
-
         from arctic_rl_core.backends.reference.cortex_tls import self_signed
-        from arctic_rl_core.backends.reference.file_root import DEFAULT_FILE_ROOT
 
-        tls = self_signed(Path(args.file_root or DEFAULT_FILE_ROOT).resolve() / "cortex-tls", args.host)
+        tls = self_signed(files.root / "cortex-tls", args.host)
         scheme, ssl_context = "https", tls.server_context()
         print(
             f"arctic-rl Cortex emulator: TLS certificate {tls.cert} (clients: REQUESTS_CA_BUNDLE={tls.cert} "
@@ -269,16 +285,16 @@ def _run_cortex(args: argparse.Namespace, settings) -> int:
         )
 
     fidelity = Fidelity(profile=ServerProfile(args.profile))
-    asyncio.run(
+    return _serve_until_stopped(
+        files,
         serve(
             settings,
             args.host,
             args.port,
             token=token,
-            file_root=args.file_root,
+            file_root=files,
             on_ready=ready,
             fidelity=fidelity,
             ssl_context=ssl_context,
-        )
+        ),
     )
-    return 0
