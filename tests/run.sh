@@ -28,7 +28,7 @@ if [[ " ${suites[*]} " == *" skyrl "* && " ${suites[*]} " == *" verl "* && " ${s
 fi
 
 results_dir="$root/.test-results"
-mkdir -p "$results_dir" && rm -f "$results_dir"/*.xml
+mkdir -p "$results_dir" && rm -f "$results_dir"/*.xml "$results_dir/.verl-synced"
 # a full run writes fresh traces: never compare leftovers from an earlier run
 [ "${ARCTIC_RL_PARITY_REQUIRE_TRACES:-}" = 1 ] && rm -rf "$results_dir/parity"
 failed=()
@@ -40,15 +40,16 @@ sync_env() {  # name, uv sync arguments...
   UV_PROJECT_ENVIRONMENT="$root/.venvs/$name" "${uv[@]}" sync --locked --quiet "$@"
 }
 
-run_suite() {  # suite, env, test dir
-  local suite=$1 env=$2 dir=$3
+run_suite() {  # suite, env, test dir [more pytest arguments: the files to run or --ignore=...]
+  local suite=$1 env=$2 dir=$3; shift 3
   if [ -z "$(find "$dir" -name 'test_*.py' 2>/dev/null)" ]; then
     echo "== suite $suite: EMPTY at this stage (no test files in $dir)"
     return 0
   fi
-  echo "== suite $suite ($dir, environment .venvs/$env)"
+  local targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=("$dir")
+  echo "== suite $suite (${targets[*]}, environment .venvs/$env)"
   local t0=$(date +%s)
-  "$root/.venvs/$env/bin/python" -m pytest "$dir" -q -p no:cacheprovider \
+  "$root/.venvs/$env/bin/python" -m pytest "${targets[@]}" -q -p no:cacheprovider \
     --junitxml="$results_dir/$suite.xml" -o junit_suite_name="$suite"
   local rc=$?
   echo "== suite $suite: exit $rc in $(( $(date +%s) - t0 )) s"
@@ -78,6 +79,14 @@ run_one() {  # suite: its environment, then its tests; appends to failed
     verl)
       sync_env verl --package adapter-verl --extra cpu || { failed+=("sync-verl"); return; }
       run_suite verl verl tests/verl ;;
+    verl-a)  # the verl suite less verl_lane_b (two lanes only)
+      sync_env verl --package adapter-verl --extra cpu; echo $? > "$results_dir/.verl-synced"
+      [ "$(cat "$results_dir/.verl-synced")" = 0 ] || { failed+=("sync-verl"); return; }
+      run_suite verl verl tests/verl tests/verl "${verl_lane_b[@]/#/--ignore=}" ;;
+    verl-b)  # verl_lane_b, in the other lane (two lanes only): waits for verl-a's environment sync
+      while [ ! -s "$results_dir/.verl-synced" ]; do sleep 2; done
+      [ "$(cat "$results_dir/.verl-synced")" = 0 ] || return
+      run_suite verl-b verl tests/verl "${verl_lane_b[@]}" ;;
     parity)
       sync_env core --extra core || { failed+=("sync-core"); return; }
       run_suite parity core tests/parity ;;
@@ -91,16 +100,25 @@ run_one() {  # suite: its environment, then its tests; appends to failed
 # Two lanes on a machine with two or more cores: verl's suite (mostly waiting on Ray, TransferQueue
 # and verl's actors starting) runs beside core, skyrl and wheels; lint first, parity last (it reads the
 # traces the skyrl and verl suites write). ARCTIC_RL_TEST_LANES=1 runs everything one after the other.
+# verl's suite alone (~24 min on 2 cores) is longer than core, skyrl and wheels together (~12 min), so
+# with all of them in the run, these verl files (each with its own Ray session and server, ~6 min
+# together) run in the main lane after the others: the two lanes then end within a few minutes.
+verl_lane_b=(tests/verl/test_verl_async_wire.py tests/verl/test_verl_cortex.py)
 lanes=${ARCTIC_RL_TEST_LANES:-$([ "$(nproc)" -ge 2 ] && echo 2 || echo 1)}
 side=() main_lane=() last=()
+split_verl=0
+if [ "$lanes" -ge 2 ] && [[ " ${suites[*]} " == *" verl "* ]] && [[ " ${suites[*]} " =~ \ (core|skyrl|wheels)\  ]]; then
+  split_verl=1
+fi
 for suite in "${suites[@]}"; do
   case "$suite" in
-    verl) side+=("$suite") ;;
+    verl) if [ $split_verl = 1 ]; then side+=(verl-a); else side+=("$suite"); fi ;;
     lint) run_one lint ;;
     parity) last+=("$suite") ;;
     *) main_lane+=("$suite") ;;
   esac
 done
+[ $split_verl = 1 ] && main_lane+=(verl-b)
 if [ "$lanes" -ge 2 ] && [ ${#side[@]} -gt 0 ] && [ ${#main_lane[@]} -gt 0 ]; then
   side_log="$results_dir/lane-verl.log"
   echo "== lanes: [${side[*]}] beside [${main_lane[*]}] (the verl lane's output: $side_log, printed when it ends)"

@@ -156,12 +156,7 @@ class RecordingExp(ArcticPPOExp):
         return self.recorded
 
     def get_generator(self, cfg, tokenizer, inference_engine_client) -> RecordingGenerator:
-        self.generator = RecordingGenerator(
-            self.backend,
-            tokenizer,
-            prompt_format=self.prompt_format,
-            **self.generator_async_options(),
-        )
+        self.generator = RecordingGenerator(self.backend, tokenizer, **self.generator_options())
         return self.generator
 
 

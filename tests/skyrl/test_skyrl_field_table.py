@@ -16,6 +16,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def test_every_leaf_of_the_installed_skyrl_config_is_classified():
     from adapter_skyrl.config import ArcticSkyRLConfig
+    from adapter_skyrl.dapo import DAPO_FIELDS, ArcticDAPOConfig
 
     skyrl = list(field_table.leaves(SkyRLTrainConfig()))
     assert len(skyrl) > 350  # the whole tree, not a truncated walk
@@ -23,7 +24,10 @@ def test_every_leaf_of_the_installed_skyrl_config_is_classified():
         field_table.leaves(ArcticSkyRLConfig())
     )  # SkyRL's tree plus trainer.arctic_rl / arctic_trace_path
     assert set(skyrl) < set(ours)
-    field_table.TABLE.check_complete(ours)
+    # the DAPO entry point's config: ours plus the two fields of SkyRL's DAPO example
+    dapo = list(field_table.leaves(ArcticDAPOConfig()))
+    assert set(dapo) - set(ours) == set(DAPO_FIELDS)
+    field_table.TABLE.check_complete(dapo)
     assert field_table.TABLE.unclassified(skyrl) == []
 
 

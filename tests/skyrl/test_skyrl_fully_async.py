@@ -22,11 +22,11 @@ RECORDED = json.loads((LAUNCHERS / "recorded_commands.json").read_text())  # see
 ASYNC_BASE = TINY_FULLY_ASYNC
 
 
-def _dry(args: list[str]) -> tuple[int, str, str]:
+def _dry(args: list[str], config_cls=None) -> tuple[int, str, str]:
     from adapter_skyrl.main import dry_run
 
     out, err = io.StringIO(), io.StringIO()
-    return dry_run(args, out=out, err=err), out.getvalue(), err.getvalue()
+    return dry_run(args, out=out, err=err, config_cls=config_cls), out.getvalue(), err.getvalue()
 
 
 def _recorded(name: str, home: Path) -> list[str]:
@@ -58,12 +58,101 @@ def test_stock_fully_async_gsm8k_launcher_passes_dry_run_with_its_staleness_on_t
     )
 
 
-def test_stock_dapo_fully_async_launcher_names_what_only_its_own_entry_point_has(tmp_path):
-    """SkyRL's DAPO example runs its own config class (DAPOConfig) and trainer subclass: the two
-    fields only DAPOConfig has are what SkyRL's strict parse of the adapter's config refuses."""
-    code, _, err = _dry(_recorded("stock_run_dapo_qwen3_1.7b_aime_fully_async.sh", tmp_path))
+DAPO_LAUNCHER = "stock_run_dapo_qwen3_1.7b_aime_fully_async.sh"
+
+
+def _dapo_args(home: Path, launcher: str = DAPO_LAUNCHER, rows: int = 320) -> list[str]:
+    """A DAPO launcher's arguments with its training file in place (`rows` rows: an LR warm-up needs
+    the run's length; 320 give the fully async launcher 200 steps for its 160 warm-up steps)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    args = _recorded(launcher, home)
+    (train,) = (a.split("=", 1)[1].strip("[]'") for a in args if a.startswith("data.train_data="))
+    Path(train).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"prompt": ["q"] * rows}), train)
+    return args
+
+
+def test_stock_dapo_fully_async_launcher_on_the_adapters_dapo_entry_point(tmp_path, monkeypatch):
+    """SkyRL's DAPO example runs its own config class (DAPOConfig: overlong_buffer_len and
+    overlong_buffer_penalty_factor) and trainer subclass (the soft overlong punishment).
+    `adapter_skyrl.main` refuses the two fields naming `adapter_skyrl.dapo`, the adapter's counterpart;
+    there the launcher's only problems are two refusals naming a fix, and with the fixes it passes
+    with every DAPO setting on the core or said aloud."""
+    from adapter_skyrl.dapo import ArcticDAPOConfig
+
+    monkeypatch.setenv(
+        "WANDB_API_KEY", "unused"
+    )  # the launcher logs to wandb; SkyRL's validate_cfg wants a key
+    args = _dapo_args(tmp_path)
+    code, _, err = _dry(args)
     assert code == 2
-    assert "overlong_buffer_len" in err and "overlong_buffer_penalty_factor" in err
+    assert (
+        "overlong_buffer_len, overlong_buffer_penalty_factor" in err and "python -m adapter_skyrl.dapo" in err
+    )
+
+    code, _, err = _dry(args, config_cls=ArcticDAPOConfig)
+    assert code == 2 and err.startswith("2 problems")
+    assert 'trainer.algorithm.loss_reduction = "token_mean_legacy"' in err and "Fix: use token_mean" in err
+    assert "trainer.hf_save_interval = 80" in err and "Fix: set trainer.hf_save_interval=-1" in err
+
+    fixes = ["trainer.algorithm.loss_reduction=token_mean", "trainer.hf_save_interval=-1",
+             "trainer.arctic_rl.checkpoint.export_hf=true"]  # fmt: skip
+    code, out, err = _dry([*args, *fixes], config_cls=ArcticDAPOConfig)
+    assert code == 0, err
+    assert "DAPO soft overlong punishment: rewards fall linearly over the last 4096 of 8192" in out
+    assert "DAPO overlong filtering" in out
+    from adapter_skyrl.config import translate
+    from adapter_skyrl.dapo import parse_cli
+
+    cfg = parse_cli([*args, *fixes])
+    assert (
+        cfg.trainer.algorithm.overlong_buffer_len,
+        cfg.trainer.algorithm.overlong_buffer_penalty_factor,
+    ) == (4096, 1.0)
+    arctic = translate(cfg, steps_per_epoch=10).arctic
+    assert arctic.async_settings.max_staleness == 8 and not arctic.placement.colocate
+    loss = arctic.loss
+    assert (loss.policy_loss, loss.clip_ratio_low, loss.clip_ratio_high, loss.clip_ratio_c) == (
+        "rollout_is",
+        0.5,
+        4.0,
+        10.0,
+    )
+    assert loss.loss_agg_mode == "token-mean" and arctic.checkpoint.export_hf
+    # DAPOConfig's defaults when the launcher leaves the buffer unset
+    bare = parse_cli([a for a in args if "overlong_buffer" not in a])
+    assert (
+        bare.trainer.algorithm.overlong_buffer_len,
+        bare.trainer.algorithm.overlong_buffer_penalty_factor,
+    ) == (512, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("launcher", "refused", "fixes"),
+    [
+        ("stock_run_dapo_qwen3_1.7b_aime.sh", ["trainer.algorithm.loss_reduction", "trainer.hf_save_interval"],
+         ["trainer.algorithm.loss_reduction=token_mean", "trainer.hf_save_interval=-1",
+          "trainer.arctic_rl.checkpoint.export_hf=true"]),
+        ("stock_run_dapo_gsm8k.sh", ["trainer.algorithm.loss_reduction", "trainer.algorithm.dynamic_sampling.type"],
+         ["trainer.algorithm.loss_reduction=token_mean", "trainer.algorithm.dynamic_sampling.type=null"]),
+    ],
+)  # fmt: skip
+def test_stock_synchronous_dapo_launchers_on_the_dapo_entry_point(
+    launcher, refused, fixes, tmp_path, monkeypatch
+):
+    """SkyRL's synchronous DAPO examples (main_dapo, colocated): only the refusals that name a fix, then 0."""
+    from adapter_skyrl.dapo import ArcticDAPOConfig
+
+    monkeypatch.setenv("WANDB_API_KEY", "unused")
+    args = _dapo_args(tmp_path, launcher, rows=10240)
+    code, _, err = _dry(args, config_cls=ArcticDAPOConfig)
+    assert code == 2 and err.startswith(f"{len(refused)} problems")
+    assert all(f"  - {name} = " in err and "Fix: " in err for name in refused), err
+    code, out, err = _dry([*args, *fixes], config_cls=ArcticDAPOConfig)
+    assert code == 0, err
+    assert "DAPO soft overlong punishment" in out and "DAPO overlong filtering" in out
 
 
 def test_staleness_counts_optimizer_steps_and_the_tis_cap_is_the_core_cap():
@@ -94,6 +183,12 @@ def test_what_skyrls_async_trainer_asserts_is_reported_at_dry_run():
     assert 'trainer.algorithm.policy_loss_type = "regular"' in err and "rollout_is" in err
     assert "trainer.train_batch_size = 2" in err
     assert "trainer.fully_async.num_parallel_generation_workers = 5" in err
+
+
+def test_dynamic_sampling_is_refused_naming_the_async_equivalent():
+    code, _, err = _dry([*ASYNC_BASE, *IN_PROCESS, "trainer.algorithm.dynamic_sampling.type=filter"])
+    assert code == 2 and 'trainer.algorithm.dynamic_sampling.type = "filter"' in err
+    assert "not built or tested" in err and "trainer.fully_async.sample_full_batch=true" in err
 
 
 def test_cispo_anchored_on_the_rollout_takes_no_tis_on_top():
@@ -333,7 +428,16 @@ def test_demo_async_1_runs_skyrls_fully_async_trainer(tmp_path):
     for step in steps:
         assert step["async/max_staleness"] == 1 and step["async/trained_groups"] == 2
         assert 0 <= step["async/weights_staleness_max"] <= 1 and math.isfinite(step["loss"])
+        # one meaning for both versions (optimizer steps in the weights): the sampler's after the step's
+        # sync, and the oldest any trained rollout was sampled with (the trainer's version at the step,
+        # step - 1, less the largest staleness), never the sum over the step's prompt groups
+        trainer_version = step["step"] - 1
+        assert step["rollout_weights_version"] == trainer_version - step["async/weights_staleness_max"]
+        assert step["rollout_ex"] is not None
     assert [s["weights_version"] for s in steps] == [1, 2]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["weights_version"] == [1, 2] and summary["max_staleness"] == 1
+    assert summary["rollout_weights_version"] == [s["rollout_weights_version"] for s in steps]
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["arctic_rl"]["async"]["max_staleness"] == 1
     overrides = config["skyrl_overrides"]
@@ -361,3 +465,72 @@ def test_fully_async_checkpoint_resumes_with_skyrls_async_state(learnable_jsonl,
     state = torch.load(ckpt / "fully_async_state.pt", weights_only=False)
     assert set(state["consumed_uids"]) == {u for uids in first.trainer.trained_uids for u in uids}
     assert not set(resumed.trainer.trained_uids[0]) & set(state["consumed_uids"])
+
+
+# -- SkyRL's DAPO example settings on the fully async trainer (adapter_skyrl.dapo) ------------------
+
+
+def test_dapo_fully_async_trains_two_steps_with_dapos_reward_and_mask_shaping(learnable_jsonl, tmp_path):
+    """`python -m adapter_skyrl.dapo`'s experiment with the DAPO example's settings (soft overlong
+    punishment, overlong filtering, clip-higher 0.5/4.0, clip_ratio_c, rollout_is, token TIS) on SkyRL's
+    fully async trainer, 2 steps in process: every trained reward is the raw reward less the DAPO
+    penalty of its length, every truncated response reaches the server with an all-zero mask, and
+    every trained group is within the staleness bound."""
+    from adapter_skyrl.dapo import ArcticDAPOExp, parse_cli
+    from adapter_skyrl.trainer import build_backend
+    from arctic_rl_core.backends.forwarding import ForwardingBackend
+    from skyrl_e2e_run import RecordingExp
+
+    sent = []
+
+    class Spy(ForwardingBackend):
+        async def forward_backward(self, payload):
+            sent.append(payload)
+            return await self.target.forward_backward(payload)
+
+    seen: list[tuple] = []
+
+    class Exp(RecordingExp, ArcticDAPOExp):
+        def trainer_class(self):
+            class Capturing(super().trainer_class()):
+                def postprocess_generator_output(self, out, uids, **kwargs):
+                    raw = (
+                        list(out["rewards"]),
+                        [len(r) for r in out["response_ids"]],
+                        list(out["stop_reasons"]),
+                    )
+                    result = super().postprocess_generator_output(out, uids, **kwargs)
+                    seen.append((*raw, [sum(r) for r in result[0]["rewards"]], result[0]["loss_masks"]))
+                    return result
+
+            return Capturing
+
+    dapo = [
+        "trainer.algorithm.overlong_buffer_len=2", "trainer.algorithm.overlong_buffer_penalty_factor=0.5",
+        "generator.apply_overlong_filtering=true", "generator.sampling_params.stop=['e']",
+        "trainer.algorithm.eps_clip_low=0.5", "trainer.algorithm.eps_clip_high=4.0", "trainer.algorithm.clip_ratio_c=10.0",
+        "trainer.max_training_steps=2", "generator.n_samples_per_prompt=8",
+        "generator.sampling_params.max_generate_length=4",
+        f"data.train_data=['{learnable_jsonl}']", f"trainer.ckpt_path={tmp_path / 'ckpt'}",
+        f"trainer.export_path={tmp_path / 'export'}",
+    ]  # fmt: skip
+    exp = Exp(
+        parse_cli([*ASYNC_BASE, *IN_PROCESS, *dapo]), backend_factory=lambda cfg: Spy(build_backend(cfg))
+    )
+    asyncio.run(exp._setup_trainer().train())
+
+    assert type(exp.trainer).__mro__[1].__name__ == "ArcticFullyAsyncDAPOTrainer"
+    assert sorted(logged_steps(exp)) == [1, 2] and len(seen) == 2
+    truncated = 0
+    for rewards, lengths, stops, trained, masks in seen:
+        for reward, length, stop, shaped, mask in zip(rewards, lengths, stops, trained, masks, strict=True):
+            penalty = 0.5 * max(0, length - (4 - 2)) / 2  # budget 4 tokens, buffer 2, factor 0.5
+            assert shaped == pytest.approx(reward - penalty, abs=1e-12)
+            assert set(mask) == ({0} if stop == "length" else {1})
+            truncated += stop == "length"
+    assert any(length > 2 for _, lengths, *_ in seen for length in lengths)  # some reward was punished
+    assert 0 < truncated < sum(len(s[0]) for s in seen)  # some responses truncated, some stopped
+    zero_rows = sum(int((torch.as_tensor(p.batch["response_mask"]).sum(-1) == 0).sum()) for p in sent)
+    assert zero_rows == truncated  # the server trained no token of a truncated response
+    for step, trainer_version, versions in exp.trainer.trained_versions:
+        assert trainer_version == step - 1 and all(0 <= trainer_version - v <= 1 for v in versions)

@@ -121,3 +121,21 @@ def test_rollouts_from_stale_weights_are_refused(backend, bird_train_rows):
     stale = ArcticGenerator(backend, backend.tokenizer, expected_weights_version=lambda: served + 1)
     with pytest.raises(StaleWeightsError, match="expected"):
         asyncio.run(stale.generate(_input(bird_train_rows[:1])))
+
+
+def test_overlong_filtering_zeroes_the_loss_mask_of_truncated_responses(backend, bird_train_rows):
+    """SkyRL's generator.apply_overlong_filtering (DAPO): a response that did not stop (truncated at
+    max_tokens) trains no token; one that stopped keeps its mask; off, every mask is all ones."""
+    rows = bird_train_rows[:4] * 4
+    batch = {**_input(rows), "sampling_params": {**SAMPLING, "stop": ["e"]}}  # some stop, some run out
+    filtered = asyncio.run(
+        ArcticGenerator(backend, backend.tokenizer, apply_overlong_filtering=True).generate(batch)
+    )
+    stops = filtered["stop_reasons"]
+    assert {"stop", "length"} <= set(stops)
+    for mask, ids, stop in zip(filtered["loss_masks"], filtered["response_ids"], stops, strict=True):
+        assert len(mask) == len(ids) and set(mask) == ({1} if stop == "stop" else {0})
+    assert filtered["rollout_metrics"]["generate/overlong_filtered"] == stops.count("length") / len(stops)
+    plain = asyncio.run(ArcticGenerator(backend, backend.tokenizer).generate(batch))
+    assert all(set(mask) == {1} for mask in plain["loss_masks"])
+    assert "generate/overlong_filtered" not in plain["rollout_metrics"]

@@ -75,6 +75,35 @@ def test_verls_token_tis_cap_is_the_core_cap_and_wait_is_dropless():
     assert cfg.async_settings.is_weight_cap == 1.5
     assert cfg.async_settings.stale_policy == "drop"  # the core default: verl's wait never lets one go stale
     assert "stale_policy" not in cfg.model_dump(exclude_unset=True)["async"]
+    (wait,) = [n for n in result.notices if "max_off_policy_strategy=wait" in n]
+    assert "no trained rollout exceeds the bound" in wait and "async.stale_policy is never applied" in wait
+    assert not [
+        n for n in checked().notices if "max_off_policy_strategy" in n
+    ]  # drop: the core's drop, no notice
+
+
+def test_every_separate_async_and_sampler_field_has_its_own_row():
+    """Each leaf of verl 0.9.1's separate_async and replay-buffer config is mapped, refused or passed
+    through by an entry of its own (with its reason), not by its group's catch-all row."""
+    from adapter_verl.field_table import VERL_FIELDS
+    from omegaconf import OmegaConf
+
+    config = checked().config
+    groups = {
+        "trainer.v1.separate_async": config.trainer.v1.separate_async,
+        "trainer.v1.sampler": config.trainer.v1.sampler,
+    }
+    catch_all = {"trainer.v1.sampler", "trainer.v1.separate_async"}
+    leaves = []
+    for prefix, node in groups.items():
+        for key in OmegaConf.to_container(node, resolve=True):
+            leaves.append(f"{prefix}.{key}")
+    assert len(leaves) >= 8
+    for leaf in leaves:
+        (entry, *_) = VERL_FIELDS.entries_for(leaf)
+        names = set(getattr(entry, "sources", ())) | {getattr(entry, "field", None)}
+        assert not names <= catch_all, leaf
+        assert leaf in names or any(leaf.startswith(f"{n}.") or n == leaf for n in names if n), leaf
 
 
 def test_threshold_one_is_the_synchronous_bound():

@@ -84,9 +84,29 @@ def split_dropped_keys(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return kept, notices
 
 
-def parse_cli_with_notices(argv: Sequence[str]) -> tuple[SkyRLTrainConfig, list[str]]:
+def parse_cli_with_notices(
+    argv: Sequence[str], config_cls: type[SkyRLTrainConfig] | None = None
+) -> tuple[SkyRLTrainConfig, list[str]]:
+    """SkyRL's strict parse (of `config_cls`, default the adapter's config; `adapter_skyrl.dapo`
+    passes its DAPO config), the seed's dropped keys as notices. A field only SkyRL's DAPO example
+    defines is refused naming the DAPO entry point."""
     kept, notices = split_dropped_keys(strip_override_entrypoint(argv))
-    return ArcticSkyRLConfig.from_cli_overrides(kept), notices
+    cls = config_cls or ArcticSkyRLConfig
+    try:
+        return cls.from_cli_overrides(kept), notices
+    except ValueError as error:
+        dapo = sorted(name for name in DAPO_ONLY_FIELDS if name in str(error))
+        if dapo and cls is ArcticSkyRLConfig:
+            raise ValueError(
+                f"{error} ({', '.join(dapo)}: defined by SkyRL's DAPO example (its DAPOConfig and trainer "
+                "subclass), not by SkyRL's config; fix: run python -m adapter_skyrl.dapo, the adapter's "
+                "counterpart of examples/train/algorithms/dapo/main_dapo*.py)"
+            ) from error
+        raise
+
+
+# Fields of SkyRL's DAPO example config (adapter_skyrl.dapo), not of SkyRL's own.
+DAPO_ONLY_FIELDS = ("overlong_buffer_len", "overlong_buffer_penalty_factor")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -94,18 +114,19 @@ def parse_cli_with_notices(argv: Sequence[str]) -> tuple[SkyRLTrainConfig, list[
 # ----------------------------------------------------------------------------------------------
 
 DEFAULT_BACKEND = "ray"  # the Arctic server on the local Ray cluster; the reference engine only when named
-_DEFAULTS: SkyRLTrainConfig | None = None
+_DEFAULTS: dict[type, SkyRLTrainConfig] = {}
 
 
-def skyrl_defaults() -> SkyRLTrainConfig:
-    global _DEFAULTS
-    if _DEFAULTS is None:
-        _DEFAULTS = ArcticSkyRLConfig()
-    return _DEFAULTS
+def skyrl_defaults(config_cls: type[SkyRLTrainConfig] | None = None) -> SkyRLTrainConfig:
+    """The defaults of `config_cls` (the adapter's config unless named: the DAPO one adds two fields)."""
+    cls = config_cls or ArcticSkyRLConfig
+    if cls not in _DEFAULTS:
+        _DEFAULTS[cls] = cls()
+    return _DEFAULTS[cls]
 
 
-def config_leaves() -> list[str]:
-    return list(field_table.leaves(skyrl_defaults()))
+def config_leaves(config_cls: type[SkyRLTrainConfig] | None = None) -> list[str]:
+    return list(field_table.leaves(skyrl_defaults(config_cls)))
 
 
 @dataclass
@@ -175,8 +196,8 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
 
     context = {field_table.ARCTIC_ZORRO: zorro_on, field_table.ARCTIC_BACKEND: dict(backend)}
     read = field_table.reader(cfg, {**context, "@data.steps_per_epoch": steps_per_epoch})
-    default = field_table.reader(skyrl_defaults(), {**context, "@data.steps_per_epoch": None})
-    table = field_table.TABLE.translate(read, default, config_leaves())
+    default = field_table.reader(skyrl_defaults(type(cfg)), {**context, "@data.steps_per_epoch": None})
+    table = field_table.TABLE.translate(read, default, config_leaves(type(cfg)))
     issues += table.issues
     values = dict(table.values)
     if kind == "reference":
@@ -207,7 +228,25 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
         )
     if issues:
         arctic = None
-    return SkyRLTranslation(arctic, issues, list(legacy.notices), table.not_applied)
+    return SkyRLTranslation(arctic, issues, [*legacy.notices, *dapo_notices(cfg)], table.not_applied)
+
+
+def dapo_notices(cfg: SkyRLTrainConfig) -> list[str]:
+    """DAPO's reward and loss-mask shaping, which runs in the adapter (not on the server), said aloud."""
+    notices = []
+    algo, gen = cfg.trainer.algorithm, cfg.generator
+    if getattr(algo, "overlong_buffer_len", None) is not None:  # the DAPO config (adapter_skyrl.dapo)
+        max_len = gen.sampling_params.max_generate_length
+        notices.append(
+            f"DAPO soft overlong punishment: rewards fall linearly over the last {algo.overlong_buffer_len} of "
+            f"{max_len} response tokens, by up to {algo.overlong_buffer_penalty_factor} (adapter_skyrl.dapo)"
+        )
+    if gen.apply_overlong_filtering:
+        notices.append(
+            "DAPO overlong filtering: a response truncated at generator.sampling_params.max_generate_length "
+            "trains no token (all-zero loss mask, as SkyRL's generator sets it)"
+        )
+    return notices
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

@@ -166,7 +166,6 @@ def run_grpo(
     from loguru import logger
 
     from adapter_skyrl.config import parse_cli, to_arctic_config
-    from adapter_skyrl.generator import ArcticGenerator
     from adapter_skyrl.trainer import ArcticPPOExp, build_backend
 
     run_dir = options.run_dir
@@ -191,7 +190,7 @@ def run_grpo(
 
         def log(self, data: dict[str, Any], step: int, commit: bool = False) -> None:
             if "policy/policy_loss" in data:
-                on_step(int(step), step_record(data, generator.last_rewards))
+                on_step(int(step), step_record(data, list(trained_rewards)))
 
         def finish(self) -> None:
             pass
@@ -199,19 +198,9 @@ def run_grpo(
         def log_exception(self, exc: BaseException, step: int) -> None:
             pass
 
-    class DemoGenerator(ArcticGenerator):
-        """Keeps the rewards of the latest rollout batch (for the step's rollout EX)."""
-
-        def __init__(self, *args: Any, **kwargs: Any):
-            super().__init__(*args, **kwargs)
-            self.last_rewards: list[float] = []
-
-        async def generate(self, input_batch):
-            out = await super().generate(input_batch)
-            self.last_rewards = [float(r) for r in out["rewards"]]
-            return out
-
-    generator: DemoGenerator
+    # The raw rewards of the rollouts the step trains (SkyRL's post-processing sees exactly those: the
+    # synchronous trainer's batch, the fully async trainer's groups admitted by the staleness gate).
+    trained_rewards: list[float] = []
 
     class DemoExp(ArcticPPOExp):
         def _setup_trainer(self):
@@ -222,16 +211,13 @@ def run_grpo(
         def get_tracker(self) -> DemoTracker:
             return DemoTracker()
 
-        def get_generator(self, cfg, tokenizer, inference_engine_client) -> DemoGenerator:
-            nonlocal generator
-            generator = DemoGenerator(
-                self.backend,
-                tokenizer,
-                prompt_format=self.prompt_format,
-                chat_template_kwargs=cfg.generator.chat_template_kwargs,
-                **self.generator_async_options(),
-            )
-            return generator
+        def trainer_class(self):
+            class DemoTrainer(super().trainer_class()):
+                def postprocess_generator_output(self, generator_output, uids, *args, **kwargs):
+                    trained_rewards[:] = [float(r) for r in generator_output["rewards"]]
+                    return super().postprocess_generator_output(generator_output, uids, *args, **kwargs)
+
+            return DemoTrainer
 
     cfg = parse_cli(overrides)
     # The demo builds the backend itself (so it stays up for the accuracy after GRPO; an

@@ -145,6 +145,14 @@ def _family_knob(family: str, field: str) -> Any:
 
 
 def _agg(value: Any) -> str:
+    if value == "token_mean_legacy":  # SkyRL's DAPO fully async example sets it
+        raise FieldProblem(
+            "token_mean_legacy divides each micro-batch of trainer.micro_train_batch_size_per_gpu rows by its own "
+            "token count; the Arctic server forms its own micro-batches (balanced by sequence length), so that "
+            "per-micro-batch divisor cannot be reproduced",
+            "use token_mean (one divisor, the mini-batch's response tokens; token_mean_legacy gives the same loss "
+            "whenever every micro-batch holds as many response tokens)",
+        )
     if value not in LOSS_REDUCTION_TO_AGG_MODE:
         raise FieldProblem(
             "the Arctic server aggregates the loss itself and has no such mode",
@@ -363,6 +371,12 @@ ENTRIES = [
            "token_mean -> token-mean, sequence_mean -> seq-mean-token-mean, seq_mean_token_sum_norm -> seq-mean-token-sum-norm"),
     PassedThrough("trainer.algorithm.grpo_norm_by_std", "SkyRL's GRPO advantages"),
     PassedThrough("trainer.algorithm.zero_variance_filter", "SkyRL's trainer"),
+    # SkyRL's DAPO example config (DAPOConfig; here adapter_skyrl.dapo's ArcticDAPOConfig)
+    PassedThrough("trainer.algorithm.overlong_buffer_len",
+                  "DAPO's soft overlong punishment of the rewards (python -m adapter_skyrl.dapo, the counterpart of "
+                  "SkyRL's DAPO example; arctic_rl_core.overlong)"),
+    PassedThrough("trainer.algorithm.overlong_buffer_penalty_factor",
+                  "DAPO's soft overlong punishment of the rewards (python -m adapter_skyrl.dapo)"),
     PassedThrough("trainer.algorithm.zero_variance_filter_tol", "SkyRL's trainer"),
     PassedThrough("trainer.algorithm.lambd", "SkyRL's advantage estimators"),
     PassedThrough("trainer.algorithm.gamma", "SkyRL's advantage estimators"),
@@ -391,8 +405,12 @@ ENTRIES = [
                   "rollout = the sampler's log-probs (as SkyRL's cispo reads them)"),
     NotApplicable("trainer.algorithm.dppo", _UNUSED_LOSS),
     NotApplicable("trainer.algorithm.value_clip", _CRITIC),
-    Rejected("trainer.algorithm.dynamic_sampling.type", "unset it (null)",
-             why="dynamic sampling is not supported by the Arctic generator"),
+    Rejected("trainer.algorithm.dynamic_sampling.type",
+             "unset it (null); fully async: trainer.fully_async.sample_full_batch=true with "
+             "trainer.algorithm.zero_variance_filter=true (SkyRL's asynchronous equivalent, served)",
+             why="SkyRL's synchronous trainer resamples (filter) or replaces (replace) zero-variance groups itself, "
+                 "one step then spanning several generate calls; that path is not built or tested on the Arctic "
+                 "path (SkyRL's fully async trainer refuses dynamic sampling outright)"),
     NotApplicable("trainer.algorithm.dynamic_sampling", "applies only with dynamic_sampling.type"),
     Rejected("trainer.mtp.enabled", "set it to false", why="the Arctic server trains no multi-token-prediction heads"),
     NotApplicable("trainer.mtp", "applies only with trainer.mtp.enabled"),
@@ -537,8 +555,9 @@ ENTRIES = [
     NotApplicable("generator.append_eos_token_after_stop_str_in_multi_turn", "the Arctic generator is single-turn"),
     Rejected("generator.zero_reward_on_non_stop", "set it to false", why="the Arctic generator reports the raw reward"),
     NotApplicable("generator.use_cache_salt", "the Arctic server keys its prefix cache itself"),
-    Rejected("generator.apply_overlong_filtering", "set it to false",
-             why="the Arctic generator does not filter overlong responses"),
+    PassedThrough("generator.apply_overlong_filtering",
+                  "the Arctic generator (DAPO's overlong filtering, as SkyRL's generator: a response whose stop "
+                  "reason is not `stop`, i.e. truncated at max_generate_length, gets an all-zero loss mask)"),
     Rejected("generator.step_wise_trajectories", "set it to false", why="the Arctic generator is single-turn"),
     Rejected("generator.vision_language_generator", "set it to false", why="the Arctic backends take text only"),
     Rejected("generator.merge_stepwise_output", "set it to false", why="the Arctic generator is single-turn"),

@@ -34,6 +34,12 @@ from adapter_skyrl.trainer import ArcticPPOTrainer
 if TYPE_CHECKING:
     from arctic_rl_core.config.schema import AsyncSettings
 
+# The ArcticGenerator's per-call rates (each a share of the call's rollouts)
+GENERATOR_RATES = (
+    "generate/prompt_retokenization_drift",
+    "generate/execution_success_rate",
+    "generate/overlong_filtered",
+)
 EXHAUSTION_POLL_S = 0.5  # how often a wait for a replacement group checks that the epoch ran dry
 # The core's version staleness, logged next to SkyRL's own `async/staleness_*` (steps since a group
 # was scheduled), which keep SkyRL's meaning.
@@ -180,11 +186,40 @@ class ArcticFullyAsyncPPOTrainer(ArcticPPOTrainer, FullyAsyncRayPPOTrainer):
                     return None
 
     def convert_generation_group_mini_batch_to_training_input(self, groups, dropped_groups=None):
-        """SkyRL's conversion; the inputs kept for regeneration are released once their group trains."""
+        """SkyRL's conversion; the inputs kept for regeneration are released once their group trains,
+        and the generator's per-call metrics are re-aggregated over the trained groups
+        (`trained_generate_metrics`)."""
         inputs = getattr(self.generator, "inputs_by_uid", None)
         if inputs is not None:
             for group in groups:
                 inputs.pop(group.uid, None)
             for group in dropped_groups or ():
                 inputs.pop(group.uid, None)
-        return super().convert_generation_group_mini_batch_to_training_input(groups, dropped_groups)
+        result = super().convert_generation_group_mini_batch_to_training_input(groups, dropped_groups)
+        self.all_metrics.update(self.trained_generate_metrics(groups))
+        return result
+
+    def trained_generate_metrics(self, groups: list[GeneratedOutputGroup]) -> dict[str, float]:
+        """The ArcticGenerator's per-call metrics over the step's trained groups. SkyRL's
+        concatenation of group outputs averages only keys named avg/mean, takes min/max by name and
+        sums the rest, so a step of several groups would log the sum of their weights versions and
+        of their rates. Here `generate/weights_version` is the OLDEST weights version a trained group
+        was sampled with (the synchronous trainer's one version per step, and the trainer version less
+        `async/weights_staleness_max`), `generate/weights_version_max` the newest, and each rate the
+        mean over the trained rollouts."""
+        if not groups:
+            return {}
+        versions = [self.group_version(g) for g in groups]
+        out = {
+            "generate/weights_version": float(min(versions)),
+            "generate/weights_version_max": float(max(versions)),
+        }
+        sized = [
+            (len(g.generator_output["response_ids"]), g.generator_output.get("rollout_metrics") or {})
+            for g in groups
+        ]
+        for name in GENERATOR_RATES:
+            values = [(n, float(m[name])) for n, m in sized if m.get(name) is not None]
+            if values:
+                out[name] = sum(n * v for n, v in values) / sum(n for n, _ in values)
+        return out

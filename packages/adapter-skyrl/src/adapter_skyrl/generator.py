@@ -73,6 +73,7 @@ class ArcticGenerator(GeneratorInterface):
         prompt_format: PromptFormat = "token_ids",
         chat_template_kwargs: Mapping[str, Any] | None = None,
         env_configs: Any = None,
+        apply_overlong_filtering: bool = False,
         call_timeout_s: float | None = None,
         expected_weights_version: Callable[[], int | None] | None = None,
         remember_inputs: bool = False,
@@ -86,6 +87,8 @@ class ArcticGenerator(GeneratorInterface):
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         # SkyRL's `environment.skyrl_gym`: each env_class gets its own section as env_config.
         self.env_configs = env_configs
+        # SkyRL's generator.apply_overlong_filtering (DAPO): a truncated response trains no token
+        self.apply_overlong_filtering = apply_overlong_filtering
         self.call_timeout_s = call_timeout_s
         # The version the last weight sync produced (the dispatch's); rollouts must use exactly it.
         self.expected_weights_version = expected_weights_version
@@ -176,12 +179,22 @@ class ArcticGenerator(GeneratorInterface):
             "generate/scoring_s": score_s,
             "generate/execution_success_rate": _rate(verdicts, "execution_success"),
         }
+        stop_reasons = [str(c.finish_reason) for c in out.completions]
+        loss_masks = [[1] * len(r) for r in response_ids]
+        if self.apply_overlong_filtering:  # SkyRL's rule: zero the mask unless the response stopped
+            loss_masks = [
+                mask if stop == "stop" else [0] * len(mask)
+                for mask, stop in zip(loss_masks, stop_reasons, strict=True)
+            ]
+            metrics["generate/overlong_filtered"] = sum(stop != "stop" for stop in stop_reasons) / len(
+                stop_reasons
+            )
         output = GeneratorOutput(
             prompt_token_ids=prompt_ids,
             response_ids=response_ids,
             rewards=rewards,
-            loss_masks=[[1] * len(r) for r in response_ids],
-            stop_reasons=[str(c.finish_reason) for c in out.completions],
+            loss_masks=loss_masks,
+            stop_reasons=stop_reasons,
             rollout_metrics={k: v for k, v in metrics.items() if v is not None},
             rollout_logprobs=rollout_logprobs,
             trajectory_ids=input_batch.get("trajectory_ids"),

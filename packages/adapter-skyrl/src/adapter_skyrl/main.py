@@ -54,8 +54,9 @@ def _count_rows(files: Sequence[str]) -> int | None:
     return total
 
 
-def dry_run(argv: Sequence[str], out=None, err=None) -> int:
-    """The dry run: 0 with the document and the settings table on `out`, 2 with every problem on `err`."""
+def dry_run(argv: Sequence[str], out=None, err=None, *, config_cls: type | None = None) -> int:
+    """The dry run: 0 with the document and the settings table on `out`, 2 with every problem on `err`.
+    `config_cls`: SkyRL's config class to parse with (default the adapter's; `adapter_skyrl.dapo` its DAPO one)."""
     from arctic_rl_core.config import ConfigError
     from arctic_rl_core.config.settings_table import render_settings_table
     from arctic_rl_core.config.show import render_config_document
@@ -66,7 +67,7 @@ def dry_run(argv: Sequence[str], out=None, err=None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        cfg, dropped = parse_cli_with_notices(argv)
+        cfg, dropped = parse_cli_with_notices(argv, config_cls)
     except (ValueError, TypeError) as error:  # SkyRL's strict parse (unknown key, bad type)
         err.write(f"1 problem in the SkyRL overrides:\n  - {error}\n")
         return 2
@@ -99,24 +100,31 @@ def dry_run(argv: Sequence[str], out=None, err=None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = list(sys.argv[1:] if argv is None else argv)
+    run_main(list(sys.argv[1:] if argv is None else argv))
+
+
+def run_main(
+    args: list[str], *, config_cls: type | None = None, exp_cls: type | None = None, usage: str = USAGE
+) -> None:
+    """--help, --dry-run, or the run: SkyRL's config (`config_cls`) on the Arctic path, run by
+    `exp_cls` (default `ArcticPPOExp`; `adapter_skyrl.dapo` passes its DAPO config and experiment)."""
     if "--help" in args or "-h" in args:
-        sys.stdout.write(USAGE)
+        sys.stdout.write(usage)
         raise SystemExit(0)
     if "--dry-run" in args:
-        raise SystemExit(dry_run([a for a in args if a not in FLAGS]))
+        raise SystemExit(dry_run([a for a in args if a not in FLAGS], config_cls=config_cls))
 
     from adapter_skyrl.config import parse_cli_with_notices, skyrl_validation_issues, translate
     from adapter_skyrl.trainer import ArcticPPOExp
 
-    cfg, dropped = parse_cli_with_notices(args)
+    cfg, dropped = parse_cli_with_notices(args, config_cls)
     for notice in dropped:
         print(f"notice: {notice}", file=sys.stderr)
     # Every problem SkyRL's settings, the seed keys and core validation can show without the data.
     result = translate(cfg, steps_per_epoch=None)
     result.issues += skyrl_validation_issues(cfg, result.arctic)
     result.raise_for_issues()
-    ArcticPPOExp(cfg).run()
+    (exp_cls or ArcticPPOExp)(cfg).run()
 
 
 if __name__ == "__main__":

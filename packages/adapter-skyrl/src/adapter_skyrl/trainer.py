@@ -242,14 +242,19 @@ class ArcticPPOExp(BasePPOExp):
     def get_generator(
         self, cfg: SkyRLTrainConfig, tokenizer: Any, inference_engine_client: Any
     ) -> ArcticGenerator:
-        return ArcticGenerator(
-            self.backend,
-            tokenizer,
-            prompt_format=self.prompt_format,
-            chat_template_kwargs=cfg.generator.chat_template_kwargs,
-            env_configs=cfg.environment.skyrl_gym,
+        return ArcticGenerator(self.backend, tokenizer, **self.generator_options())
+
+    def generator_options(self) -> dict[str, Any]:
+        """What SkyRL's settings ask of the generator (every subclass of `ArcticGenerator` the
+        experiment builds takes these): prompt format, chat template, environments, DAPO's overlong
+        filtering, and the asynchronous options."""
+        return {
+            "prompt_format": self.prompt_format,
+            "chat_template_kwargs": self.cfg.generator.chat_template_kwargs,
+            "env_configs": self.cfg.environment.skyrl_gym,
+            "apply_overlong_filtering": bool(self.cfg.generator.apply_overlong_filtering),
             **self.generator_async_options(),
-        )
+        }
 
     def generator_async_options(self) -> dict[str, Any]:
         """Synchronous: every rollout uses exactly the last sync's weights (checked per generate call).

@@ -251,7 +251,10 @@ def _check_separate_async(config: DictConfig, bad: Any) -> None:
             f"{sep}.parameter_sync_step",
             sync_step,
             "with more than one update per weight sync verl recomputes old log-probs with pi_old saved on the "
-            "trainer (Decoupled PPO), and the Arctic training job keeps one copy of the weights: set it to 1 "
+            "trainer (Decoupled PPO: DetachActorWorker's save/restore of the weights to CPU), and the Arctic "
+            "training job keeps one copy of the weights (arctic-platform 0.1.4 has no such operation); verl's "
+            "bypass mode (algorithm.rollout_correction.bypass_mode=true: old log-probs = the rollout's) would "
+            "need no pi_old, but several updates per sync are not built on the Arctic path: set it to 1 "
             f"(and data.train_batch_size = {actor}.ppo_mini_batch_size)",
         )
     train_batch = _get(config, "data.train_batch_size")

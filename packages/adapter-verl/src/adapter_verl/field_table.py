@@ -740,6 +740,21 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     _p("trainer.v1.sync", "the arctic trainer mode is verl's synchronous trainer"),
     _p("trainer.v1.sampler", "verl's replay buffer"),
+    _p(
+        "trainer.v1.sampler.sync_refill_failed_groups",
+        "verl's replay buffer: in the synchronous arctic mode it refills groups whose rollouts failed (opt-in); "
+        "separate_async refills every failed group whatever it says (verl's eviction matrix)",
+    ),
+    _p(
+        "trainer.v1.sampler.custom_sampler",
+        "verl's replay buffer class (path, name) and its sampler_kwargs: a custom buffer chooses what verl "
+        "trains, and in separate_async the forwarder still passes every row's weights version through the "
+        "core's StalenessGate before training (a stale row is an error, never trained)",
+    ),
+    _p(
+        "trainer.v1.sampler.sampler_kwargs",
+        "the custom replay buffer's arguments (see trainer.v1.sampler.custom_sampler)",
+    ),
     _na("trainer.ray_wait_register_center_timeout", "verl's worker start-up"),
     # -- the rest of verl ----------------------------------------------------------------------
     _na("critic", "no critic on the Arctic path (GRPO-style estimators only)"),

@@ -225,7 +225,21 @@ def check(argv: Sequence[str]) -> Check:
     steps = config.trainer.get("total_training_steps")
     resolution = resolve(config, int(steps) if steps else None)
     problems.extend(resolution.problems)
+    notices.extend(async_notices(config))
     return Check(prepared, config, resolution, problems, notices)
+
+
+def async_notices(config) -> list[str]:
+    """What verl's separate-async settings mean on the Arctic path beyond the core's `async` group."""
+    from adapter_verl.config import is_separate_async
+
+    if not is_separate_async(config) or config.trainer.v1.sampler.get("max_off_policy_strategy") != "wait":
+        return []
+    return [
+        "trainer.v1.sampler.max_off_policy_strategy=wait: verl's replay buffer holds each step until the prompts "
+        "in flight that reached max_off_policy_threshold finish, so no trained rollout exceeds the bound and "
+        "async.stale_policy is never applied (the core's StalenessGate still checks every trained row)"
+    ]
 
 
 def settings_table(result: Check) -> str:
