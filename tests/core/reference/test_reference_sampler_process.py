@@ -97,6 +97,23 @@ def test_errors_come_back_and_a_dead_child_is_named(engine_factory, ref):
         ref.run(engine.sample([[11, 12]], params))
 
 
+def test_a_sampler_process_dropped_without_close_stops_its_child() -> None:
+    import gc
+
+    from arctic_rl_core.backends.reference.model import build_model, load_tokenizer
+    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+    from arctic_rl_core.backends.reference.sampler_process import SamplerProcess
+
+    config = ReferenceModelConfig()
+    tokenizer = load_tokenizer(config)
+    process = SamplerProcess(build_model(config, 0, tokenizer).eval(), tokenizer, seed=0, num_threads=1)
+    child = process.pid
+    assert _alive(child)
+    del process
+    gc.collect()
+    assert _wait_gone(child, 5.0)
+
+
 def test_settings_refuse_what_the_process_cannot_serve() -> None:
     with pytest.raises(ValueError, match="sampler_process=True needs num_threads"):
         ReferenceEngineSettings(sampler_process=True, num_threads=None)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -84,6 +85,8 @@ class SamplerProcess:
         self._process.start()
         child_conn.close()  # the parent keeps its end only: the child sees EOF when the parent is gone
         self._closed = False
+        # never closed (the engine dropped without shutdown): stop the child when this object goes
+        self._stop = weakref.finalize(self, _stop_child, self._conn, self._process)
         self._call("ping")  # the child is up and serving
 
     @property
@@ -126,13 +129,18 @@ class SamplerProcess:
             if self._closed:
                 return
             self._closed = True
-            with contextlib.suppress(OSError, ValueError):  # already gone
-                self._conn.send(("close", ()))
-            self._process.join(timeout=JOIN_TIMEOUT_S)
-            if self._process.is_alive():
-                self._process.terminate()
-                self._process.join(timeout=JOIN_TIMEOUT_S)
-            self._conn.close()
+            self._stop()
+
+
+def _stop_child(conn, process) -> None:
+    with contextlib.suppress(OSError, ValueError):  # already gone, or already stopped
+        conn.send(("close", ()))
+    with contextlib.suppress(ValueError):  # a closed process object
+        process.join(timeout=JOIN_TIMEOUT_S)
+        if process.is_alive():
+            process.terminate()
+            process.join(timeout=JOIN_TIMEOUT_S)
+    conn.close()
 
 
 def _serve(conn, parent_conn, model, tokenizer, seed: int, num_threads: int, parent_pid: int) -> None:
