@@ -126,3 +126,35 @@ def test_recording_backend_traces_forward_train_and_step(tmp_path, engine, rollo
     assert torch.equal(calls[0].tensors[(0, "input_ids")], forward.batch["input_ids"])
     assert calls[1].record["loss"] == train.loss and calls[2].record["grad_norm"] == step.grad_norm
     assert calls[3].record["digest"] != before  # the step moved the weights
+
+
+def test_fixed_rollouts_file_serves_each_step_its_rollouts_in_any_order_within_a_group(rollouts):
+    """The `--fixed-rollouts` document of the scenario, served as the server does: prompts of step s,
+    asked for in any order within a group, get exactly step s's responses; the dataset rows hold the
+    prompts in step order."""
+    from arctic_rl_core.backends.reference.fixed_rollouts import FixedRollouts, FixedRolloutsError
+    from arctic_rl_core.parity.scenario import dataset_rows, fixed_rollouts_document
+
+    fixed = FixedRollouts.from_document(fixed_rollouts_document(CANONICAL, rollouts))
+    rows = dataset_rows(CANONICAL)
+    assert [r["extra_info"]["index"] for r in rows] == [
+        i for step in CANONICAL.question_indices for i in step
+    ]
+    n = CANONICAL.rollouts_per_prompt
+    for step, expected in enumerate(rollouts):
+        prompts = [
+            rows[step * CANONICAL.prompts_per_step + r.group]["prompt"][0]["content"] for r in expected
+        ]
+        templated = [f"<|im_start|>user\n{p}<|im_end|>\n<|im_start|>assistant\n" for p in reversed(prompts)]
+        served = fixed.serve(
+            templated, max_tokens=CANONICAL.max_response_length, stop_ids=frozenset(), decode=str
+        )
+        assert sorted(s.token_ids for s in served) == sorted(r.response_ids for r in expected)
+        for g in range(CANONICAL.prompts_per_step):  # a group's rows are its question's responses
+            group = [r.response_ids for r in expected[g * n : (g + 1) * n]]
+            mine = [
+                s.token_ids for s, p in zip(served, reversed(prompts), strict=True) if p == prompts[g * n]
+            ]
+            assert sorted(mine) == sorted(group)
+    with pytest.raises(FixedRolloutsError, match="asked for completion"):
+        fixed.serve([rows[0]["prompt"][0]["content"]], max_tokens=8, stop_ids=frozenset(), decode=str)

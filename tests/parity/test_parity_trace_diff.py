@@ -121,3 +121,43 @@ def test_an_unclosed_trace_is_refused_with_the_reason(tmp_path):
     writer.close()
     with pytest.raises(RuntimeError, match="closed"):
         writer.record_event("step", grad_norm=2.0)
+
+
+def _grouped_payload(order: list[int], *, advantage_scale: float = 1.0) -> tuple[WirePayload, list[float]]:
+    """Four rows, two GRPO groups (prompt [5, 6] then [7]), in `order`; per-row log-prob sums."""
+    prompts = [[5, 6], [5, 6], [0, 7], [0, 7]]
+    responses = [[11, 12], [13, 0], [21, 22], [23, 24]]
+    ids = torch.tensor([prompts[i] + responses[i] for i in order])
+    mask = ids != 0
+    advantages = torch.tensor(
+        [[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, -1.0, 0.0], [0, 0, 0.5, 0.5], [0, 0, -0.5, -0.5]]
+    )
+    batch = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "prompts": torch.zeros((4, 2, 0), dtype=torch.bool),
+        "advantages": advantages[order] * advantage_scale,
+    }
+    sums = [[-1.5, -2.25, -3.0, -0.125][i] for i in order]
+    return WirePayload(batch=batch, meta={"global_batch_size": 4}, processing={}), sums
+
+
+def test_canonical_rows_reorder_within_a_group_only(tmp_path):
+    """Rows swapped within a group (which of a group's identical prompts got which fixed rollout)
+    compare equal with `canonical_rows`, tensors and per-row log-prob sums alike; groups in another
+    order, or a changed value, are still reported."""
+
+    def trace(name, order, **kw):
+        payload, sums = _grouped_payload(order, **kw)
+        extra = {"logprobs_rows": sums, "logprobs_sum": sum(sums)}
+        return _trace(tmp_path / name, [("forward", payload, extra)])
+
+    base = trace("a.trace", [0, 1, 2, 3])
+    within = trace("b.trace", [1, 0, 3, 2])
+    assert diff_traces(base, within)  # without canonicalisation: different rows at each position
+    assert diff_traces(base, within, canonical_rows=True) == []
+    groups_swapped = trace("c.trace", [2, 3, 0, 1])
+    fields = {d.field for d in diff_traces(base, groups_swapped, canonical_rows=True)}
+    assert {"batch.0.input_ids", "batch.0.advantages"} <= fields
+    scaled = trace("d.trace", [1, 0, 3, 2], advantage_scale=2.0)
+    assert {d.field for d in diff_traces(base, scaled, canonical_rows=True)} == {"batch.0.advantages"}

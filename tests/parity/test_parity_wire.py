@@ -27,8 +27,9 @@ from arctic_rl_core.parity.scenario import (
     FRAMEWORKS,
     REQUIRE_TRACES_ENV,
     TRACE_DIR_ENV,
+    wire_trace_name,
 )
-from arctic_rl_core.parity.trace_diff import diff_traces, format_differences
+from arctic_rl_core.parity.trace_diff import canonical_order, diff_traces, format_differences
 from arctic_rl_core.parity.trace_file import read_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -37,9 +38,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # reference-model forwards, verl's worker does not) was fixed in adapter_skyrl.dispatch.forward.
 
 
-def _trace_paths() -> dict[str, Path]:
+def _trace_paths(*, wire: bool = False) -> dict[str, Path]:
     root = Path(os.environ.get(TRACE_DIR_ENV) or REPO_ROOT / DEFAULT_TRACE_SUBDIR)
-    paths = {name: root / f"{name}.trace" for name in FRAMEWORKS}
+    paths = {name: root / (wire_trace_name(name) if wire else f"{name}.trace") for name in FRAMEWORKS}
     missing = [name for name, path in paths.items() if not (path / "calls.jsonl").is_file()]
     if missing:
         message = (
@@ -134,3 +135,74 @@ def _first_nonzero(values) -> tuple[int, int]:
 
     row, col = torch.nonzero(values)[0].tolist()
     return int(row), int(col)
+
+
+# ------------------------------------------------------------------------------------------------
+# From the trainers themselves, over the wire: SkyRL's RayPPOTrainer.train() and verl's run_ppo, each
+# through ArcticBackend and the real 0.1.4 client, against `serve --reference --fixed-rollouts
+# --parity-trace` (tests/skyrl/test_parity_skyrl_wire.py, tests/verl/test_parity_verl_wire.py).
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wire_traces():
+    paths = _trace_paths(wire=True)
+    return {name: read_trace(path) for name, path in paths.items()}
+
+
+def _until_first_update(calls):
+    """The calls before the first forward-backward: the loss-import probe and step 1's old and
+    reference log-prob forwards, all computed on the initial weights."""
+    first = next(i for i, c in enumerate(calls) if c.op == "forward_backward")
+    return calls[:first]
+
+
+def test_the_real_trainers_send_identical_payloads_until_the_first_update(wire_traces):
+    """Up to the first optimizer step the two real trainers send the same bytes, call by call, after
+    the two canonicalisations (no-grad forward order; rows within a GRPO group): the dataloaders'
+    order, each framework's chat templating and tokenisation, the fixed rollouts, the payloads, the
+    returned per-row log-prob sums. Later calls are not compared bit for bit: verl's batch rows come
+    back from rollout in completion order, so its mini-batches can mix groups (README, Parity)."""
+    skyrl, verl = _until_first_update(wire_traces["skyrl"]), _until_first_update(wire_traces["verl"])
+    assert [c.op for c in canonical_order(skyrl)] == ["forward", "forward", "forward_ref"]
+    diffs = diff_traces(skyrl, verl, canonical_rows=True)
+    assert not diffs, "\n" + format_differences(diffs, ("skyrl", "verl"))
+
+
+def _trained_rows(calls, step: int) -> list[tuple]:
+    """(response token ids, that row's advantages) of every row step `step` trains in its first epoch."""
+    per_step = CANONICAL.prompts_per_step // CANONICAL.mini_batch_prompts * CANONICAL.epochs
+    train = [c for c in calls if c.op == "forward_backward"][step * per_step : (step + 1) * per_step]
+    rows = []
+    for call in train[: per_step // CANONICAL.epochs]:
+        ids, mask = call.tensors[(0, "input_ids")], call.tensors[(0, "attention_mask")].bool()
+        advantages = call.tensors[(0, "advantages")]
+        width = int(call.tensors[(0, "prompts")].shape[1])
+        for b in range(ids.shape[0]):
+            keep = mask[b, width:]
+            rows.append((tuple(ids[b, width:][keep].tolist()), tuple(advantages[b, width:][keep].tolist())))
+    return sorted(rows)
+
+
+def test_the_real_trainers_train_every_step_on_the_same_rows_with_the_same_advantages(wire_traces):
+    """Every step, both trainers train the same rows with the same GRPO advantages, bit for bit (as
+    a multiset: the mini-batch a row lands in differs, see above), each step with a reward spread."""
+    for step in range(CANONICAL.steps):
+        skyrl, verl = _trained_rows(wire_traces["skyrl"], step), _trained_rows(wire_traces["verl"], step)
+        assert skyrl == verl, f"step {step}"
+        assert len(skyrl) == CANONICAL.prompts_per_step * CANONICAL.rollouts_per_prompt
+        assert any(any(a != 0 for a in adv) for _, adv in skyrl)
+
+
+def test_the_wire_comparison_is_not_vacuous(wire_traces):
+    """One response token changed in a copy of verl's trace is reported as that call and field,
+    though rows within a group may be reordered."""
+    import copy
+
+    calls = copy.deepcopy(_until_first_update(wire_traces["verl"]))
+    target = next(c for c in calls if c.op == "forward_ref")
+    ids, mask = target.tensors[(0, "input_ids")], target.tensors[(0, "attention_mask")].bool()
+    column = int(mask[0].nonzero()[-1])  # the last real token of row 0: a response token
+    ids[0, column] += 1
+    diffs = diff_traces(_until_first_update(wire_traces["skyrl"]), calls, canonical_rows=True)
+    assert [d.field for d in diffs if d.op == "forward_ref"] == ["batch.0.input_ids"], diffs

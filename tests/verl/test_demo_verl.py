@@ -113,3 +113,32 @@ def test_colocated_demo_drives_an_arctic_server_through_the_real_client(wire, tm
     # colocated: every step's rollouts are followed by the replica handing the devices to training
     assert routes.count("/sleep-inference") >= 2 and routes.count("/wake-inference") >= 4
     assert all(r["status"] == 200 for r in wire.requests(mark))
+
+
+def test_async_step_records_read_like_skyrls():
+    """A separate-async step as verl's file logger wrote it in `arctic-rl demo --framework verl --async 1`
+    (step 3 of 3: rows sampled at weights versions 1 and 2, trained at trainer version 2): the demo's
+    record has the SkyRL demo's `async/*` names, and rollout_weights_version is the oldest trained one."""
+    from adapter_verl.demo_driver import step_record
+
+    logged = {
+        "critic/rewards/mean": 0.25, "actor/pg_loss": -0.07, "actor/grad_norm": 0.5,
+        "arctic/weights_version": 3.0, "arctic/rollout_weights_version": 1.0, "arctic/optimizer_steps": 3.0,
+        "actor/async/max_staleness": 1.0, "actor/async/staleness_mean": 0.5, "actor/async/staleness_max": 1.0,
+        "actor/async/staleness_min": 0.0, "actor/async/is_weight_mean": 1.00006, "actor/async/is_weight_max": 1.0073,
+        "actor/async/is_weight_min": 0.9937, "actor/async/is_weight_clipped_fraction": 0.0,
+    }  # fmt: skip
+    record = step_record(logged, [1.0, 0.0, 0.0, 0.0])
+    assert (record["weights_version"], record["rollout_weights_version"], record["optimizer_steps"]) == (
+        3,
+        1,
+        3,
+    )
+    assert (
+        record["rollout_weights_version"]
+        == (record["optimizer_steps"] - 1) - record["async/weights_staleness_max"]
+    )
+    assert (record["async/max_staleness"], record["async/weights_staleness_mean"]) == (1.0, 0.5)
+    assert record["async/is_weight_min"] == 0.9937 and record["rollout_ex"] == 25.0
+    synchronous = step_record({k: v for k, v in logged.items() if "async" not in k}, [1.0])
+    assert not [k for k in synchronous if k.startswith("async/")]

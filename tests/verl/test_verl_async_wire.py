@@ -14,51 +14,30 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from wire_server import serve_reference, tiny_model_dir
+from verl_e2e_run import prepare_workdir, run_overrides, step_metrics
+from wire_server import serve_reference
 
 TRAIN_BATCH, ROLLOUT_N, MAX_RESPONSE, STEPS = 2, 2, 8, 3
 THRESHOLD = 2  # verl's max_off_policy_threshold: max_staleness = THRESHOLD - 1 (ppo_epochs=1)
-LEARNABLE_REWARD = Path(__file__).resolve().parents[1] / "shared" / "learnable_reward.py"
-MODEL = {"num_layers": 1, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
 
 
 def async_overrides(root: Path, server) -> list[str]:
+    shape = {"train_batch": TRAIN_BATCH, "rollout_n": ROLLOUT_N, "max_response": MAX_RESPONSE}
     return [
-        "algorithm.adv_estimator=grpo",
-        f"data.train_files={root / 'data' / 'train.parquet'}",
-        f"data.val_files={root / 'data' / 'dev.parquet'}",
-        f"data.train_batch_size={TRAIN_BATCH}",
-        "data.max_prompt_length=1024",
-        f"data.max_response_length={MAX_RESPONSE}",
-        "data.dataloader_num_workers=0",
-        "data.shuffle=false",
-        f"actor_rollout_ref.model.path={root / 'model'}",
-        f"actor_rollout_ref.rollout.n={ROLLOUT_N}",
-        "actor_rollout_ref.rollout.agent.num_workers=1",
+        *run_overrides(root, **shape, steps=STEPS),
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.actor.optim.lr=1e-3",
-        "reward.num_workers=1",
-        f"reward.custom_reward_function.path={LEARNABLE_REWARD}",
-        "reward.custom_reward_function.name=compute_score",
-        "trainer.n_gpus_per_node=1",
-        "trainer.nnodes=1",
-        f"trainer.total_training_steps={STEPS}",
-        "trainer.logger=[console]",
         "trainer.val_before_train=false",
         "trainer.test_freq=-1",
         "trainer.save_freq=-1",
         f"trainer.default_local_dir={root / 'ckpt'}",
-        "ray_kwargs.ray_init.num_cpus=8",
-        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         # verl's separate-async mode, as verl's own launchers set it
         "trainer.v1.trainer_mode=separate_async",
         "actor_rollout_ref.hybrid_engine=false",
@@ -76,11 +55,7 @@ def async_overrides(root: Path, server) -> list[str]:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("verl_async_wire")
-    from arctic_rl_core.envs.bird.preprocess import PreprocessOptions, preprocess
-    from arctic_rl_core.envs.bird.sample import sample_dir
-
-    tiny_model_dir(root / "model", seed=42, **MODEL)
-    preprocess(sample_dir(root / "bird_cache"), root / "data", PreprocessOptions(), show_progress=False)
+    prepare_workdir(root)
     requests_log = root / "requests.jsonl"
     args = ["--no-colocate", "--num-threads", "1", "--request-log", str(requests_log)]
     with serve_reference(root / "server", args=args, file_root=root) as server:
@@ -99,20 +74,6 @@ def run(tmp_path_factory):
         jobs = server.jobs()
     requests = [json.loads(line) for line in requests_log.read_text().splitlines()]
     return {"log": log, "requests": requests, "jobs": jobs, "root": root}
-
-
-def _step_metrics(log: str, step: int) -> dict[str, float]:
-    lines = [line for line in log.splitlines() if re.search(rf"(^|\s)step:{step} - ", line)]
-    assert lines, f"no metrics line for step {step}"
-    metrics = {}
-    for part in lines[-1].split(" - "):
-        key, _, value = part.strip().rpartition(":")
-        value = re.sub(r"^np\.\w+\((.*)\)$", r"\1", value)  # verl logs numpy scalars by repr
-        try:
-            metrics[key] = float(value)
-        except ValueError:
-            continue
-    return metrics
 
 
 def test_the_adapter_selected_its_separate_async_trainer(run):
@@ -151,7 +112,7 @@ def test_weights_reach_the_sampler_at_every_step_boundary(run):
 
 def test_verl_logged_the_versions_staleness_and_is_weights(run):
     for step in range(1, STEPS + 1):
-        metrics = _step_metrics(run["log"], step)
+        metrics = step_metrics(run["log"], step)
         assert metrics["arctic/weights_version"] == step
         assert metrics["actor/async/max_staleness"] == THRESHOLD - 1
         assert 0 <= metrics["actor/async/staleness_max"] <= THRESHOLD - 1
@@ -159,4 +120,4 @@ def test_verl_logged_the_versions_staleness_and_is_weights(run):
         assert 0 <= metrics["training/off_policy/trajectory_staleness/max"] <= THRESHOLD - 1
         # the truncated IS weights (cap 2.0) went on the wire
         assert 0 < metrics["actor/async/is_weight_max"] <= 2.0
-    assert _step_metrics(run["log"], 2)["actor/async/staleness_max"] == 1
+    assert step_metrics(run["log"], 2)["actor/async/staleness_max"] == 1

@@ -15,39 +15,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from verl_e2e_run import TINY_MODEL, prepare_workdir, run_overrides, step_metrics
 
 TRAIN_BATCH, ROLLOUT_N, MAX_RESPONSE = 2, 2, 12
-LEARNABLE_REWARD = Path(__file__).resolve().parents[1] / "shared" / "learnable_reward.py"
-REFERENCE_MODEL = {"num_layers": 1, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("verl_e2e")
-    from arctic_rl_core.backends.reference.model import save_model_dir
-    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
-    from arctic_rl_core.envs.bird.preprocess import PreprocessOptions, preprocess
-    from arctic_rl_core.envs.bird.sample import sample_dir
-
     # verl needs a real config.json and tokenizer; the backend builds the same tiny model itself
-    save_model_dir(root / "model", ReferenceModelConfig(**REFERENCE_MODEL), seed=42)
-    preprocess(sample_dir(root / "bird_cache"), root / "data", PreprocessOptions(), show_progress=False)
-    return root
+    return prepare_workdir(tmp_path_factory.mktemp("verl_e2e"))
 
 
 def _overrides(root: Path, total_steps: int, *extra: str) -> list[str]:
+    shape = {"train_batch": TRAIN_BATCH, "rollout_n": ROLLOUT_N, "max_response": MAX_RESPONSE}
     return [
-        "algorithm.adv_estimator=grpo",
-        f"data.train_files={root / 'data' / 'train.parquet'}",
-        f"data.val_files={root / 'data' / 'dev.parquet'}",
-        f"data.train_batch_size={TRAIN_BATCH}",
-        "data.max_prompt_length=1024",
-        f"data.max_response_length={MAX_RESPONSE}",
-        "data.dataloader_num_workers=0",
-        "data.shuffle=false",
-        f"actor_rollout_ref.model.path={root / 'model'}",
-        f"actor_rollout_ref.rollout.n={ROLLOUT_N}",
-        "actor_rollout_ref.rollout.agent.num_workers=1",
+        *run_overrides(root, **shape, steps=total_steps),
         # verl validates these although the backend does its own no-grad batching
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
@@ -56,28 +38,16 @@ def _overrides(root: Path, total_steps: int, *extra: str) -> list[str]:
         "actor_rollout_ref.actor.use_kl_loss=true",
         "actor_rollout_ref.actor.entropy_coeff=0.01",
         "actor_rollout_ref.actor.optim.lr=1e-3",
-        "reward.num_workers=1",
-        # a random tiny model writes no valid SQL (every BIRD reward is 0, every GRPO advantage 0):
-        # the graded vowel-share reward differs within groups, so the policy term has a signal
-        f"reward.custom_reward_function.path={LEARNABLE_REWARD}",
-        "reward.custom_reward_function.name=compute_score",
-        "trainer.n_gpus_per_node=1",
-        "trainer.nnodes=1",
-        f"trainer.total_training_steps={total_steps}",
-        "trainer.logger=[console]",
         "trainer.val_before_train=false",
         "trainer.test_freq=-1",
         "trainer.save_freq=2",
         f"trainer.default_local_dir={root / 'ckpt'}",
         f"trainer.rollout_data_dir={root / f'rollouts{total_steps}'}",
         "trainer.resume_mode=auto",
-        "ray_kwargs.ray_init.num_cpus=8",
-        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        *(f"+remote_backend.core.backend.reference.{k}={v}" for k, v in REFERENCE_MODEL.items()),
+        *(f"+remote_backend.core.backend.reference.{k}={v}" for k, v in TINY_MODEL.items()),
         # training and sampling share the devices (verl's hybrid engine, its default): every step
         # sleeps/wakes them through the policy
         "actor_rollout_ref.hybrid_engine=true",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "remote_backend.core.backend.kind=reference",
         f"remote_backend.trace_dir={root / f'trace{total_steps}'}",
         *extra,
@@ -105,20 +75,6 @@ def first_run(workdir):
     return _run(workdir, total_steps=2, log_name="run1.log")
 
 
-def _step_metrics(log: str, step: int) -> dict[str, float]:
-    """verl's console logger prints `step:<n> - key:value - key:value ...` once per step."""
-    lines = [line for line in log.splitlines() if re.search(rf"(^|\s)step:{step} - ", line)]
-    assert lines, f"no metrics line for step {step}"
-    metrics = {}
-    for part in lines[-1].split(" - "):
-        key, _, value = part.strip().rpartition(":")
-        try:
-            metrics[key] = float(value)
-        except ValueError:
-            continue
-    return metrics
-
-
 def test_two_grpo_steps_call_the_backend_as_verl_schedules_them(workdir, first_run):
     from adapter_verl.trace import read_trace
 
@@ -143,7 +99,7 @@ def test_two_grpo_steps_call_the_backend_as_verl_schedules_them(workdir, first_r
 
 
 def test_losses_are_finite_and_the_trained_weights_are_used(first_run):
-    step1, step2 = _step_metrics(first_run, 1), _step_metrics(first_run, 2)
+    step1, step2 = step_metrics(first_run, 1), step_metrics(first_run, 2)
     for metrics in (step1, step2):
         assert math.isfinite(metrics["actor/loss"]) and metrics["actor/loss"] != 0.0  # entropy bonus
         assert metrics["actor/grad_norm"] > 0
@@ -172,7 +128,7 @@ def test_rewards_vary_within_groups_and_the_policy_term_has_a_signal(workdir, fi
     assert len(groups) == TRAIN_BATCH and any(len(set(scores)) > 1 for scores in groups.values())
     pg_losses = []
     for step in (1, 2):
-        metrics = _step_metrics(first_run, step)
+        metrics = step_metrics(first_run, step)
         # GRPO advantages are non-zero in every step, and the update has a gradient
         assert max(abs(metrics["critic/advantages/max"]), abs(metrics["critic/advantages/min"])) > 0.1
         assert metrics["actor/grad_norm"] > 0
@@ -218,7 +174,7 @@ def test_resume_continues_from_the_checkpoint(workdir, first_run):
     # only step 3 runs, and its optimizer steps continue the restored counter
     assert [r["step"] for r in trace if r["op"] == "step"] == [5, 6]
     assert re.search(r"(^|\s)step:3 - ", log) and not re.search(r"(^|\s)step:1 - ", log)
-    step3 = _step_metrics(log, 3)
+    step3 = step_metrics(log, 3)
     assert step3["actor/reward_kl_penalty_coeff"] == 0.5
     assert step3["actor/reward_kl_penalty"] != 0  # the policy moved away from the reference in steps 1-2
     assert "actor/kl_loss" not in step3

@@ -29,12 +29,11 @@ import time
 from pathlib import Path
 
 import pytest
+from verl_e2e_run import prepare_workdir, run_overrides, step_metrics
 
 pytest.importorskip("arctic_platform.client")
 
 TRAIN_BATCH, ROLLOUT_N, MAX_RESPONSE, VAL_ROWS = 2, 2, 8, 10
-LEARNABLE_REWARD = Path(__file__).resolve().parents[1] / "shared" / "learnable_reward.py"
-TINY_MODEL = {"num_layers": 1, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
 # the weight-sync policy's sequences (arctic_rl_core.weight_sync): colocated, the trainer gives the
 # devices back after the sync; separate, nothing sleeps
 SYNC_COLOCATED = [
@@ -57,16 +56,8 @@ RUN_SECONDS: dict[str, float] = {}
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("verl_wire")
-    from arctic_rl_core.backends.reference.model import save_model_dir
-    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
-    from arctic_rl_core.envs.bird.preprocess import PreprocessOptions, preprocess
-    from arctic_rl_core.envs.bird.sample import sample_dir
-
     # verl reads config.json and the tokenizer; the server builds the same model from this directory
-    save_model_dir(root / "model", ReferenceModelConfig(**TINY_MODEL), seed=42)
-    preprocess(sample_dir(root / "bird_cache"), root / "data", PreprocessOptions(), show_progress=False)
-    return root
+    return prepare_workdir(tmp_path_factory.mktemp("verl_wire"))
 
 
 def _overrides(
@@ -82,19 +73,9 @@ def _overrides(
             "actor_rollout_ref.rollout.n_gpus_per_node=1",
         ]
     )
+    shape = {"train_batch": TRAIN_BATCH, "rollout_n": ROLLOUT_N, "max_response": MAX_RESPONSE}
     return [
-        "algorithm.adv_estimator=grpo",
-        f"data.train_files={root / 'data' / 'train.parquet'}",
-        f"data.val_files={root / 'data' / 'dev.parquet'}",
-        f"data.train_batch_size={TRAIN_BATCH}",
-        "data.max_prompt_length=1024",
-        f"data.max_response_length={MAX_RESPONSE}",
-        "data.dataloader_num_workers=0",
-        "data.shuffle=false",
-        f"actor_rollout_ref.model.path={root / 'model'}",
-        f"actor_rollout_ref.rollout.n={ROLLOUT_N}",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-        "actor_rollout_ref.rollout.agent.num_workers=1",
+        *run_overrides(root, **shape, steps=steps),
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.actor.ppo_mini_batch_size=1",
@@ -102,13 +83,6 @@ def _overrides(
         "actor_rollout_ref.actor.use_kl_loss=true",
         "actor_rollout_ref.actor.entropy_coeff=0.01",
         "actor_rollout_ref.actor.optim.lr=1e-3",
-        "reward.num_workers=1",
-        f"reward.custom_reward_function.path={LEARNABLE_REWARD}",
-        "reward.custom_reward_function.name=compute_score",
-        "trainer.n_gpus_per_node=1",
-        "trainer.nnodes=1",
-        f"trainer.total_training_steps={steps}",
-        "trainer.logger=[console]",
         f"trainer.val_before_train={str(validate).lower()}",
         f"trainer.test_freq={1 if validate else -1}",
         # validation samples (verl's default is greedy, where the tiny model answers blank lines)
@@ -119,8 +93,6 @@ def _overrides(
         f"trainer.rollout_data_dir={root / f'rollouts{steps}'}",
         f"trainer.validation_data_dir={root / f'validation{steps}'}",
         "trainer.resume_mode=auto",
-        "ray_kwargs.ray_init.num_cpus=8",
-        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         # verl names the model (actor_rollout_ref.model.path): the server loads that directory
         *server.overrides(core, model=False),
         *layout,
@@ -182,20 +154,6 @@ def _trace(root: Path, steps: int) -> list[dict]:
     from adapter_verl.trace import read_trace
 
     return read_trace(root / f"trace{steps}")
-
-
-def _step_metrics(log: str, step: int) -> dict[str, float]:
-    """verl's console logger prints `step:<n> - key:value - key:value ...` once per step."""
-    lines = [line for line in log.splitlines() if re.search(rf"(^|\s)step:{step} - ", line)]
-    assert lines, f"no metrics line for step {step}"
-    metrics = {}
-    for part in lines[-1].split(" - "):
-        key, _, value = part.strip().rpartition(":")
-        try:
-            metrics[key] = float(value)
-        except ValueError:
-            continue
-    return metrics
 
 
 def _dumped(directory: Path, step: int) -> list[dict]:
@@ -271,7 +229,7 @@ def test_colocated_run_learns_from_graded_rewards(workdir, colocated):
 
     log, _ = colocated
     for step in (1, 2):
-        metrics = _step_metrics(log, step)
+        metrics = step_metrics(log, step)
         assert math.isfinite(metrics["actor/loss"]) and metrics["actor/grad_norm"] > 0
         assert max(abs(metrics["critic/advantages/max"]), abs(metrics["critic/advantages/min"])) > 0.1
         # the sync after each step, as verl logged it: 2 optimizer steps per step
@@ -328,7 +286,7 @@ def test_resume_in_the_separate_layout_continues_from_the_checkpoint(wire, workd
     assert [r["weights_version"] for r in trace if r["op"] == "update_weights"] == [4, 6]
     assert {r["weights_version"] for r in trace if r["op"] == "generate"} == {4}
     assert re.search(r"(^|\s)step:3 - ", log) and not re.search(r"(^|\s)step:[12] - ", log)
-    metrics = _step_metrics(log, 3)
+    metrics = step_metrics(log, 3)
     assert (metrics["arctic/rollout_weights_version"], metrics["arctic/weights_version"]) == (4, 6)
     assert math.isfinite(metrics["actor/loss"]) and metrics["actor/grad_norm"] > 0
     # verl's dataloader state came back too: step 3 trains on the third batch of prompts, none of
@@ -352,8 +310,8 @@ def test_resumed_step_trains_gspo_on_the_server_by_dotted_path(workdir, colocate
         assert record["processing"]["loss_fn"] == SERVER_LOSS_FN
         assert record["meta"]["policy_loss_config"]["loss_mode"] == "gspo"
     assert sum(1 for r in requests if r["route"] == "/forward-backward") == len(train)
-    metrics = _step_metrics(log, 3)
+    metrics = step_metrics(log, 3)
     assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
     # no dual clip: the colocated steps (verl's default vanilla = dual clip) report its bound, GSPO does not
-    assert "actor/pg_clipfrac_lower" in _step_metrics(colocated[0], 2)
+    assert "actor/pg_clipfrac_lower" in step_metrics(colocated[0], 2)
     assert "actor/pg_clipfrac_lower" not in metrics

@@ -87,10 +87,14 @@ def test_pairs_share_a_warm_start_runs_are_reused_and_the_ratio_is_async_over_sy
         learning.run(_args(out, "--seeds", "1", "2", "--steps", "12"))
 
 
-def test_one_warm_start_starts_every_run_from_the_first_seeds(fake_demo, tmp_path):
-    learning.run(_args(tmp_path / "runs", "--seeds", "5", "6", "--one-warm-start"))
-    seeded = {c["run"]: c["seeded"] for c in fake_demo()}
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_one_warm_start_starts_every_run_from_the_first_seeds(fake_demo, tmp_path, jobs):
+    result = learning.run(_args(tmp_path / "runs", "--seeds", "5", "6", "--one-warm-start", "--jobs", jobs))
+    calls = fake_demo()
+    seeded = {c["run"]: c["seeded"] for c in calls}
     assert seeded == {"seed5-async0": False, "seed5-async1": True, "seed6-async0": True, "seed6-async1": True}
+    assert calls[0]["run"] == "seed5-async0"  # the others start from its warm start: it runs first
+    assert result.baseline_seconds == pytest.approx(100 * (105 + 106) / 2 / 128)
 
 
 def test_paired_verdict_and_its_limits():

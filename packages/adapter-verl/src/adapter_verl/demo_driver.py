@@ -45,6 +45,18 @@ PHASE_TIMINGS = {
     "seconds_sync": "timing_s/update_weights",
     "seconds_step": "timing_s/step",
 }
+# The forwarder's `async/*` step metrics (verl logs them under actor/) -> the names the SkyRL demo's
+# records use, so both frameworks' --async K records read the same (groups are verl's replay buffer's).
+ASYNC_METRICS = {
+    "actor/async/max_staleness": "async/max_staleness",
+    "actor/async/staleness_mean": "async/weights_staleness_mean",
+    "actor/async/staleness_max": "async/weights_staleness_max",
+    "actor/async/staleness_min": "async/weights_staleness_min",
+    "actor/async/is_weight_mean": "async/is_weight_mean",
+    "actor/async/is_weight_max": "async/is_weight_max",
+    "actor/async/is_weight_min": "async/is_weight_min",
+    "actor/async/is_weight_clipped_fraction": "async/is_weight_clipped_fraction",
+}
 _POLL_S = 0.5
 
 
@@ -164,6 +176,7 @@ def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
         "rollout_weights_version": int(data["arctic/rollout_weights_version"]),
         "optimizer_steps": int(data["arctic/optimizer_steps"]),
         **phase_seconds(data, PHASE_TIMINGS),
+        **{ours: float(data[name]) for name, ours in ASYNC_METRICS.items() if data.get(name) is not None},
     }
 
 

@@ -74,11 +74,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "order only; one supervised phase in all)",
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="demo runs at once (default 1); a run that starts from another's warm start waits for it",
+    )
+    parser.add_argument(
         "--lock",
         default=None,
         metavar="FILE",
-        help="hold an exclusive flock on FILE while each demo runs (a machine shared with other heavy jobs: "
-        "they interleave between runs, not inside one)",
+        help="hold an exclusive flock on FILE while each demo runs, or each wave of --jobs runs (a machine "
+        "shared with other heavy jobs: they interleave between runs, not inside one)",
     )
 
 
@@ -234,7 +240,9 @@ def warm_start_source(args: argparse.Namespace, seed: int, max_staleness: int, o
     return out / run_name(seed, 0) if max_staleness else None
 
 
-def run_one(args: argparse.Namespace, seed: int, max_staleness: int, out: Path) -> dict[str, Any]:
+def run_one(
+    args: argparse.Namespace, seed: int, max_staleness: int, out: Path, lock: str | None = None
+) -> dict[str, Any]:
     run_dir = out / run_name(seed, max_staleness)
     wanted = _wanted(args, seed, max_staleness)
     summary = finished_summary(run_dir, wanted)
@@ -251,7 +259,7 @@ def run_one(args: argparse.Namespace, seed: int, max_staleness: int, out: Path) 
     started = time.perf_counter()
     print(f"{run_dir.name}: running ({' '.join(argv[-12:])}; output in {console})", flush=True)
     environ = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | env
-    with console.open("w", encoding="utf-8") as sink, _held(args.lock):
+    with console.open("w", encoding="utf-8") as sink, _held(lock):
         code = subprocess.call(argv, env=environ, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT)
     if code != 0:
         raise LearningBenchError(f"{run_dir.name}: the demo exited {code}; its output: {console}")
@@ -270,10 +278,24 @@ def run(args: argparse.Namespace) -> BenchResult:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    scores: dict[int, list[RunScore]] = {0: [], args.max_staleness: []}
-    for seed in dict.fromkeys(args.seeds):
-        for k in (0, args.max_staleness):
-            scores[k].append(RunScore.from_summary(run_one(args, seed, k, out), seed))
+    runs = [(seed, k) for seed in dict.fromkeys(args.seeds) for k in (0, args.max_staleness)]
+    summaries: dict[tuple[int, int], dict[str, Any]] = {}
+    if args.jobs <= 1:
+        for seed, k in runs:
+            summaries[seed, k] = run_one(args, seed, k, out, args.lock)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        # waves: the runs with their own warm start, then the runs starting from one of theirs
+        first = [r for r in runs if warm_start_source(args, *r, out) is None]
+        for wave in (first, [r for r in runs if r not in first]):
+            with _held(args.lock), ThreadPoolExecutor(max_workers=args.jobs) as pool:
+                for run, summary in zip(wave, pool.map(lambda r: run_one(args, *r, out), wave), strict=True):
+                    summaries[run] = summary
+    scores = {
+        k: [RunScore.from_summary(summaries[seed, k], seed) for seed in dict.fromkeys(args.seeds)]
+        for k in (0, args.max_staleness)
+    }
     return learning_result(args, scores[0], scores[args.max_staleness], time.perf_counter() - started)
 
 

@@ -47,6 +47,7 @@ class RecordingBackend(ForwardingBackend):
             "forward_ref" if reference_model else "forward",
             payload,
             logprobs_sum=float(out.logprobs_B_S.double().sum()),
+            logprobs_rows=row_sums(out.logprobs_B_S),
         )
         return out
 
@@ -74,6 +75,13 @@ class _SameProcessHandle(BackendHandle):
 
     def connect(self) -> Backend:
         return self._backend
+
+
+def row_sums(logprobs_B_S: torch.Tensor) -> list[float]:
+    """Each row's returned log-probs summed in float64: what a trace records of a forward's result
+    per row, so that a comparison that reorders rows (`trace_diff`, `canonical_rows`) can reorder it
+    too (a sum over the whole batch depends on the row order in its last bits)."""
+    return [float(v) for v in logprobs_B_S.double().sum(dim=1)]
 
 
 def weights_digest(parameters: Mapping[str, torch.Tensor]) -> str:

@@ -29,6 +29,12 @@ DEFAULT_TRACE_SUBDIR = ".test-results/parity"  # under the repository root
 FRAMEWORKS: tuple[str, ...] = ("skyrl", "verl")
 
 
+def wire_trace_name(framework: str) -> str:
+    """The trace a framework's real trainer leaves over the wire (`serve --reference --parity-trace`),
+    beside `<framework>.trace` (the in-process replay of its call order)."""
+    return f"{framework}-wire.trace"
+
+
 @dataclass(frozen=True)
 class ParityScenario:
     """Everything that defines the canonical run. `question_indices[s]` are the BIRD train
@@ -38,7 +44,7 @@ class ParityScenario:
     rollouts_per_prompt: int = 2
     mini_batch_prompts: int = 1
     epochs: int = 2
-    max_prompt_length: int = 40
+    max_prompt_length: int = 64  # room for the chat template around the question over the wire
     max_response_length: int = 48
     seed: int = 7
     sampling_seed: int = 1234
@@ -205,6 +211,12 @@ class RolloutRow:
     reward: float
 
 
+def prompt_text(question: Any) -> str:
+    """The user message of a BIRD question in the scenario (its text and evidence): the token ids of
+    the in-process replays, the chat message the frameworks template over the wire."""
+    return f"{question.question} ({question.evidence})"
+
+
 def gold_response(sql: str) -> str:
     """A well-formatted answer holding `sql` (what the BIRD scorer rewards with 1.0)."""
     return f"<think>plan</think><answer>```sql\n{sql}\n```</answer>"
@@ -233,7 +245,7 @@ def canonical_rollouts(scenario: ParityScenario, backend: Backend) -> list[list[
     for step in scenario.question_indices:
         for i in step:
             q = by_index[i]
-            ids = tokenizer.encode(f"{q.question} ({q.evidence})", add_special_tokens=True)
+            ids = tokenizer.encode(prompt_text(q), add_special_tokens=True)
             if len(ids) > scenario.max_prompt_length:
                 raise ValueError(
                     f"question {i}: prompt of {len(ids)} tokens > max_prompt_length={scenario.max_prompt_length}"
@@ -281,3 +293,60 @@ def token_level_rewards(rows: Sequence[RolloutRow], width: int) -> list[list[flo
         values[len(row.response_ids) - 1] = row.reward
         out.append(values)
     return out
+
+
+def fixed_rollouts_document(
+    scenario: ParityScenario, rollouts: Sequence[Sequence[RolloutRow]]
+) -> dict[str, Any]:
+    """The scenario's rollouts as a `serve --reference --fixed-rollouts` file (format
+    `backends.reference.fixed_rollouts.FORMAT`): per question, keyed by its `prompt_text`, the
+    responses of every step it appears in, in step and row order. The server hands them out in
+    order of arrival, so over the wire a framework's step s gets the same responses as
+    `rollouts[s]`; only which of a group's identical prompts gets which response may differ."""
+    from arctic_rl_core.backends.reference.fixed_rollouts import FORMAT
+    from arctic_rl_core.envs.bird.dataset import load_split
+    from arctic_rl_core.envs.bird.sample import sample_dir
+
+    by_index = {q.index: q for q in load_split(sample_dir(), "train").questions}
+    completions: dict[int, list[dict[str, list[int]]]] = {}
+    for rows in rollouts:
+        for row in rows:
+            completions.setdefault(row.question_index, []).append({"token_ids": list(row.response_ids)})
+    if len(rollouts) != scenario.steps:
+        raise ValueError(f"{len(rollouts)} steps of rollouts for a scenario of {scenario.steps}")
+    return {
+        "format": FORMAT,
+        "prompts": [
+            {"contains": prompt_text(by_index[i]), "completions": completions[i]} for i in sorted(completions)
+        ],
+    }
+
+
+def dataset_rows(scenario: ParityScenario) -> list[dict[str, Any]]:
+    """The scenario's prompts in step order, one row per prompt of every step (a question used in
+    two steps is two rows), in the verl/SkyRL dataset shape: chat `prompt`, `data_source` "bird",
+    `reward_model.ground_truth` (the gold SQL), `extra_info` (db_id, db_path, index), and SkyRL's
+    `env_class`. With no shuffling and `prompts_per_step` rows a batch, batch s holds step s."""
+    from arctic_rl_core.envs.bird.dataset import load_split
+    from arctic_rl_core.envs.bird.sample import sample_dir
+
+    data = load_split(sample_dir(), "train")
+    by_index = {q.index: q for q in data.questions}
+    rows = []
+    for step in scenario.question_indices:
+        for i in step:
+            q = by_index[i]
+            rows.append(
+                {
+                    "data_source": "bird",
+                    "prompt": [{"role": "user", "content": prompt_text(q)}],
+                    "env_class": "bird",
+                    "reward_model": {"style": "rule", "ground_truth": q.sql},
+                    "extra_info": {
+                        "db_id": q.db_id,
+                        "db_path": str(data.databases[q.db_id].db_path),
+                        "index": q.index,
+                    },
+                }
+            )
+    return rows

@@ -63,6 +63,8 @@ class ServerTraceRecorder:
         return None if self.closed else received_payload(body)
 
     def forward(self, payload: WirePayload | None, out: ForwardOutput, *, reference_model: bool) -> None:
+        from arctic_rl_core.parity.recording import row_sums
+
         with self._lock:
             if payload is None or self.closed:
                 return
@@ -70,6 +72,7 @@ class ServerTraceRecorder:
                 "forward_ref" if reference_model else "forward",
                 payload,
                 logprobs_sum=float(out.logprobs_B_S.double().sum()),
+                logprobs_rows=row_sums(out.logprobs_B_S),
             )
 
     def forward_backward(self, payload: WirePayload | None, loss: float) -> None:

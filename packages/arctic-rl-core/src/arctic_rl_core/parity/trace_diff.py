@@ -9,6 +9,17 @@ Pinned framework difference handled here: before a training step SkyRL 0.4.0 ask
 reference log-probs first and then the policy's; verl 0.9.1 asks for the policy's first. No-grad
 forwards do not change any state, so `canonical_order` sorts each run of consecutive no-grad
 forwards by op (`forward` before `forward_ref`) before pairing; everything else keeps its order.
+
+Over the wire (`canonical_rows=True`, the traces recorded from the two real trainers), one more
+thing legitimately differs: which of a GRPO group's identical prompts got which of the group's
+fixed rollouts (the server serves them in order of arrival, and verl's concurrent requests arrive in
+any order). `canonical_rows` puts each payload's rows in one order: groups (rows with the same prompt
+tokens) where they first appear, rows within a group sorted by their token ids; every tensor whose
+first dimension is the batch follows, and so do the per-row log-prob sums (`logprobs_rows`), which
+then replace the whole-batch sum (a float64 sum over the batch depends on row order in its last
+bits). Nothing else is reordered: a group in another place, a row moved across groups, or any value
+changed is still a difference. Why reordering within a group changes no training state, bit for bit,
+is in the README's parity section (one group per mini-batch, one row per micro-batch).
 """
 
 from __future__ import annotations
@@ -63,15 +74,54 @@ def canonical_order(calls: Sequence[TraceCall]) -> list[TraceCall]:
     return out
 
 
+def row_permutation(call: TraceCall) -> list[int] | None:
+    """The canonical row order of a dense payload call (see the module docstring), as indices into
+    its rows; None for a call without a one-batch payload."""
+    if not call.is_payload or {mb for mb, _ in call.tensors} != {0}:
+        return None
+    ids, mask = call.tensors.get((0, "input_ids")), call.tensors.get((0, "attention_mask"))
+    prompts = call.tensors.get((0, "prompts"))
+    if ids is None or mask is None or prompts is None:
+        return None
+    width = int(prompts.shape[1])
+    first_seen: dict[tuple[int, ...], int] = {}
+    keys = []
+    for row in range(int(ids.shape[0])):
+        prompt = tuple(ids[row, :width][mask[row, :width].bool()].tolist())
+        group = first_seen.setdefault(prompt, len(first_seen))
+        keys.append((group, ids[row].tolist(), mask[row].tolist(), row))
+    return [key[-1] for key in sorted(keys)]
+
+
+def canonical_row_order(call: TraceCall) -> TraceCall:
+    """`call` with its payload rows in the canonical order (a new call; unchanged when not a payload)."""
+    order = row_permutation(call)
+    if order is None:
+        return call
+    rows = len(order)
+    tensors = {
+        key: value[order] if value.dim() >= 1 and int(value.shape[0]) == rows else value
+        for key, value in call.tensors.items()
+    }
+    record = dict(call.record)
+    if isinstance(record.get("logprobs_rows"), list) and len(record["logprobs_rows"]) == rows:
+        record["logprobs_rows"] = [record["logprobs_rows"][i] for i in order]
+        record.pop("logprobs_sum", None)
+    return TraceCall(index=call.index, op=call.op, record=record, tensors=tensors)
+
+
 def diff_traces(
     left: Sequence[TraceCall] | str | Path,
     right: Sequence[TraceCall] | str | Path,
     *,
     reorder_no_grad_forwards: bool = True,
+    canonical_rows: bool = False,
 ) -> list[TraceDifference]:
     """Every difference between two traces (paths or loaded calls); empty when they are identical."""
     a = read_trace(left) if isinstance(left, str | Path) else list(left)
     b = read_trace(right) if isinstance(right, str | Path) else list(right)
+    if canonical_rows:
+        a, b = [canonical_row_order(c) for c in a], [canonical_row_order(c) for c in b]
     if reorder_no_grad_forwards:
         a, b = canonical_order(a), canonical_order(b)
     diffs: list[TraceDifference] = []

@@ -298,6 +298,38 @@ class ReferenceBackend(Backend):
         sequences = sample(self._sampler, self.tokenizer, ids, params, generator=self._sampler_rng, **options)
         return sequences, self._weights_version
 
+    async def generate_version(self) -> int:
+        """The sleep/wake checks of a generate (the state guard's refusals) and the weights version
+        it would sample with, without sampling: for a server that answers generate with fixed
+        completions (`serve --reference --fixed-rollouts`, `fixed_rollouts`)."""
+        return await self._run_sampler(self._checked_version)
+
+    def _checked_version(self) -> int:
+        self._state.check_generate()
+        return self._weights_version
+
+    async def score_completions(
+        self,
+        prompts: Sequence[str],
+        completions: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        logprobs_mode: str | None = None,
+    ) -> list[tuple[tuple[float, int], ...]]:
+        """The sampler's (log-prob, rank) of each completion token after its (text) prompt, as a
+        generate would report them had it drawn these tokens (`sampler.teacher_forced_logprobs`)."""
+        from arctic_rl_core.backends.reference.sampler import teacher_forced_logprobs
+
+        ids = self._prompt_ids(list(prompts))
+        mode = logprobs_mode or self.settings.logprobs_mode
+        return await self._run_sampler(
+            functools.partial(teacher_forced_logprobs, logprobs_mode=mode),
+            self._sampler,
+            ids,
+            completions,
+            params,
+        )
+
     def _sampler_rng_state(self) -> torch.Tensor:
         if self._sampler_process is not None:
             return self._sampler_process.rng_state()

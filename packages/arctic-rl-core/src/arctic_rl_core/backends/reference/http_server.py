@@ -47,6 +47,7 @@ from arctic_rl_core.backends.reference.fidelity import (
     deepspeed_rejects,
 )
 from arctic_rl_core.backends.reference.file_root import FileRoot, PathRefused
+from arctic_rl_core.backends.reference.fixed_rollouts import FixedRollouts, FixedRolloutsError
 from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ class ReferenceServer:
         token: str | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         parity_trace: Path | None = None,
+        fixed_rollouts: FixedRollouts | None = None,
     ) -> None:
         self.fidelity = fidelity or Fidelity()
         self.settings = self.fidelity.engine_settings(settings or ReferenceEngineSettings())
@@ -133,6 +135,8 @@ class ReferenceServer:
             from arctic_rl_core.parity.server_trace import ServerTraceRecorder
 
             self.parity = ServerTraceRecorder(parity_trace)
+        # `--fixed-rollouts`: /generate serves these completions instead of sampling (fixed_rollouts.py)
+        self.fixed_rollouts = fixed_rollouts
         self.files = file_root if isinstance(file_root, FileRoot) else FileRoot(file_root)
         self.token = token or None
         self.max_body_bytes = max_body_bytes
@@ -487,6 +491,8 @@ class ReferenceServer:
         params, top, stop_ids = vllm_sampling(
             body.get("sampling_params"), job.max_model_len or 0, fidelity=self.fidelity
         )
+        if self.fixed_rollouts is not None:
+            return await self._generate_fixed(request, job, job_id, prompts, params, top, stop_ids)
         sequences, version = await self.engine.sample(
             prompts,
             params,
@@ -514,6 +520,78 @@ class ReferenceServer:
             if top is not None:
                 result["logprobs"] = [_logprob_entries(entries) for entries in seq.top_logprobs]
             results.append(result)
+        return _Wire({"job_id": job_id, "results": results})
+
+    async def _generate_fixed(
+        self,
+        request: web.Request,
+        job: Job,
+        job_id: int,
+        prompts: list[str],
+        params: SamplingParams,
+        top: int | None,
+        stop_ids: frozenset[int],
+    ) -> Any:
+        """/generate from `--fixed-rollouts` (fixed_rollouts.py): the same checks and result shape,
+        the completions read from the file."""
+        assert self.fixed_rollouts is not None
+        if top:
+            raise HTTPError(
+                400,
+                f"sampling_params.logprobs={top}: --fixed-rollouts reports the served token's log-prob only "
+                "(logprobs=0), not top-k alternatives",
+            )
+        if params.stop:
+            raise HTTPError(
+                400,
+                f"sampling_params.stop={list(params.stop)!r}: --fixed-rollouts serves each completion as the "
+                "file has it and never cuts it at a stop string; send no stop strings",
+            )
+        from arctic_rl_core.backends.reference.tokenizer import stop_token_ids
+
+        version = await self.engine.generate_version()  # the state guard's generate checks
+        tokenizer = self.engine.tokenizer
+        try:
+            self.fixed_rollouts.check_vocabulary(self.engine.vocab_size)
+            served = self.fixed_rollouts.serve(
+                prompts,
+                max_tokens=params.max_tokens,
+                stop_ids=stop_token_ids(tokenizer) | stop_ids,
+                decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+            )
+        except FixedRolloutsError as err:
+            raise HTTPError(400, str(err)) from None
+        prompt_lens = [len(tokenizer.encode(p, add_special_tokens=True)) for p in prompts]
+        scores = None
+        if top is not None:  # the served tokens' log-probs under the sampler's current weights
+            scores = await self.engine.score_completions(
+                prompts, [s.token_ids for s in served], params, logprobs_mode=job.logprobs_mode
+            )
+        if self.request_log is not None:
+            request[ROLLOUT_LOG_KEY] = {
+                "weights_version": version,
+                "rollouts": [
+                    rollout_digest(tokenizer.encode(p, add_special_tokens=True), s.token_ids)
+                    for p, s in zip(prompts, served, strict=True)
+                ],
+                "fixed_rollouts": True,
+            }
+        results = []
+        for i, (completion, prompt_len) in enumerate(zip(served, prompt_lens, strict=True)):
+            result: dict[str, Any] = {
+                "text": completion.text,
+                "token_ids": list(completion.token_ids),
+                "finish_reason": completion.finish_reason,
+                "prompt_len": prompt_len,
+                "generation_len": len(completion.token_ids),
+                "prefix_cache_len": 0,
+            }
+            if scores is not None:
+                result["logprobs"] = [
+                    {token: {"logprob": lp, "rank": rank}}
+                    for token, (lp, rank) in zip(completion.token_ids, scores[i], strict=True)
+                ]
+            results.append(self.fidelity.generate_result(result, version))
         return _Wire({"job_id": job_id, "results": results})
 
     async def log_probs(self, request: web.Request) -> Any:
@@ -977,6 +1055,7 @@ async def serve(
     request_log: Path | None = None,
     fidelity: Fidelity | None = None,
     parity_trace: Path | None = None,
+    fixed_rollouts: FixedRollouts | None = None,
 ) -> None:
     """Run the server until `stop` is set (or SIGINT/SIGTERM when `stop` is None). A non-loopback
     `host` needs a `token` (`http_auth.BindRefused` otherwise)."""
@@ -988,5 +1067,6 @@ async def serve(
         file_root=file_root,
         token=token,
         parity_trace=parity_trace,
+        fixed_rollouts=fixed_rollouts,
     )
     await serve_application(server.application(), host, port, on_ready=on_ready, stop=stop)

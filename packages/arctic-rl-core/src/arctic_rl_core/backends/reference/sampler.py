@@ -133,6 +133,40 @@ def sample(
     ]
 
 
+def teacher_forced_logprobs(
+    model: PreTrainedModel,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    params: SamplingParams,
+    *,
+    logprobs_mode: str = "raw_logprobs",
+) -> list[tuple[tuple[float, int], ...]]:
+    """The log-prob and rank (1 = the most likely) `model` gives each completion token after its
+    prompt (one row at a time, no padding), in `logprobs_mode` as `sample` reports them: what the sampler would have reported had it
+    drawn these tokens (`serve --reference --fixed-rollouts`)."""
+    import torch
+
+    if logprobs_mode not in LOGPROBS_MODES:
+        raise ValueError(f"logprobs_mode={logprobs_mode!r}: one of {', '.join(LOGPROBS_MODES)}")
+    device = next(model.parameters()).device
+    out = []
+    with torch.no_grad():
+        for prompt, completion in zip(prompts, completions, strict=True):
+            ids = torch.tensor([[*prompt, *completion]], dtype=torch.long, device=device)
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : len(prompt) - 1 + len(completion)]
+            if logprobs_mode == "raw_logprobs":
+                values = torch.log_softmax(logits.float(), dim=-1).cpu()
+            else:
+                values = _processed_logprobs(logits, params)
+            out.append(
+                tuple(
+                    (float(values[i, token]), int((values[i] > values[i, token]).sum()) + 1)
+                    for i, token in enumerate(completion)
+                )
+            )
+    return out
+
+
 def _processed_logprobs(logits_B_V: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """vLLM's `processed_logprobs`: log-softmax of the logits divided by the temperature (1 when
     greedy), with top-k then top-p applied as masks (-inf outside the kept set)."""

@@ -108,6 +108,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "PATH (one run; the parity suite compares two frameworks' traces)",
     )
     parser.add_argument(
+        "--fixed-rollouts",
+        default=None,
+        metavar="FILE",
+        help="answer /generate with the completions in FILE (JSON, format arctic-rl-fixed-rollouts/1: per "
+        "prompt text, its completions' token ids, served in order of arrival) instead of sampling: a "
+        "documented difference from the real server, so that two trainers see the same rollouts (parity)",
+    )
+    parser.add_argument(
         "overrides", nargs="*", default=[], help="config overrides, key=value (with --config or alone)"
     )
     parser.set_defaults(func=run)
@@ -144,6 +152,12 @@ def run(args: argparse.Namespace) -> int:
     if args.colocate is not None:
         update["colocated"] = args.colocate
     settings = ReferenceEngineSettings.model_validate({**settings.model_dump(), **update})
+    if args.api == "cortex" and args.fixed_rollouts is not None:
+        print(
+            "arctic-rl serve: --fixed-rollouts applies to the on-prem API only, not --api cortex",
+            file=sys.stderr,
+        )
+        return 2
     if args.api == "cortex":
         return _run_cortex(args, settings)
     if args.tls:
@@ -171,6 +185,15 @@ def run(args: argparse.Namespace) -> int:
     request_log = None if args.request_log is None else Path(args.request_log)
     parity_trace = None if args.parity_trace is None else Path(args.parity_trace)
     fidelity = Fidelity(profile=ServerProfile(args.profile), state_guard=args.state_guard)
+    fixed_rollouts = None
+    if args.fixed_rollouts is not None:
+        from arctic_rl_core.backends.reference.fixed_rollouts import FixedRollouts, FixedRolloutsError
+
+        try:
+            fixed_rollouts = FixedRollouts.load(args.fixed_rollouts)
+        except FixedRolloutsError as err:
+            print(f"arctic-rl serve: {err}", file=sys.stderr)
+            return 2
     files = FileRoot(args.file_root)
     print(f"arctic-rl serve: {files.describe()}", flush=True)
     return _serve_until_stopped(
@@ -182,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
             on_ready=ready,
             request_log=request_log,
             parity_trace=parity_trace,
+            fixed_rollouts=fixed_rollouts,
             fidelity=fidelity,
             file_root=files,
             token=token,

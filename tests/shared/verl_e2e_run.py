@@ -1,0 +1,76 @@
+"""What verl's end-to-end runs in these tests share (test_verl_e2e, test_verl_wire_e2e,
+test_verl_async_wire): the working folder (the tiny model saved as a Hugging Face directory, which verl
+reads, and the bundled BIRD sample preprocessed to verl's parquet files) and the overrides every such
+`python -m adapter_verl.main` run sets (data, model, group size, the graded reward, one node of one
+GPU, the console logger, Ray's and TransferQueue's sizes), and reading verl's logged step metrics.
+Each test adds its own layout, batch shapes and checks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+TINY_MODEL = {"num_layers": 1, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
+# a random tiny model writes no valid SQL (every BIRD reward is 0, every GRPO advantage 0): the graded
+# vowel-share reward differs within groups, so the policy term has a signal
+LEARNABLE_REWARD = Path(__file__).resolve().parent / "learnable_reward.py"
+
+
+def prepare_workdir(root: Path, *, model: bool = True) -> Path:
+    """`root/model` (the tiny model, seed 42; the backend builds the same one itself) unless `model` is
+    false, and `root/data/{train,dev}.parquet` (the bundled BIRD sample's prompts)."""
+    from arctic_rl_core.envs.bird.preprocess import PreprocessOptions, preprocess
+    from arctic_rl_core.envs.bird.sample import sample_dir
+
+    if model:
+        from arctic_rl_core.backends.reference.model import save_model_dir
+        from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+
+        save_model_dir(root / "model", ReferenceModelConfig(**TINY_MODEL), seed=42)
+    preprocess(sample_dir(root / "bird_cache"), root / "data", PreprocessOptions(), show_progress=False)
+    return root
+
+
+def run_overrides(
+    root: Path, *, train_batch: int, rollout_n: int, max_response: int, steps: int
+) -> list[str]:
+    """The overrides every verl end-to-end run of these tests sets."""
+    return [
+        "algorithm.adv_estimator=grpo",
+        f"data.train_files={root / 'data' / 'train.parquet'}",
+        f"data.val_files={root / 'data' / 'dev.parquet'}",
+        f"data.train_batch_size={train_batch}",
+        "data.max_prompt_length=1024",
+        f"data.max_response_length={max_response}",
+        "data.dataloader_num_workers=0",
+        "data.shuffle=false",
+        f"actor_rollout_ref.model.path={root / 'model'}",
+        f"actor_rollout_ref.rollout.n={rollout_n}",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "reward.num_workers=1",
+        f"reward.custom_reward_function.path={LEARNABLE_REWARD}",
+        "reward.custom_reward_function.name=compute_score",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        f"trainer.total_training_steps={steps}",
+        "trainer.logger=[console]",
+        "ray_kwargs.ray_init.num_cpus=8",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    ]
+
+
+def step_metrics(log: str, step: int) -> dict[str, float]:
+    """verl's console logger prints `step:<n> - key:value - key:value ...` once per step (the last such
+    line of `step` is read; numpy scalars, logged by repr, are unwrapped)."""
+    lines = [line for line in log.splitlines() if re.search(rf"(^|\s)step:{step} - ", line)]
+    assert lines, f"no metrics line for step {step}"
+    metrics = {}
+    for part in lines[-1].split(" - "):
+        key, _, value = part.strip().rpartition(":")
+        value = re.sub(r"^np\.\w+\((.*)\)$", r"\1", value)
+        try:
+            metrics[key] = float(value)
+        except ValueError:
+            continue
+    return metrics
