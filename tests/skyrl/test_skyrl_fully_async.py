@@ -445,6 +445,10 @@ def test_demo_async_1_runs_skyrls_fully_async_trainer(tmp_path):
         "trainer.fully_async.enabled=true" in overrides
         and "trainer.fully_async.max_staleness_steps=1" in overrides
     )
+    # rollout_is alone, as SkyRL's fully async examples run it: a TIS on top would weight each token
+    # by its ratio to the rollout policy twice (bench learning, README)
+    assert "trainer.algorithm.policy_loss_type=rollout_is" in overrides
+    assert not any("off_policy_correction" in o for o in overrides)
 
 
 def test_fully_async_checkpoint_resumes_with_skyrls_async_state(learnable_jsonl, tmp_path):
