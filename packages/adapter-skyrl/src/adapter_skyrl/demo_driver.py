@@ -96,7 +96,7 @@ def skyrl_async_overrides(options: DemoOptions) -> list[str]:
     """The loss and trainer: SkyRL's synchronous trainer with dual-clip PPO, or with `--async K`
     SkyRL's own fully asynchronous trainer as its examples run it (`rollout_is`: the ratio to the
     rollout log-probs is the off-policy correction; no TIS on top, which would weight each token by
-    that ratio a second time: seed 1 of `bench learning` ended at 104/128 with it, 117/128 without),
+    that ratio a second time; over three `bench learning` seeds the two end alike, README),
     `max_staleness_steps=K` (the demo's one optimizer step per SkyRL step makes it the core's
     async.max_staleness) and enough generation workers for K steps of prompt groups ahead."""
     k = options.max_staleness
