@@ -127,10 +127,6 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from arctic_rl_core.config import ConfigError
+    from adapter_skyrl.main import cli
 
-    try:
-        main()
-    except ConfigError as error:
-        print(error, file=sys.stderr)
-        raise SystemExit(2) from None
+    cli(main)

@@ -9,7 +9,7 @@ default, the reference engine when named) does the GPU work, so SkyRL needs no R
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 USAGE = """\
@@ -127,11 +127,16 @@ def run_main(
     (exp_cls or ArcticPPOExp)(cfg).run()
 
 
-if __name__ == "__main__":
+def cli(entry: Callable[[], None]) -> None:
+    """A `python -m` entry point: a refused configuration prints its problems and exits 2."""
     from arctic_rl_core.config import ConfigError
 
     try:
-        main()
+        entry()
     except ConfigError as error:
         print(error, file=sys.stderr)
         raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    cli(main)
