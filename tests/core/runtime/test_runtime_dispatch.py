@@ -36,8 +36,9 @@ def test_ten_thousand_calls_leave_no_extra_threads_or_loops():
 
     assert total == 2 * sum(range(10_000))
     assert dispatch.background_loop() is loop
-    assert {t.ident for t in threading.enumerate()} == threads_before
-    assert _event_loops_alive() == loops_before
+    # Earlier tests' threads (servers, pools) may end meanwhile; none may start.
+    assert {t.ident for t in threading.enumerate()} - threads_before == set()
+    assert _event_loops_alive() <= loops_before
     assert [t.name for t in threading.enumerate()].count("arctic-rl-dispatch") == 1
 
 
