@@ -135,8 +135,9 @@ def test_stock_dapo_fully_async_launcher_on_the_adapters_dapo_entry_point(tmp_pa
         ("stock_run_dapo_qwen3_1.7b_aime.sh", ["trainer.algorithm.loss_reduction", "trainer.hf_save_interval"],
          ["trainer.algorithm.loss_reduction=token_mean", "trainer.hf_save_interval=-1",
           "trainer.arctic_rl.checkpoint.export_hf=true"]),
-        ("stock_run_dapo_gsm8k.sh", ["trainer.algorithm.loss_reduction", "trainer.algorithm.dynamic_sampling.type"],
-         ["trainer.algorithm.loss_reduction=token_mean", "trainer.algorithm.dynamic_sampling.type=null"]),
+        # dynamic_sampling.type=filter with max_sample_batches=30: SkyRL's synchronous trainer runs it
+        ("stock_run_dapo_gsm8k.sh", ["trainer.algorithm.loss_reduction"],
+         ["trainer.algorithm.loss_reduction=token_mean"]),
     ],
 )  # fmt: skip
 def test_stock_synchronous_dapo_launchers_on_the_dapo_entry_point(
@@ -148,11 +149,13 @@ def test_stock_synchronous_dapo_launchers_on_the_dapo_entry_point(
     monkeypatch.setenv("WANDB_API_KEY", "unused")
     args = _dapo_args(tmp_path, launcher, rows=10240)
     code, _, err = _dry(args, config_cls=ArcticDAPOConfig)
-    assert code == 2 and err.startswith(f"{len(refused)} problems")
+    assert code == 2 and err.startswith(f"{len(refused)} problem{'s' if len(refused) > 1 else ''} in")
     assert all(f"  - {name} = " in err and "Fix: " in err for name in refused), err
     code, out, err = _dry([*args, *fixes], config_cls=ArcticDAPOConfig)
     assert code == 0, err
     assert "DAPO soft overlong punishment" in out and "DAPO overlong filtering" in out
+    if "trainer.algorithm.dynamic_sampling.type=filter" in args:
+        assert "dynamic sampling (filter, SkyRL's trainer)" in out and "at most 30 generate calls" in out
 
 
 def test_staleness_counts_optimizer_steps_and_the_tis_cap_is_the_core_cap():
@@ -188,7 +191,8 @@ def test_what_skyrls_async_trainer_asserts_is_reported_at_dry_run():
 def test_dynamic_sampling_is_refused_naming_the_async_equivalent():
     code, _, err = _dry([*ASYNC_BASE, *IN_PROCESS, "trainer.algorithm.dynamic_sampling.type=filter"])
     assert code == 2 and 'trainer.algorithm.dynamic_sampling.type = "filter"' in err
-    assert "not built or tested" in err and "trainer.fully_async.sample_full_batch=true" in err
+    assert "SkyRL's fully async trainer refuses dynamic sampling" in err
+    assert "trainer.fully_async.sample_full_batch=true" in err and "trainer.fully_async.enabled=false" in err
 
 
 def test_cispo_anchored_on_the_rollout_takes_no_tis_on_top():

@@ -228,7 +228,73 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
         )
     if issues:
         arctic = None
-    return SkyRLTranslation(arctic, issues, [*legacy.notices, *dapo_notices(cfg)], table.not_applied)
+    notices = [*legacy.notices, *dapo_notices(cfg), *dynamic_sampling_notices(cfg)]
+    return SkyRLTranslation(arctic, issues, notices, table.not_applied)
+
+
+DYNAMIC_SAMPLING_TYPES = ("filter", "replace")
+
+
+def dynamic_sampling_notices(cfg: SkyRLTrainConfig) -> list[str]:
+    """What SkyRL's synchronous trainer does with `trainer.algorithm.dynamic_sampling`, said aloud
+    (it runs in SkyRL's trainer, not on the server), and its settings that have no effect."""
+    ds, n = cfg.trainer.algorithm.dynamic_sampling, cfg.generator.n_samples_per_prompt
+    defaults = skyrl_defaults().trainer.algorithm.dynamic_sampling
+    limit = "no limit" if ds.max_sample_batches <= 0 else f"at most {ds.max_sample_batches}"
+    notices = []
+    if ds.type == "filter":
+        notices.append(
+            f"dynamic sampling (filter, SkyRL's trainer): groups whose {n} rewards are all equal are dropped and "
+            f"the next dataloader batch is generated until {cfg.trainer.train_batch_size} groups are kept "
+            f"({limit} generate calls a step, then the run stops); the LR schedule counts dataloader batches, "
+            "as SkyRL's does"
+        )
+    elif ds.type == "replace":
+        notices.append(
+            f"dynamic sampling (replace, SkyRL's trainer): groups whose {n} rewards are all equal are replaced by "
+            f"copies of groups with reward variance when more than {ds.min_replace_ratio:g} of the batch's groups "
+            f"have it, else the next dataloader batch is generated ({limit} generate calls a step, then the run "
+            "stops); the LR schedule counts dataloader batches, as SkyRL's does"
+        )
+    if ds.type in DYNAMIC_SAMPLING_TYPES and n == 1:
+        notices.append("dynamic sampling with generator.n_samples_per_prompt=1: SkyRL keeps every group")
+    unused = []
+    if ds.type is None and ds.max_sample_batches != defaults.max_sample_batches:
+        unused.append(f"max_sample_batches={ds.max_sample_batches}")
+    if ds.type != "replace" and ds.min_replace_ratio != defaults.min_replace_ratio:
+        unused.append(f"min_replace_ratio={ds.min_replace_ratio:g}")
+    if unused:
+        notices.append(
+            f"trainer.algorithm.dynamic_sampling {', '.join(unused)} has no effect with type={ds.type} "
+            "(SkyRL reads max_sample_batches with a type, min_replace_ratio with replace)"
+        )
+    return notices
+
+
+def dynamic_sampling_issues(cfg: SkyRLTrainConfig) -> list[ConfigIssue]:
+    """What SkyRL's trainer would raise on its first step (an unknown type) or never finish (replace
+    that can never replace), reported at dry run."""
+    ds = cfg.trainer.algorithm.dynamic_sampling
+    if ds.type is not None and ds.type not in DYNAMIC_SAMPLING_TYPES:
+        return [
+            ConfigIssue(
+                "trainer.algorithm.dynamic_sampling.type",
+                ds.type,
+                "SkyRL's trainer knows filter (DAPO) and replace (POLARIS) and raises on anything else",
+                "use filter, replace or null",
+            )
+        ]
+    if ds.type == "replace" and not 0 <= ds.min_replace_ratio < 1:
+        return [
+            ConfigIssue(
+                "trainer.algorithm.dynamic_sampling.min_replace_ratio",
+                ds.min_replace_ratio,
+                "SkyRL replaces only when MORE than this share of the batch's groups has reward variance: at 1 or "
+                "more it never replaces and generates batch after batch until max_sample_batches stops the run",
+                "set it in [0, 1) (SkyRL's default 0.3)",
+            )
+        ]
+    return []
 
 
 def dapo_notices(cfg: SkyRLTrainConfig) -> list[str]:
@@ -368,6 +434,7 @@ def _cross_field(
             )
         )
     found += fully_async_issues(cfg)
+    found += dynamic_sampling_issues(cfg)
     if algo.use_kl_loss and algo.kl_ctrl.type != "fixed":
         found.append(
             ConfigIssue(
@@ -427,6 +494,17 @@ def fully_async_issues(cfg: SkyRLTrainConfig) -> list[ConfigIssue]:
                 True,
                 "SkyRL's fully async trainer generates one prompt group per request",
                 "set generator.batched=false",
+            )
+        )
+    if algo.dynamic_sampling.type is not None:
+        found.append(
+            ConfigIssue(
+                "trainer.algorithm.dynamic_sampling.type",
+                algo.dynamic_sampling.type,
+                "SkyRL's fully async trainer refuses dynamic sampling (it asserts type is null)",
+                "unset it (null) and set trainer.fully_async.sample_full_batch=true with "
+                "trainer.algorithm.zero_variance_filter=true (SkyRL's asynchronous equivalent of filter), or "
+                "trainer.fully_async.enabled=false (SkyRL's synchronous trainer runs filter and replace)",
             )
         )
     if fa.sample_full_batch and not algo.zero_variance_filter:

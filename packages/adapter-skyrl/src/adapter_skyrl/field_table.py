@@ -405,13 +405,17 @@ ENTRIES = [
                   "rollout = the sampler's log-probs (as SkyRL's cispo reads them)"),
     NotApplicable("trainer.algorithm.dppo", _UNUSED_LOSS),
     NotApplicable("trainer.algorithm.value_clip", _CRITIC),
-    Rejected("trainer.algorithm.dynamic_sampling.type",
-             "unset it (null); fully async: trainer.fully_async.sample_full_batch=true with "
-             "trainer.algorithm.zero_variance_filter=true (SkyRL's asynchronous equivalent, served)",
-             why="SkyRL's synchronous trainer resamples (filter) or replaces (replace) zero-variance groups itself, "
-                 "one step then spanning several generate calls; that path is not built or tested on the Arctic "
-                 "path (SkyRL's fully async trainer refuses dynamic sampling outright)"),
-    NotApplicable("trainer.algorithm.dynamic_sampling", "applies only with dynamic_sampling.type"),
+    PassedThrough("trainer.algorithm.dynamic_sampling.type",
+                  "SkyRL's synchronous trainer: filter drops zero-variance groups and generates the next dataloader "
+                  "batch until train_batch_size groups are kept (DAPO), replace swaps them for copies of kept "
+                  "groups (POLARIS); one step then spans several generate calls, all with the last sync's weights "
+                  "(fully async: refused, see trainer.fully_async.sample_full_batch)"),
+    PassedThrough("trainer.algorithm.dynamic_sampling.max_sample_batches",
+                  "SkyRL's synchronous trainer: it stops the run after this many generate calls without a full "
+                  "batch (-1 or 0: no limit)"),
+    PassedThrough("trainer.algorithm.dynamic_sampling.min_replace_ratio",
+                  "SkyRL's synchronous trainer (replace): it replaces only when more than this share of the "
+                  "batch's groups has reward variance, else it generates the next batch"),
     Rejected("trainer.mtp.enabled", "set it to false", why="the Arctic server trains no multi-token-prediction heads"),
     NotApplicable("trainer.mtp", "applies only with trainer.mtp.enabled"),
     # -- SkyRL's fully asynchronous trainer (adapter_skyrl.fully_async) ----------------------------

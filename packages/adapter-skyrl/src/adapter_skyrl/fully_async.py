@@ -27,19 +27,13 @@ from arctic_rl_core.async_grpo.staleness import StalenessGate
 from loguru import logger
 from skyrl.train.fully_async_trainer import FullyAsyncRayPPOTrainer, GeneratedOutputGroup
 
-from adapter_skyrl.generator import WEIGHTS_VERSION_KEY
+from adapter_skyrl.generator import GENERATOR_RATES, WEIGHTS_VERSION_KEY, combine_call_metrics
 from adapter_skyrl.skyrl_internals import generation_exhausted
 from adapter_skyrl.trainer import ArcticPPOTrainer
 
 if TYPE_CHECKING:
     from arctic_rl_core.config.schema import AsyncSettings
 
-# The ArcticGenerator's per-call rates (each a share of the call's rollouts)
-GENERATOR_RATES = (
-    "generate/prompt_retokenization_drift",
-    "generate/execution_success_rate",
-    "generate/overlong_filtered",
-)
 EXHAUSTION_POLL_S = 0.5  # how often a wait for a replacement group checks that the epoch ran dry
 # The core's version staleness, logged next to SkyRL's own `async/staleness_*` (steps since a group
 # was scheduled), which keep SkyRL's meaning.
@@ -69,13 +63,13 @@ class ArcticFullyAsyncPPOTrainer(ArcticPPOTrainer, FullyAsyncRayPPOTrainer):
 
     @staticmethod
     def group_version(group: GeneratedOutputGroup) -> int:
-        version = group.generator_output.get(WEIGHTS_VERSION_KEY)
-        if version is None:
+        versions = group.generator_output.get(WEIGHTS_VERSION_KEY)
+        if not versions:
             raise RuntimeError(
                 f"generated group {group.uid} carries no weights version: the fully async Arctic trainer "
                 "needs the ArcticGenerator (or a subclass)"
             )
-        return int(version)
+        return min(int(v) for v in versions)  # one generate call: every row has the same version
 
     def staleness(self, group: GeneratedOutputGroup, trainer_version: int) -> int:
         """s - v (a version ahead of the trainer is the core's `StaleRolloutError`)."""
@@ -214,12 +208,11 @@ class ArcticFullyAsyncPPOTrainer(ArcticPPOTrainer, FullyAsyncRayPPOTrainer):
             "generate/weights_version": float(min(versions)),
             "generate/weights_version_max": float(max(versions)),
         }
-        sized = [
-            (len(g.generator_output["response_ids"]), g.generator_output.get("rollout_metrics") or {})
-            for g in groups
-        ]
-        for name in GENERATOR_RATES:
-            values = [(n, float(m[name])) for n, m in sized if m.get(name) is not None]
-            if values:
-                out[name] = sum(n * v for n, v in values) / sum(n for n, _ in values)
+        combined = combine_call_metrics(
+            [
+                (len(g.generator_output["response_ids"]), g.generator_output.get("rollout_metrics") or {})
+                for g in groups
+            ]
+        )
+        out.update({name: combined[name] for name in GENERATOR_RATES if name in combined})
         return out

@@ -26,9 +26,20 @@ if TYPE_CHECKING:
 
 PromptFormat = Literal["token_ids", "text"]
 
-# The weights version a generate call sampled with, on each GeneratorOutput (an int: SkyRL's
-# concatenation keeps list-valued keys only, so it stays with the one group's output).
+# The weights version each row was sampled with, on each GeneratorOutput: one entry per row, so
+# that SkyRL's slicing (`slice_generator_output`, dynamic sampling's filter and replace) and
+# concatenation (`concatenate_generator_outputs`, which keeps list-valued keys) carry it with its rows.
 WEIGHTS_VERSION_KEY = "arctic_weights_version"
+
+# The generator's per-call metrics that are a share (or a mean) over the call's rollouts, and those
+# that add up over calls: how `combine_call_metrics` merges several calls' metrics into one.
+GENERATOR_RATES = (
+    "generate/prompt_retokenization_drift",
+    "generate/execution_success_rate",
+    "generate/overlong_filtered",
+    "generate/avg_response_length",
+)
+GENERATOR_TOTALS = ("generate/scoring_errors", "generate/backend_generate_s", "generate/scoring_s")
 
 # vLLM sampling keys SkyRL always sends whose values the backend's semantics already give.
 _IMPLIED = {"min_tokens": 1, "skip_special_tokens": True, "include_stop_str_in_output": True, "min_p": 0.0}
@@ -207,8 +218,29 @@ class ArcticGenerator(GeneratorInterface):
             pixel_values=None,
             image_grid_thw=None,
         )
-        output[WEIGHTS_VERSION_KEY] = int(out.weights_version)
+        output[WEIGHTS_VERSION_KEY] = [int(out.weights_version)] * len(response_ids)
         return output
+
+
+def combine_call_metrics(calls: Sequence[tuple[int, Mapping[str, float]]]) -> dict[str, float]:
+    """Several generate calls' metrics (each with its number of rollouts) as one: each rate the mean
+    over all their rollouts, each total the sum, `generate/weights_version` the oldest version sampled
+    with and `generate/weights_version_max` the newest. (SkyRL keeps the last call's metrics when
+    one step spans several calls, and its concatenation sums every name without avg/mean/min/max.)"""
+    out: dict[str, float] = {}
+    versions = [float(m["generate/weights_version"]) for _, m in calls if "generate/weights_version" in m]
+    if versions:
+        out["generate/weights_version"] = min(versions)
+        out["generate/weights_version_max"] = max(versions)
+    for name in GENERATOR_RATES:
+        values = [(n, float(m[name])) for n, m in calls if m.get(name) is not None]
+        if values and sum(n for n, _ in values) > 0:
+            out[name] = sum(n * v for n, v in values) / sum(n for n, _ in values)
+    for name in GENERATOR_TOTALS:
+        values = [float(m[name]) for _, m in calls if m.get(name) is not None]
+        if values:
+            out[name] = sum(values)
+    return out
 
 
 def score_rollouts(

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from loguru import logger
 from skyrl.train.dataset import PromptDataset
 from skyrl.train.entrypoints.main_base import BasePPOExp
@@ -19,7 +20,7 @@ from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
 
 from adapter_skyrl.config import DEFAULT_BACKEND, align_with_arctic, translate
 from adapter_skyrl.dispatch import ArcticWorkerDispatch
-from adapter_skyrl.generator import ArcticGenerator
+from adapter_skyrl.generator import ArcticGenerator, combine_call_metrics
 from adapter_skyrl.skyrl_internals import no_inference_servers
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from arctic_rl_core.config import ArcticRLConfig
     from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
     from skyrl.train.config import SkyRLTrainConfig
+    from skyrl.train.generators.base import GeneratorOutput
 
     from adapter_skyrl.trace import PayloadTrace
 
@@ -47,6 +49,8 @@ class ArcticPPOTrainer(RayPPOTrainer):
         super().__init__(*args, **kwargs)
         self._arctic_dispatch = dispatch
         self._fwd_source: TrainingInputBatch | None = None
+        # dynamic sampling: (rollouts, generator metrics) of each generate call of the step so far
+        self._step_calls: list[tuple[int, dict[str, float]]] = []
 
     def build_models(self, PolicyWorker: Any = None, CriticWorker: Any = None, RefWorker: Any = None) -> None:
         """No SkyRL workers: the dispatch talks to the backend."""
@@ -59,6 +63,63 @@ class ArcticPPOTrainer(RayPPOTrainer):
         logger.info(
             f"Arctic dispatch ready: backend={type(self.dispatch.backend).__name__}, ref={self.ref_model}"
         )
+
+    def handle_dynamic_sampling(
+        self, generator_output: GeneratorOutput, uids: list[str]
+    ) -> tuple[GeneratorOutput, list[str], bool]:
+        """SkyRL's dynamic sampling (`trainer.algorithm.dynamic_sampling`: filter or replace), which
+        may take several generate calls for one step. SkyRL logs only the last call's generator
+        metrics; when the step's batch is complete they are those of all its calls
+        (`combine_call_metrics`), with `generate/dynamic_sampling_calls` their number."""
+        if self.dynamic_sampling_state is None:  # SkyRL's state: None when a step's sampling starts
+            self._step_calls = []
+        rollouts = len(generator_output["response_ids"])
+        self._step_calls.append(
+            (rollouts, {k: v for k, v in self.all_metrics.items() if k.startswith("generate/")})
+        )
+        ds = self.cfg.trainer.algorithm.dynamic_sampling
+        n = int(self.cfg.generator.n_samples_per_prompt)
+        if ds.type == "filter" and not any(varied_groups(generator_output["rewards"], uids, n).values()):
+            return generator_output, uids, self._count_empty_filter_batch()
+        output, uids, keep_sampling = super().handle_dynamic_sampling(generator_output, uids)
+        if not keep_sampling:
+            self.all_metrics.update(combine_call_metrics(self._step_calls))
+            self.all_metrics["generate/dynamic_sampling_calls"] = float(len(self._step_calls))
+            self._step_calls = []
+        return output, uids, keep_sampling
+
+    def _count_empty_filter_batch(self) -> bool:
+        """A filter batch with no group to keep. SkyRL 0.4.0 slices the output to no rows there and
+        fails (`slice_generator_output`: "indices must be non-empty"); such a batch adds nothing to
+        the step, so it is counted against max_sample_batches, with SkyRL's error at the limit, and
+        sampling goes on. Returns keep_sampling (True)."""
+        ds = self.cfg.trainer.algorithm.dynamic_sampling
+        state = dict(self.dynamic_sampling_state or {})
+        state["sample_batch_count"] = int(state.get("sample_batch_count", 0)) + 1
+        if ds.max_sample_batches > 0 and state["sample_batch_count"] >= ds.max_sample_batches:
+            raise RuntimeError(
+                f"Exiting training loop due to hitting dynamic sampling limit for {ds.type} strategy with "
+                f"{ds.max_sample_batches} max sample batches. Please check your data difficulty distribution."
+            )
+        self.dynamic_sampling_state = state
+        return True
+
+    def convert_to_training_input(
+        self, generator_output: GeneratorOutput, uids: list[str]
+    ) -> TrainingInputBatch:
+        """SkyRL's conversion. After dynamic sampling's replace, a copied group carries the uid of the
+        group it copies (SkyRL's `handle_replace_sampling`: its advantages are computed with that
+        group's, as POLARIS does), but SkyRL 0.4.0's mini-batch boundaries count prompts by runs of
+        equal uids and assert that there are train_batch_size of them, which fails on every step
+        with a replacement. The boundaries are computed here with each copy's own slot uid
+        (`<uid>#copy<k>`); the batch keeps SkyRL's uids for the advantages."""
+        if self.cfg.trainer.algorithm.dynamic_sampling.type != "replace":
+            return super().convert_to_training_input(generator_output, uids)
+        slots = group_slot_uids(uids, int(self.cfg.generator.n_samples_per_prompt))
+        batch = super().convert_to_training_input(generator_output, slots)
+        if slots != uids:
+            batch.metadata["uids"] = list(uids)
+        return batch
 
     def fwd_logprobs_values_reward(self, training_input: TrainingInputBatch) -> TrainingInputBatch:
         self._fwd_source = training_input
@@ -322,6 +383,33 @@ class ArcticPPOExp(BasePPOExp):
         self.trainer = trainer
         trainer.build_models()
         return trainer
+
+
+def varied_groups(rewards: list[Any], uids: list[str], group_size: int) -> dict[str, bool]:
+    """SkyRL's dynamic sampling rule for each prompt group (by uid): kept when its rewards (a
+    token-level row summed) differ, or when groups have one sample."""
+    by_uid: dict[str, list[float]] = {}
+    for uid, reward in zip(uids, rewards, strict=True):
+        by_uid.setdefault(uid, []).append(float(sum(reward)) if isinstance(reward, list) else float(reward))
+    return {uid: group_size == 1 or float(np.std(values)) > 0 for uid, values in by_uid.items()}
+
+
+def group_slot_uids(uids: list[str], group_size: int) -> list[str]:
+    """`uids` with every repeated prompt group (of `group_size` consecutive rows) renamed
+    `<uid>#copy<k>`, k counting its copies; unchanged when no group repeats."""
+    if len(uids) % group_size:
+        raise ValueError(f"{len(uids)} rows are not whole groups of n_samples_per_prompt={group_size}")
+    seen: dict[str, int] = {}
+    out = []
+    for start in range(0, len(uids), group_size):
+        uid = uids[start]
+        group = uids[start : start + group_size]
+        if any(u != uid for u in group):
+            raise ValueError(f"rows {start}..{start + group_size - 1} are not one prompt group: {group}")
+        copies = seen.get(uid, 0)
+        seen[uid] = copies + 1
+        out += [uid if copies == 0 else f"{uid}#copy{copies}"] * group_size
+    return out
 
 
 def backend_settings(cfg: SkyRLTrainConfig) -> Any:
