@@ -524,8 +524,12 @@ ENTRIES: tuple[Entry, ...] = (
         "the Arctic counterpart is remote_backend.core.zorro.enable: set it to false",
     ),
     _m(f"{A}.ppo_epochs", "batch.epochs", transform=int),
-    _r(f"{A}.shuffle", "mini-batches go to the Arctic training job in rollout order: set it to false"),
-    _na(f"{A}.data_loader_seed", f"used only with {A}.shuffle=true"),
+    _p(
+        f"{A}.shuffle",
+        "verl's mini-batch iterator in the forwarder's update_actor (seeded by data_loader_seed), over the "
+        "step's rows in dataloader order (adapter_verl.batch_order): the same mini-batches in every run",
+    ),
+    _p(f"{A}.data_loader_seed", f"the seed of verl's mini-batch shuffle (with {A}.shuffle=true)"),
     _r(
         f"{A}.checkpoint.save_contents",
         "the Arctic backend saves model, optimizer and state; HF export ('hf_model'): arctic-platform 0.1.4 "
@@ -748,7 +752,8 @@ ENTRIES: tuple[Entry, ...] = (
     _p(
         "trainer.v1.sampler.custom_sampler",
         "verl's replay buffer class (path, name) and its sampler_kwargs: a custom buffer chooses what verl "
-        "trains, and in separate_async the forwarder still passes every row's weights version through the "
+        "trains and in which order (verl's own buffer's completion order is restored to dataloader order), "
+        "and in separate_async the forwarder still passes every row's weights version through the "
         "core's StalenessGate before training (a stale row is an error, never trained)",
     ),
     _p(
