@@ -159,7 +159,8 @@ def _until_first_update(calls):
 
 def test_the_real_trainers_send_identical_payloads_until_the_first_update(wire_traces):
     """Up to the first optimizer step the two real trainers send the same bytes, call by call, after
-    the two canonicalisations (no-grad forward order; rows within a GRPO group): the dataloaders'
+    the canonicalisations (no-grad forward order; rows within a GRPO group; group order within a
+    no-grad forward, where verl's completion-ordered batch may put group B first): the dataloaders'
     order, each framework's chat templating and tokenisation, the fixed rollouts, the payloads, the
     returned per-row log-prob sums. Later calls are not compared bit for bit: verl's batch rows come
     back from rollout in completion order, so its mini-batches can mix groups (README, Parity)."""
