@@ -383,3 +383,97 @@ def test_the_demos_async_option_is_verls_separate_async(tmp_path):
     cfg = resolution.config
     assert (cfg.async_settings.max_staleness, cfg.placement.colocate) == (1, False)
     assert supports_async(run_grpo)
+
+
+class _RecordingBackend(_StateOnly):
+    """Answers the update's calls and keeps every training payload."""
+
+    def __init__(self) -> None:
+        super().__init__(trainer_version=0)
+        self.payloads = []
+
+    async def forward_backward(self, payload):
+        from types import SimpleNamespace
+
+        self.payloads.append(payload)
+        return SimpleNamespace(loss=0.0, metrics={})
+
+    async def step(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(grad_norm=1.0, learning_rate=1e-3, step=len(self.payloads), metrics={})
+
+
+@pytest.mark.parametrize("bypass", [False, True])
+def test_in_bypass_mode_the_worker_sends_no_is_weights(bypass):
+    """Old log-probs = the rollout's (verl's bypass mode): the update carries no rollout_is_weights; in the
+    decoupled mode the same rows carry the core's truncated weights min(exp(old - rollout), cap)."""
+    import math
+
+    import torch
+    from adapter_verl.config import ArcticVerlSettings
+    from adapter_verl.trace import TraceWriter
+    from adapter_verl.verl_internals import ROLLOUT_VERSIONS_KEY
+    from adapter_verl.worker import ArcticActorRolloutRefWorker
+    from arctic_rl_core.config import ArcticRLConfig
+    from arctic_rl_core.wire import PayloadSpec
+    from verl.utils import tensordict_utils as tu
+
+    cfg = ArcticRLConfig.from_dict(
+        {
+            "backend": {"kind": "reference"},
+            "placement": {"colocate": False},
+            "batch": {
+                "prompts_per_step": 2,
+                "rollouts_per_prompt": 2,
+                "mini_batch_prompts": 1,
+                "micro_batch_size_per_gpu": 1,
+                "max_prompt_length": 4,
+                "max_response_length": 3,
+            },
+            "async": {"max_staleness": 1},
+        }
+    )
+    worker = ArcticActorRolloutRefWorker.__new__(ArcticActorRolloutRefWorker)
+    worker._rank = 0
+    worker._settings = ArcticVerlSettings(
+        core=cfg.model_dump(mode="json", exclude_unset=True),
+        model_path="unused",
+        old_logprobs_from_rollout=bypass,
+    )
+    worker._arctic_config = cfg
+    worker._spec = PayloadSpec.from_config(cfg, pad_token_id=0)
+    worker._backend = _RecordingBackend()
+    worker._trace = TraceWriter(None, "worker0")
+    worker.weights_version = 0
+    rollout = [-0.5, -1.0, -1.5]
+    old = rollout if bypass else [-0.25, -1.0, -1.5]  # bypass: verl copied the rollout's
+    rows = [
+        {
+            "prompts": torch.tensor([5, 6]),
+            "responses": torch.tensor([7, 8, 9]),
+            "response_mask": torch.ones(3, dtype=torch.int64),
+            "old_log_probs": torch.tensor(old),
+            "rollout_log_probs": torch.tensor(rollout),
+            "advantages": torch.full((3,), 1.0),
+        }
+        for _ in range(4)
+    ]
+    data = tu.list_of_dict_to_tensordict(rows)
+    tu.assign_non_tensor(
+        data,
+        mini_batch_size=2,
+        epochs=1,
+        seed=42,
+        dataloader_kwargs={"shuffle": False},
+        **{ROLLOUT_VERSIONS_KEY: [0] * 4},
+    )
+    metrics = worker.update_actor(data)["metrics"]
+    payloads = worker._backend.payloads
+    assert len(payloads) == 2  # two mini-batches of 2 rows
+    for payload in payloads:
+        assert ("rollout_is_weights" in payload.batch) is not bypass
+        if not bypass:
+            weights = torch.as_tensor(payload.batch["rollout_is_weights"])
+            assert weights[0, 4].item() == pytest.approx(math.exp(0.25))  # first response token
+    assert metrics["async/is_weight_max"] == [1.0 if bypass else pytest.approx(math.exp(0.25))]
