@@ -14,14 +14,12 @@ Over the wire (`canonical_rows=True`, the traces recorded from the two real trai
 thing legitimately differs: which of a GRPO group's identical prompts got which of the group's
 fixed rollouts (the server serves them in order of arrival, and verl's concurrent requests arrive in
 any order). `canonical_rows` puts each payload's rows in one order: groups (rows with the same prompt
-tokens) where they first appear (in a no-grad forward, sorted by their prompt tokens: verl's rollout
-batch comes back in completion order, and a no-grad forward's rows are independent of each other and
-change no state), rows within a group sorted by their token ids; every tensor whose
+tokens) where they first appear, rows within a group sorted by their token ids; every tensor whose
 first dimension is the batch follows, and so do the per-row log-prob sums (`logprobs_rows`), which
 then replace the whole-batch sum (a float64 sum over the batch depends on row order in its last
-bits). Nothing else is reordered: a group in another place of a training payload, a row moved across
-groups, or any value
-changed is still a difference. Why reordering within a group changes no training state, bit for bit,
+bits). Nothing else is reordered: a group in another place (of a no-grad forward too: the verl adapter
+trains in dataloader order, `adapter_verl.batch_order`, where stock verl's rollout batch comes back in
+completion order), a row moved across groups, or any value changed is still a difference. Why reordering within a group changes no training state, bit for bit,
 is in the README's parity section (one group per mini-batch, one row per micro-batch).
 """
 
@@ -91,7 +89,7 @@ def row_permutation(call: TraceCall) -> list[int] | None:
     keys = []
     for row in range(int(ids.shape[0])):
         prompt = tuple(ids[row, :width][mask[row, :width].bool()].tolist())
-        group: Any = prompt if call.op in NO_GRAD_OPS else first_seen.setdefault(prompt, len(first_seen))
+        group = first_seen.setdefault(prompt, len(first_seen))
         keys.append((group, ids[row].tolist(), mask[row].tolist(), row))
     return [key[-1] for key in sorted(keys)]
 
