@@ -133,6 +133,7 @@ VERL_SEPARATE_ASYNC = "separate_async"
 TRAINER_MODE_FIELD = "trainer.v1.trainer_mode"
 OFF_POLICY_THRESHOLD = "trainer.v1.sampler.max_off_policy_threshold"
 OFF_POLICY_STRATEGY = "trainer.v1.sampler.max_off_policy_strategy"
+SYNC_STEP_FIELD = "trainer.v1.separate_async.parameter_sync_step"
 RC = "algorithm.rollout_correction"
 
 
@@ -158,11 +159,26 @@ def _separate_async(read: Reader) -> bool:
     )
 
 
+def _parameter_sync_step(read: Reader) -> int:
+    value = read(SYNC_STEP_FIELD)
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FieldProblem(
+            "must be an integer >= 1 (verl's updates per weight sync)",
+            "set an integer >= 1",
+            field=SYNC_STEP_FIELD,
+        )
+    return value
+
+
 def _max_staleness(read: Reader) -> Any:
     """verl bounds the steps a trajectory may span from its prompt's submission (step p) to its training
-    (step g): g - p + 1 <= threshold. Submitted at step p, it is sampled with weights of step p - 1 or
-    newer and trained with those of step g - 1: at most threshold - 1 verl steps stale, i.e.
-    (threshold - 1) x ppo_epochs optimizer steps (the core's unit)."""
+    (step g): g - p + 1 <= threshold. Each verl step is parameter_sync_step = N updates of one mini-batch
+    each (ppo_epochs = E optimizer steps apiece) and one weight sync at its end. Submitted at step p, a
+    trajectory is sampled with the weights synced at the end of step p - 1 or newer; trained at step g by
+    the update j (0 .. N - 1), the trainer is (g - p) x N x E + j x E optimizer steps past them: at most
+    (threshold x N - 1) x E, the core's unit (N = 1: (threshold - 1) x E)."""
     if not _separate_async(read):
         return UNSET
     threshold = read(OFF_POLICY_THRESHOLD)
@@ -175,7 +191,7 @@ def _max_staleness(read: Reader) -> Any:
         )
     if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
         raise FieldProblem("must be an integer >= 1", "set an integer >= 1", field=OFF_POLICY_THRESHOLD)
-    return (threshold - 1) * int(read(f"{A}.ppo_epochs") or 1)
+    return (threshold * _parameter_sync_step(read) - 1) * int(read(f"{A}.ppo_epochs") or 1)
 
 
 def _async_active(read: Reader) -> bool:
@@ -660,11 +676,18 @@ ENTRIES: tuple[Entry, ...] = (
         "(rollout_rs*) from the rollout log-probs; the weights go on the wire as rollout_is_weights and the "
         "server loss multiplies them in, rejected tokens leave the response mask",
     ),
-    _r(
+    _p(
         "algorithm.rollout_correction.bypass_mode",
-        "the Arctic path recomputes old log-probs: set it to false",
+        "verl's V1 trainer: true sets the old log-probs to the rollout's (no old-log-prob forward; the PPO ratio "
+        "is against the sampling policy, and verl computes no rollout_is / rollout_rs then: refused with them); "
+        "what lets separate_async run parameter_sync_step > 1 (no pi_old to keep); true needs "
+        "trainer.v1.trainer_mode=separate_async and rollout.calculate_log_probs=true (checked at dry run)",
     ),
-    _na("algorithm.rollout_correction.loss_type", "bypass mode only (rejected)"),
+    _na(
+        "algorithm.rollout_correction.loss_type",
+        "verl's V1 trainer reads it only in its bypass_mode policy loss (actor.policy_loss.loss_mode=bypass_mode, "
+        "which the Arctic path does not serve); with bypass_mode=true the policy loss is actor.policy_loss",
+    ),
     # -- trainer ---------------------------------------------------------------------------------
     _p("trainer", "verl's training loop, logging and validation schedule"),
     Derived(
@@ -699,11 +722,14 @@ ENTRIES: tuple[Entry, ...] = (
     _r("trainer.use_v1", "set trainer.use_v1=true (the V1 trainer)"),
     Derived(
         "async.max_staleness",
-        (TRAINER_MODE_FIELD, OFF_POLICY_THRESHOLD, f"{A}.ppo_epochs"),
+        (TRAINER_MODE_FIELD, OFF_POLICY_THRESHOLD, SYNC_STEP_FIELD, f"{A}.ppo_epochs"),
         _max_staleness,
         "trainer_mode arctic (synchronous): 0; separate_async (the adapter's arctic_separate_async): "
-        "(max_off_policy_threshold - 1) x ppo_epochs optimizer steps (a trajectory spans at most threshold "
-        "steps from its prompt's submission; null, unbounded, is rejected); colocate_async is rejected",
+        "(max_off_policy_threshold x parameter_sync_step - 1) x ppo_epochs optimizer steps (a trajectory spans "
+        "at most threshold steps from its prompt's submission, each of parameter_sync_step updates of one "
+        "mini-batch and one weight sync; null, unbounded, is rejected); parameter_sync_step > 1 needs "
+        "algorithm.rollout_correction.bypass_mode=true (verl's decoupled mode keeps pi_old on the trainer, the "
+        "Arctic training job has one copy of the weights; checked at dry run); colocate_async is rejected",
     ),
     Derived(
         "async.stale_policy",
@@ -717,7 +743,8 @@ ENTRIES: tuple[Entry, ...] = (
         (TRAINER_MODE_FIELD, f"{RC}.rollout_is", f"{RC}.rollout_is_threshold"),
         _is_weight_cap,
         "separate_async with staleness > 0 and rollout_is=token: rollout_is_threshold (verl computes the "
-        "weights); rollout_is null: the core's truncated IS weights, cap remote_backend.core.async.is_weight_cap",
+        "weights); rollout_is null: the core's truncated IS weights, cap remote_backend.core.async.is_weight_cap "
+        "(bypass_mode=true: none sent, the old log-probs are the rollout's and every weight would be 1)",
     ),
     _na(
         "trainer.v1.colocate_async",
@@ -727,11 +754,6 @@ ENTRIES: tuple[Entry, ...] = (
         "trainer.v1.separate_async.num_warmup_batches",
         "verl's separate-async prefetch window (batches submitted for generation ahead of training); "
         "unused by the synchronous arctic mode",
-    ),
-    _p(
-        "trainer.v1.separate_async.parameter_sync_step",
-        "verl's separate-async updates per weight sync; the Arctic path runs 1 (checked at dry run: the "
-        "training job keeps no second copy of pi_old); unused by the synchronous arctic mode",
     ),
     _na(
         "trainer.v1.separate_async.hybrid_rollout",
