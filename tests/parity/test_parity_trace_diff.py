@@ -142,21 +142,24 @@ def _grouped_payload(order: list[int], *, advantage_scale: float = 1.0) -> tuple
     return WirePayload(batch=batch, meta={"global_batch_size": 4}, processing={}), sums
 
 
-def test_canonical_rows_reorder_within_a_group_only(tmp_path):
+@pytest.mark.parametrize("op", ["forward", "forward_backward"])
+def test_canonical_rows_reorder_within_a_group_only(tmp_path, op):
     """Rows swapped within a group (which of a group's identical prompts got which fixed rollout)
     compare equal with `canonical_rows`, tensors and per-row log-prob sums alike; groups in another
-    order, or a changed value, are still reported."""
+    order (in a no-grad forward too: both adapters send the step's groups in dataloader order), or a
+    changed value, are still reported."""
 
     def trace(name, order, **kw):
         payload, sums = _grouped_payload(order, **kw)
         extra = {"logprobs_rows": sums, "logprobs_sum": sum(sums)}
-        return _trace(tmp_path / name, [("forward", payload, extra)])
+        return _trace(tmp_path / name, [(op, payload, extra)])
 
     base = trace("a.trace", [0, 1, 2, 3])
     within = trace("b.trace", [1, 0, 3, 2])
     assert diff_traces(base, within)  # without canonicalisation: different rows at each position
     assert diff_traces(base, within, canonical_rows=True) == []
     groups_swapped = trace("c.trace", [2, 3, 0, 1])
+    assert diff_traces(base, groups_swapped)
     fields = {d.field for d in diff_traces(base, groups_swapped, canonical_rows=True)}
     assert {"batch.0.input_ids", "batch.0.advantages"} <= fields
     scaled = trace("d.trace", [1, 0, 3, 2], advantage_scale=2.0)

@@ -157,52 +157,92 @@ def _until_first_update(calls):
     return calls[:first]
 
 
-def test_the_real_trainers_send_identical_payloads_until_the_first_update(wire_traces):
-    """Up to the first optimizer step the two real trainers send the same bytes, call by call, after
-    the two canonicalisations (no-grad forward order; rows within a GRPO group): the dataloaders'
-    order, each framework's chat templating and tokenisation, the fixed rollouts, the payloads, the
-    returned per-row log-prob sums. Later calls are not compared bit for bit: verl's batch rows come
-    back from rollout in completion order, so its mini-batches can mix groups (README, Parity)."""
-    skyrl, verl = _until_first_update(wire_traces["skyrl"]), _until_first_update(wire_traces["verl"])
-    assert [c.op for c in canonical_order(skyrl)] == ["forward", "forward", "forward_ref"]
+def _groups(call) -> list[tuple[int, ...]]:
+    """The prompt token ids of each row of a payload call, in row order."""
+    ids, mask = call.tensors[(0, "input_ids")], call.tensors[(0, "attention_mask")].bool()
+    width = int(call.tensors[(0, "prompts")].shape[1])
+    return [tuple(ids[b, :width][mask[b, :width]].tolist()) for b in range(ids.shape[0])]
+
+
+def test_the_real_trainers_send_identical_payloads_at_every_call(wire_traces):
+    """Every call of the two real trainers' runs, bit for bit, after the two canonicalisations (no-grad
+    forward order; rows within a GRPO group): the probe and step 1's forwards on the initial weights
+    (each framework's dataloader order, chat templating and tokenisation, the fixed rollouts), and past
+    the first optimizer update every later step's old / reference log-prob forwards with their per-row
+    log-prob sums (computed on the weights both trainers' updates produced), every forward-backward
+    payload (its rows, advantages, old / reference log-probs) with its loss, and every optimizer step's
+    grad norm, learning rate and counter. verl's rows are in dataloader order (adapter_verl.batch_order;
+    stock verl trains them in completion order), so its mini-batches hold the same rows as SkyRL's."""
+    skyrl, verl = wire_traces["skyrl"], wire_traces["verl"]
+    assert [c.op for c in canonical_order(_until_first_update(skyrl))] == [
+        "forward",
+        "forward",
+        "forward_ref",
+    ]
     diffs = diff_traces(skyrl, verl, canonical_rows=True)
     assert not diffs, "\n" + format_differences(diffs, ("skyrl", "verl"))
-
-
-def _trained_rows(calls, step: int) -> list[tuple]:
-    """(response token ids, that row's advantages) of every row step `step` trains in its first epoch."""
+    ops = [c.op for c in verl]
     per_step = CANONICAL.prompts_per_step // CANONICAL.mini_batch_prompts * CANONICAL.epochs
-    train = [c for c in calls if c.op == "forward_backward"][step * per_step : (step + 1) * per_step]
-    rows = []
-    for call in train[: per_step // CANONICAL.epochs]:
-        ids, mask = call.tensors[(0, "input_ids")], call.tensors[(0, "attention_mask")].bool()
-        advantages = call.tensors[(0, "advantages")]
-        width = int(call.tensors[(0, "prompts")].shape[1])
-        for b in range(ids.shape[0]):
-            keep = mask[b, width:]
-            rows.append((tuple(ids[b, width:][keep].tolist()), tuple(advantages[b, width:][keep].tolist())))
-    return sorted(rows)
+    assert ops.count("forward_backward") == ops.count("step") == per_step * CANONICAL.steps
+    assert ops.count("forward_ref") == CANONICAL.steps  # every step's reference forward is compared
 
 
-def test_the_real_trainers_train_every_step_on_the_same_rows_with_the_same_advantages(wire_traces):
-    """Every step, both trainers train the same rows with the same GRPO advantages, bit for bit (as
-    a multiset: the mini-batch a row lands in differs, see above), each step with a reward spread."""
-    for step in range(CANONICAL.steps):
-        skyrl, verl = _trained_rows(wire_traces["skyrl"], step), _trained_rows(wire_traces["verl"], step)
-        assert skyrl == verl, f"step {step}"
-        assert len(skyrl) == CANONICAL.prompts_per_step * CANONICAL.rollouts_per_prompt
-        assert any(any(a != 0 for a in adv) for _, adv in skyrl)
+def test_the_real_trainers_end_with_the_same_weights(wire_traces):
+    """The trainer weights' digest the server took when each run destroyed its training job, after
+    K GRPO steps of both real trainers: identical, and every mini-batch trained on its own data."""
+    digests = {
+        name: [c.record["digest"] for c in calls if c.op == "weights"] for name, calls in wire_traces.items()
+    }
+    assert len(digests["skyrl"]) == 1 and len(digests["skyrl"][0]) == 64
+    assert digests["skyrl"] == digests["verl"]
+    losses = [c.record["loss"] for c in wire_traces["verl"] if c.op == "forward_backward"]
+    assert len(set(losses)) == len(losses)
+    grad_norms = [c.record["grad_norm"] for c in wire_traces["verl"] if c.op == "step"]
+    assert all(g > 0 for g in grad_norms) and len(set(grad_norms)) == len(grad_norms)
+
+
+def test_every_mini_batch_is_one_prompt_group_so_the_order_within_it_changes_no_bit(wire_traces):
+    """Why the comparison may put a group's rows in one order and still be bit for bit: in both
+    traces every forward-backward holds exactly one GRPO group (mini-batch = 1 prompt) of 2 rows, and
+    the server trains one row per micro-batch (the scenario's micro_batch_size_per_gpu = 1), so the
+    mini-batch's gradient and loss are each ONE float addition of two per-row terms, which commutes
+    exactly. With 3+ rows per group, or several rows per micro-batch, the order of a group's rows (which
+    of a group's identical requests reached the server first) would move last bits and this comparison
+    would need a float tolerance."""
+    assert CANONICAL.rollouts_per_prompt == 2 and CANONICAL.mini_batch_prompts == 1
+    assert CANONICAL.core_config()["batch"]["micro_batch_size_per_gpu"] == 1
+    for name, calls in wire_traces.items():
+        train = [c for c in calls if c.op == "forward_backward"]
+        for call in train:
+            groups = _groups(call)
+            assert len(groups) == CANONICAL.rollouts_per_prompt and len(set(groups)) == 1, name
+        # each step's two mini-batches are its two groups, in the step's dataloader order
+        forwards = [c for c in calls if c.op == "forward_ref"]
+        per_step = CANONICAL.prompts_per_step // CANONICAL.mini_batch_prompts * CANONICAL.epochs
+        for step, forward in enumerate(forwards):
+            rows = _groups(forward)
+            in_order = list(dict.fromkeys(rows))
+            assert rows == [g for g in in_order for _ in range(CANONICAL.rollouts_per_prompt)], (name, step)
+            mini_batches = [_groups(c)[0] for c in train[step * per_step : (step + 1) * per_step]]
+            assert mini_batches == in_order * CANONICAL.epochs, (name, step)
 
 
 def test_the_wire_comparison_is_not_vacuous(wire_traces):
-    """One response token changed in a copy of verl's trace is reported as that call and field,
-    though rows within a group may be reordered."""
+    """One response token changed in a copy of verl's trace before the first update, and one last bit
+    of a grad norm after it, are each reported as that call and field, though rows within a group may
+    be reordered."""
     import copy
+    import math
 
-    calls = copy.deepcopy(_until_first_update(wire_traces["verl"]))
+    calls = copy.deepcopy(wire_traces["verl"])
     target = next(c for c in calls if c.op == "forward_ref")
     ids, mask = target.tensors[(0, "input_ids")], target.tensors[(0, "attention_mask")].bool()
     column = int(mask[0].nonzero()[-1])  # the last real token of row 0: a response token
     ids[0, column] += 1
-    diffs = diff_traces(_until_first_update(wire_traces["skyrl"]), calls, canonical_rows=True)
-    assert [d.field for d in diffs if d.op == "forward_ref"] == ["batch.0.input_ids"], diffs
+    last_step = [c for c in calls if c.op == "step"][-1]
+    last_step.record["grad_norm"] = math.nextafter(last_step.record["grad_norm"], math.inf)
+    diffs = diff_traces(wire_traces["skyrl"], calls, canonical_rows=True)
+    assert [(d.op, d.field) for d in diffs] == [
+        ("forward_ref", "batch.0.input_ids"),
+        ("step", "grad_norm"),
+    ], diffs

@@ -57,27 +57,14 @@ def learnable_jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def bird_rows(split: str = "train") -> list[dict[str, Any]]:
+    """Every question of the bundled sample's `split`, as the core's parity scenario writes a row (short
+    prompts keep the CPU runs fast; the reward path is what matters here)."""
     from arctic_rl_core.envs.bird.dataset import load_split
     from arctic_rl_core.envs.bird.sample import sample_dir
+    from arctic_rl_core.parity.scenario import dataset_row
 
     data = load_split(sample_dir(), split)
-    rows = []
-    for q in data.questions:
-        rows.append(
-            {
-                "data_source": "bird",
-                # Short prompts keep the CPU test fast; the reward path is what matters here.
-                "prompt": [{"role": "user", "content": f"{q.question} ({q.evidence})"}],
-                "env_class": "bird",
-                "reward_model": {"style": "rule", "ground_truth": q.sql},
-                "extra_info": {
-                    "db_id": q.db_id,
-                    "db_path": str(data.databases[q.db_id].db_path),
-                    "index": q.index,
-                },
-            }
-        )
-    return rows
+    return [dataset_row(data, q) for q in data.questions]
 
 
 @pytest.fixture(scope="session")

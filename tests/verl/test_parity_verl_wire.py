@@ -127,3 +127,40 @@ def test_verl_trace_holds_the_trainers_calls_in_order(recorded):
     assert [c.record["step"] for c in calls if c.op == "step"] == list(
         range(1, mini_batches * scenario.steps + 1)
     )
+
+
+def _row_groups(call, rows) -> list[int]:
+    """The scenario group (prompt position in the step's dataloader batch) of each row of a payload
+    call: the rows sharing a prompt are the group whose fixed rollouts they hold (a response alone
+    may not tell: two groups can share a sampled completion)."""
+    ids, mask = call.tensors[(0, "input_ids")], call.tensors[(0, "attention_mask")].bool()
+    width = int(call.tensors[(0, "prompts")].shape[1])
+    prompts = [tuple(ids[b, :width][mask[b, :width]].tolist()) for b in range(ids.shape[0])]
+    responses = [tuple(ids[b, width:][mask[b, width:]].tolist()) for b in range(ids.shape[0])]
+    by_group = {}
+    for r in rows:
+        by_group.setdefault(r.group, []).append(r.response_ids)
+    group_of = {}
+    for prompt in dict.fromkeys(prompts):
+        held = sorted(resp for p, resp in zip(prompts, responses, strict=True) if p == prompt)
+        (group_of[prompt],) = [g for g, resps in by_group.items() if sorted(resps) == held]
+    return [group_of[p] for p in prompts]
+
+
+def test_verl_trains_every_step_in_dataloader_order(recorded):
+    """verl's replay buffer hands the rows over in completion order; the adapter's trainer restores the
+    dataloader's (adapter_verl.batch_order): every step's forwards hold the groups in dataloader order,
+    each group's rows together, and each mini-batch (1 prompt) is one whole group, first to last."""
+    setup, _, calls = recorded
+    scenario = setup.scenario
+    n = scenario.rollouts_per_prompt
+    dataloader = [g for g in range(scenario.prompts_per_step) for _ in range(n)]
+    forwards = [c for c in calls if c.op == "forward_ref"]
+    train = [c for c in calls if c.op == "forward_backward"]
+    per_step = scenario.prompts_per_step // scenario.mini_batch_prompts * scenario.epochs
+    assert len(forwards) == scenario.steps and len(train) == per_step * scenario.steps
+    for step, rows in enumerate(setup.rollouts):
+        assert _row_groups(forwards[step], rows) == dataloader, f"step {step}"
+        mini_batches = [_row_groups(c, rows) for c in train[step * per_step : (step + 1) * per_step]]
+        expected = [[g] * n for g in range(scenario.prompts_per_step)] * scenario.epochs
+        assert mini_batches == expected, f"step {step}"

@@ -1,7 +1,7 @@
 """verl's separate-async mode at dry run (no Ray): verl's own staleness fields map onto the core's
 `async` group, and everything verl's separate-async trainer would assert after Ray is up, or the
-Arctic path cannot run (the hybrid engine, i.e. colocated; more than one update per sync), is a
-problem naming the field, the value and the fix."""
+Arctic path cannot run (the hybrid engine, i.e. colocated; more than one update per sync without verl's
+bypass mode), is a problem naming the field, the value and the fix."""
 
 from __future__ import annotations
 
@@ -126,7 +126,12 @@ def test_the_synchronous_mode_sets_nothing_async():
         (
             "trainer.v1.separate_async.parameter_sync_step=2",
             "trainer.v1.separate_async.parameter_sync_step=2",
-            "one copy of the weights",
+            "set algorithm.rollout_correction.bypass_mode=true",
+        ),
+        (
+            "trainer.v1.separate_async.parameter_sync_step=0",
+            "trainer.v1.separate_async.parameter_sync_step",
+            "integer >= 1",
         ),
         (
             "actor_rollout_ref.rollout.checkpoint_engine.backend=naive",
@@ -183,6 +188,98 @@ def test_dry_run_prints_the_async_group(capsys):
     out = capsys.readouterr()
     assert info.value.code == 0, out.err
     assert "max_staleness: 2" in out.out
+
+
+# -- verl's default parameter_sync_step (4): several updates per weight sync, in bypass mode ---------------
+
+# verl's separate-async launch line as above, with verl's own default of 4 updates per sync (no
+# parameter_sync_step override) and the batch verl asserts for it: 4 mini-batches of 64 prompts
+STOCK_SYNC_STEP = [
+    *[
+        o
+        for o in SEPARATE_ASYNC
+        if "parameter_sync_step" not in o and not o.startswith("data.train_batch_size")
+    ],
+    "data.train_batch_size=256",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+]
+BYPASS = "algorithm.rollout_correction.bypass_mode=true"
+
+
+def test_verls_default_of_four_updates_per_sync_names_bypass_mode_as_the_fix():
+    result = checked(base=STOCK_SYNC_STEP)
+    assert result.config.trainer.v1.separate_async.parameter_sync_step == 4  # verl 0.9.1's default
+    assert result.config.algorithm.rollout_correction.bypass_mode is False
+    (problem,) = result.problems
+    assert problem.startswith("trainer.v1.separate_async.parameter_sync_step=4")
+    assert "pi_old" in problem and "set algorithm.rollout_correction.bypass_mode=true" in problem
+    from adapter_verl.config import settings_from_verl
+
+    assert settings_from_verl(checked().config, 10).old_logprobs_from_rollout is False
+
+
+@pytest.mark.parametrize(
+    ("overrides", "k"),
+    [
+        ((), 11),  # threshold 3 x 4 updates per sync - 1
+        (("actor_rollout_ref.actor.ppo_epochs=2",), 22),  # x 2 optimizer steps per update
+        (("trainer.v1.sampler.max_off_policy_threshold=1",), 3),  # no step stale: the 4 updates of one sync
+    ],
+)
+def test_bypass_mode_serves_several_updates_per_sync_with_its_staleness_bound(overrides, k):
+    from adapter_verl.config import settings_from_verl
+    from arctic_rl_core.config.shape import TrainingShape
+
+    result = checked(BYPASS, *overrides, base=STOCK_SYNC_STEP)
+    assert result.problems == []
+    cfg = result.resolution.config
+    assert cfg.async_settings.max_staleness == k
+    shape = TrainingShape.from_config(cfg)
+    # one verl step: 4 mini-batches of 64 prompts x 5 rollouts, one update each (x ppo_epochs)
+    assert (shape.mini_batches_per_step, shape.train_batch_size) == (4, 64 * 5)
+    epochs = 2 if overrides and "ppo_epochs" in overrides[0] else 1
+    assert shape.optimizer_steps_per_step == 4 * epochs
+    # what the worker reads: the old log-probs are the rollout's, so it sends no IS weights
+    assert settings_from_verl(result.config, 10).old_logprobs_from_rollout is True
+
+
+@pytest.mark.parametrize(
+    ("override", "field", "says"),
+    [
+        (
+            "algorithm.rollout_correction.rollout_is=token",
+            "algorithm.rollout_correction.rollout_is='token'",
+            "computes no rollout correction in bypass mode",
+        ),
+        (
+            "algorithm.rollout_correction.rollout_rs=token_k1",
+            "algorithm.rollout_correction.rollout_rs='token_k1'",
+            "set it to null, or algorithm.rollout_correction.bypass_mode=false",
+        ),
+        (
+            "++remote_backend.core.async.is_weight_cap=3.0",
+            "remote_backend.core.async.is_weight_cap=3.0",
+            "sends no IS weights",
+        ),
+        (
+            "actor_rollout_ref.rollout.calculate_log_probs=false",
+            "calculate_log_probs=False",
+            "takes the old log-probs from the rollout",
+        ),
+    ],
+)
+def test_what_bypass_mode_would_leave_unused_is_a_problem_with_its_fix(override, field, says):
+    result = checked(BYPASS, override, base=STOCK_SYNC_STEP)
+    matching = [p for p in result.problems if field in p]
+    assert len(matching) == 1, result.problems
+    assert says in matching[0]
+
+
+def test_bypass_mode_in_the_synchronous_mode_is_refused_naming_separate_async():
+    problems = checked(BYPASS, "actor_rollout_ref.rollout.calculate_log_probs=true", base=BASE).problems
+    (problem,) = [p for p in problems if "bypass_mode" in p]
+    assert problem.startswith("algorithm.rollout_correction.bypass_mode=True")
+    assert "trainer.v1.trainer_mode=separate_async" in problem
 
 
 # -- the worker's side: the staleness gate and the truncated IS weights ----------------------------------
@@ -286,3 +383,97 @@ def test_the_demos_async_option_is_verls_separate_async(tmp_path):
     cfg = resolution.config
     assert (cfg.async_settings.max_staleness, cfg.placement.colocate) == (1, False)
     assert supports_async(run_grpo)
+
+
+class _RecordingBackend(_StateOnly):
+    """Answers the update's calls and keeps every training payload."""
+
+    def __init__(self) -> None:
+        super().__init__(trainer_version=0)
+        self.payloads = []
+
+    async def forward_backward(self, payload):
+        from types import SimpleNamespace
+
+        self.payloads.append(payload)
+        return SimpleNamespace(loss=0.0, metrics={})
+
+    async def step(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(grad_norm=1.0, learning_rate=1e-3, step=len(self.payloads), metrics={})
+
+
+@pytest.mark.parametrize("bypass", [False, True])
+def test_in_bypass_mode_the_worker_sends_no_is_weights(bypass):
+    """Old log-probs = the rollout's (verl's bypass mode): the update carries no rollout_is_weights; in the
+    decoupled mode the same rows carry the core's truncated weights min(exp(old - rollout), cap)."""
+    import math
+
+    import torch
+    from adapter_verl.config import ArcticVerlSettings
+    from adapter_verl.trace import TraceWriter
+    from adapter_verl.verl_internals import ROLLOUT_VERSIONS_KEY
+    from adapter_verl.worker import ArcticActorRolloutRefWorker
+    from arctic_rl_core.config import ArcticRLConfig
+    from arctic_rl_core.wire import PayloadSpec
+    from verl.utils import tensordict_utils as tu
+
+    cfg = ArcticRLConfig.from_dict(
+        {
+            "backend": {"kind": "reference"},
+            "placement": {"colocate": False},
+            "batch": {
+                "prompts_per_step": 2,
+                "rollouts_per_prompt": 2,
+                "mini_batch_prompts": 1,
+                "micro_batch_size_per_gpu": 1,
+                "max_prompt_length": 4,
+                "max_response_length": 3,
+            },
+            "async": {"max_staleness": 1},
+        }
+    )
+    worker = ArcticActorRolloutRefWorker.__new__(ArcticActorRolloutRefWorker)
+    worker._rank = 0
+    worker._settings = ArcticVerlSettings(
+        core=cfg.model_dump(mode="json", exclude_unset=True),
+        model_path="unused",
+        old_logprobs_from_rollout=bypass,
+    )
+    worker._arctic_config = cfg
+    worker._spec = PayloadSpec.from_config(cfg, pad_token_id=0)
+    worker._backend = _RecordingBackend()
+    worker._trace = TraceWriter(None, "worker0")
+    worker.weights_version = 0
+    rollout = [-0.5, -1.0, -1.5]
+    old = rollout if bypass else [-0.25, -1.0, -1.5]  # bypass: verl copied the rollout's
+    rows = [
+        {
+            "prompts": torch.tensor([5, 6]),
+            "responses": torch.tensor([7, 8, 9]),
+            "response_mask": torch.ones(3, dtype=torch.int64),
+            "old_log_probs": torch.tensor(old),
+            "rollout_log_probs": torch.tensor(rollout),
+            "advantages": torch.full((3,), 1.0),
+        }
+        for _ in range(4)
+    ]
+    data = tu.list_of_dict_to_tensordict(rows)
+    tu.assign_non_tensor(
+        data,
+        mini_batch_size=2,
+        epochs=1,
+        seed=42,
+        dataloader_kwargs={"shuffle": False},
+        **{ROLLOUT_VERSIONS_KEY: [0] * 4},
+    )
+    metrics = worker.update_actor(data)["metrics"]
+    payloads = worker._backend.payloads
+    assert len(payloads) == 2  # two mini-batches of 2 rows
+    for payload in payloads:
+        assert ("rollout_is_weights" in payload.batch) is not bypass
+        if not bypass:
+            weights = torch.as_tensor(payload.batch["rollout_is_weights"])
+            assert weights[0, 4].item() == pytest.approx(math.exp(0.25))  # first response token
+    assert metrics["async/is_weight_max"] == [1.0 if bypass else pytest.approx(math.exp(0.25))]

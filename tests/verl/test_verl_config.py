@@ -285,3 +285,14 @@ def test_verl_lora_alpha_at_rank_0_is_not_sent(compose):
         compose("actor_rollout_ref.model.lora_alpha=64"), total_training_steps=5
     ).arctic_config()
     assert not cfg.peft.enabled and "peft" not in cfg.plan()
+
+
+def test_verls_mini_batch_shuffle_is_served_with_its_seed(compose):
+    # verl's own iterator shuffles the step's rows (in dataloader order: adapter_verl.batch_order),
+    # seeded by data_loader_seed; both settings are verl's and reach its update_actor call unchanged
+    from adapter_verl.config import settings_from_verl
+
+    cfg = compose("actor_rollout_ref.actor.shuffle=true", "actor_rollout_ref.actor.data_loader_seed=7")
+    settings = settings_from_verl(cfg, total_training_steps=5)
+    assert settings.arctic_config().batch.epochs == 2
+    assert (cfg.actor_rollout_ref.actor.shuffle, cfg.actor_rollout_ref.actor.data_loader_seed) == (True, 7)

@@ -116,11 +116,38 @@ def test_a_malformed_file_is_refused_before_the_server_starts(tmp_path):
             {"format": FORMAT, "prompts": [{"contains": "a", "completions": [{"token_ids": [-1]}]}]},
             "integers >= 0",
         ),
+        (  # strict types: a bool is no token id, and the message shows where and what
+            {"format": FORMAT, "prompts": [{"contains": "a", "completions": [{"token_ids": [1, True]}]}]},
+            r"prompts\[0\]\.completions\[0\]\.token_ids must be a non-empty list of token ids \(integers >= 0\): "
+            r"prompts\[0\]\.completions\[0\]\.token_ids\[1\]=True$",
+        ),
+        (
+            {"format": FORMAT, "prompts": [{"contains": 3, "completions": [{"token_ids": [1]}]}]},
+            r"prompts\[0\] needs 'contains' \(a string\): prompts\[0\]\.contains=3$",
+        ),
+        (  # unknown keys are refused, naming the keys that exist there
+            {
+                "format": FORMAT,
+                "prompts": [{"contains": "a", "completions": [{"token_ids": [1], "text": "x"}]}],
+            },
+            r"prompts\[0\]\.completions\[0\]\.text='x': unknown key \(the keys here are 'token_ids'\)",
+        ),
+        ([], "format='list', expected 'arctic-rl-fixed-rollouts/1': the file must be a JSON object"),
     ],
 )
 def test_file_errors_name_the_field(document, message):
     with pytest.raises(FixedRolloutsError, match=message):
         FixedRollouts.from_document(document)
+
+
+def test_every_problem_of_a_file_is_reported_at_once_the_first_few_in_full():
+    bad = [{"contains": f"p{i}", "completions": [{"token_ids": [i, -i - 1]}]} for i in range(7)]
+    with pytest.raises(FixedRolloutsError) as caught:
+        FixedRollouts.from_document({"format": FORMAT, "prompts": bad})
+    message = str(caught.value)
+    assert message.startswith("fixed rollouts: 7 problems: ") and message.endswith("; and 2 more")
+    assert "prompts[4].completions[0].token_ids[1]=-5" in message  # the fifth, in full
+    assert "prompts[5]" not in message
 
 
 def test_a_prompt_matching_two_entries_is_refused_and_nothing_is_counted():

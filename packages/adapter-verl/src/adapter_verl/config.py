@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 ROLLOUT_NAME = "arctic"
 TRAINER_MODE = "arctic"
 CORE_PREFIX = "remote_backend.core"
+RC = "algorithm.rollout_correction"
 _ABSENT: Any = object()
 
 
@@ -56,6 +57,10 @@ class ArcticVerlSettings(BaseModel):
     model_path: str = Field(description="actor_rollout_ref.model.path (tokenizer and HF config)")
     trust_remote_code: bool = Field(default=False, description="actor_rollout_ref.model.trust_remote_code")
     trace_dir: str | None = Field(default=None, description="remote_backend.trace_dir")
+    old_logprobs_from_rollout: bool = Field(
+        default=False,
+        description="algorithm.rollout_correction.bypass_mode: the old log-probs are the rollout's (no IS weights)",
+    )
 
     def arctic_config(self) -> ArcticRLConfig:
         from arctic_rl_core.config import ArcticRLConfig
@@ -223,6 +228,8 @@ def check_supported(config: DictConfig) -> list[str]:
             )
     if is_separate_async(config):
         _check_separate_async(config, bad)
+    if bypass_mode(config):
+        _check_bypass_mode(config, bad)
     _check_core_group(config, bad)
     return problems
 
@@ -230,6 +237,43 @@ def check_supported(config: DictConfig) -> list[str]:
 def is_separate_async(config: Any) -> bool:
     """The adapter's asynchronous mode: verl's separate-async trainer (`arctic_separate_async`)."""
     return _get(config, "trainer.v1.trainer_mode") == ASYNC_TRAINER_MODE
+
+
+def bypass_mode(config: Any) -> bool:
+    """verl's bypass mode (`algorithm.rollout_correction.bypass_mode=true`): verl's V1 trainer sets the old
+    log-probs to the rollout's instead of calling the forwarder's compute_log_prob."""
+    return bool(_get(config, f"{RC}.bypass_mode", False))
+
+
+def _check_bypass_mode(config: DictConfig, bad: Any) -> None:
+    """What bypass mode needs on the Arctic path, and what verl itself would leave unused in it."""
+    if not is_separate_async(config):
+        bad(
+            f"{RC}.bypass_mode",
+            True,
+            "the Arctic path serves bypass mode with verl's separate_async trainer (where it lets "
+            "parameter_sync_step > 1 run without pi_old); the synchronous arctic mode recomputes old "
+            "log-probs (one update per sync, not built without them): set it to false, or "
+            "trainer.v1.trainer_mode=separate_async",
+        )
+    for field in ("rollout_is", "rollout_rs"):
+        value = _get(config, f"{RC}.{field}")
+        if value is not None:
+            bad(
+                f"{RC}.{field}",
+                value,
+                f"verl's V1 trainer computes no rollout correction in bypass mode (old log-probs = the rollout's: "
+                f"the PPO ratio already is against the sampling policy), so it would never apply: set it to null, "
+                f"or {RC}.bypass_mode=false",
+            )
+    core_async = (_plain(_get(config, CORE_PREFIX, {})) or {}).get("async")
+    if isinstance(core_async, dict) and "is_weight_cap" in core_async:
+        bad(
+            f"{CORE_PREFIX}.async.is_weight_cap",
+            core_async["is_weight_cap"],
+            f"{RC}.bypass_mode=true sends no IS weights (min(exp(old - rollout), cap) would be 1 for every "
+            "token): remove it",
+        )
 
 
 def _check_separate_async(config: DictConfig, bad: Any) -> None:
@@ -246,16 +290,16 @@ def _check_separate_async(config: DictConfig, bad: Any) -> None:
             f"{rollout}.n_gpus_per_node)",
         )
     sync_step = _get(config, f"{sep}.parameter_sync_step")
-    if sync_step != 1:
+    if isinstance(sync_step, int) and sync_step > 1 and not bypass_mode(config):
         bad(
             f"{sep}.parameter_sync_step",
             sync_step,
-            "with more than one update per weight sync verl recomputes old log-probs with pi_old saved on the "
-            "trainer (Decoupled PPO: DetachActorWorker's save/restore of the weights to CPU), and the Arctic "
-            "training job keeps one copy of the weights (arctic-platform 0.1.4 has no such operation); verl's "
-            "bypass mode (algorithm.rollout_correction.bypass_mode=true: old log-probs = the rollout's) would "
-            "need no pi_old, but several updates per sync are not built on the Arctic path: set it to 1 "
-            f"(and data.train_batch_size = {actor}.ppo_mini_batch_size)",
+            "with more than one update per weight sync and algorithm.rollout_correction.bypass_mode=false verl "
+            "recomputes old log-probs with pi_old saved on the trainer (Decoupled PPO: DetachActorWorker's "
+            "save/restore of the weights to CPU around every forward after the first), and the Arctic training "
+            "job keeps one copy of the weights (arctic-platform 0.1.4's only other copy is a checkpoint: a save "
+            "and two loads per mini-batch); set algorithm.rollout_correction.bypass_mode=true (old log-probs = "
+            f"the rollout's, no pi_old), or set it to 1 (and data.train_batch_size = {actor}.ppo_mini_batch_size)",
         )
     train_batch = _get(config, "data.train_batch_size")
     mini_batch = _get(config, f"{actor}.ppo_mini_batch_size")
@@ -278,8 +322,13 @@ def _check_separate_async(config: DictConfig, bad: Any) -> None:
         bad(
             f"{rollout}.calculate_log_probs",
             False,
-            "asynchronous training corrects for stale rollouts with truncated IS weights from the rollout "
-            "log-probs: set it to true",
+            (
+                f"{RC}.bypass_mode=true takes the old log-probs from the rollout"
+                if bypass_mode(config)
+                else "asynchronous training corrects for stale rollouts with truncated IS weights from the "
+                "rollout log-probs"
+            )
+            + ": set it to true",
         )
 
 
@@ -408,6 +457,7 @@ def settings_from_verl(config: DictConfig, total_training_steps: int | None) -> 
         model_path=str(config.actor_rollout_ref.model.path),
         trust_remote_code=bool(_get(config, "actor_rollout_ref.model.trust_remote_code", False)),
         trace_dir=_get(config, "remote_backend.trace_dir"),
+        old_logprobs_from_rollout=bypass_mode(config),
     )
 
 

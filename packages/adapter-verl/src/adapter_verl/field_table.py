@@ -133,6 +133,7 @@ VERL_SEPARATE_ASYNC = "separate_async"
 TRAINER_MODE_FIELD = "trainer.v1.trainer_mode"
 OFF_POLICY_THRESHOLD = "trainer.v1.sampler.max_off_policy_threshold"
 OFF_POLICY_STRATEGY = "trainer.v1.sampler.max_off_policy_strategy"
+SYNC_STEP_FIELD = "trainer.v1.separate_async.parameter_sync_step"
 RC = "algorithm.rollout_correction"
 
 
@@ -158,11 +159,26 @@ def _separate_async(read: Reader) -> bool:
     )
 
 
+def _parameter_sync_step(read: Reader) -> int:
+    value = read(SYNC_STEP_FIELD)
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FieldProblem(
+            "must be an integer >= 1 (verl's updates per weight sync)",
+            "set an integer >= 1",
+            field=SYNC_STEP_FIELD,
+        )
+    return value
+
+
 def _max_staleness(read: Reader) -> Any:
     """verl bounds the steps a trajectory may span from its prompt's submission (step p) to its training
-    (step g): g - p + 1 <= threshold. Submitted at step p, it is sampled with weights of step p - 1 or
-    newer and trained with those of step g - 1: at most threshold - 1 verl steps stale, i.e.
-    (threshold - 1) x ppo_epochs optimizer steps (the core's unit)."""
+    (step g): g - p + 1 <= threshold. Each verl step is parameter_sync_step = N updates of one mini-batch
+    each (ppo_epochs = E optimizer steps apiece) and one weight sync at its end. Submitted at step p, a
+    trajectory is sampled with the weights synced at the end of step p - 1 or newer; trained at step g by
+    the update j (0 .. N - 1), the trainer is (g - p) x N x E + j x E optimizer steps past them: at most
+    (threshold x N - 1) x E, the core's unit (N = 1: (threshold - 1) x E)."""
     if not _separate_async(read):
         return UNSET
     threshold = read(OFF_POLICY_THRESHOLD)
@@ -175,7 +191,7 @@ def _max_staleness(read: Reader) -> Any:
         )
     if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
         raise FieldProblem("must be an integer >= 1", "set an integer >= 1", field=OFF_POLICY_THRESHOLD)
-    return (threshold - 1) * int(read(f"{A}.ppo_epochs") or 1)
+    return (threshold * _parameter_sync_step(read) - 1) * int(read(f"{A}.ppo_epochs") or 1)
 
 
 def _async_active(read: Reader) -> bool:
@@ -524,8 +540,12 @@ ENTRIES: tuple[Entry, ...] = (
         "the Arctic counterpart is remote_backend.core.zorro.enable: set it to false",
     ),
     _m(f"{A}.ppo_epochs", "batch.epochs", transform=int),
-    _r(f"{A}.shuffle", "mini-batches go to the Arctic training job in rollout order: set it to false"),
-    _na(f"{A}.data_loader_seed", f"used only with {A}.shuffle=true"),
+    _p(
+        f"{A}.shuffle",
+        "verl's mini-batch iterator in the forwarder's update_actor (seeded by data_loader_seed), over the "
+        "step's rows in dataloader order (adapter_verl.batch_order): the same mini-batches in every run",
+    ),
+    _p(f"{A}.data_loader_seed", f"the seed of verl's mini-batch shuffle (with {A}.shuffle=true)"),
     _r(
         f"{A}.checkpoint.save_contents",
         "the Arctic backend saves model, optimizer and state; HF export ('hf_model'): arctic-platform 0.1.4 "
@@ -660,11 +680,18 @@ ENTRIES: tuple[Entry, ...] = (
         "(rollout_rs*) from the rollout log-probs; the weights go on the wire as rollout_is_weights and the "
         "server loss multiplies them in, rejected tokens leave the response mask",
     ),
-    _r(
+    _p(
         "algorithm.rollout_correction.bypass_mode",
-        "the Arctic path recomputes old log-probs: set it to false",
+        "verl's V1 trainer: true sets the old log-probs to the rollout's (no old-log-prob forward; the PPO ratio "
+        "is against the sampling policy, and verl computes no rollout_is / rollout_rs then: refused with them); "
+        "what lets separate_async run parameter_sync_step > 1 (no pi_old to keep); true needs "
+        "trainer.v1.trainer_mode=separate_async and rollout.calculate_log_probs=true (checked at dry run)",
     ),
-    _na("algorithm.rollout_correction.loss_type", "bypass mode only (rejected)"),
+    _na(
+        "algorithm.rollout_correction.loss_type",
+        "verl's V1 trainer reads it only in its bypass_mode policy loss (actor.policy_loss.loss_mode=bypass_mode, "
+        "which the Arctic path does not serve); with bypass_mode=true the policy loss is actor.policy_loss",
+    ),
     # -- trainer ---------------------------------------------------------------------------------
     _p("trainer", "verl's training loop, logging and validation schedule"),
     Derived(
@@ -699,11 +726,14 @@ ENTRIES: tuple[Entry, ...] = (
     _r("trainer.use_v1", "set trainer.use_v1=true (the V1 trainer)"),
     Derived(
         "async.max_staleness",
-        (TRAINER_MODE_FIELD, OFF_POLICY_THRESHOLD, f"{A}.ppo_epochs"),
+        (TRAINER_MODE_FIELD, OFF_POLICY_THRESHOLD, SYNC_STEP_FIELD, f"{A}.ppo_epochs"),
         _max_staleness,
         "trainer_mode arctic (synchronous): 0; separate_async (the adapter's arctic_separate_async): "
-        "(max_off_policy_threshold - 1) x ppo_epochs optimizer steps (a trajectory spans at most threshold "
-        "steps from its prompt's submission; null, unbounded, is rejected); colocate_async is rejected",
+        "(max_off_policy_threshold x parameter_sync_step - 1) x ppo_epochs optimizer steps (a trajectory spans "
+        "at most threshold steps from its prompt's submission, each of parameter_sync_step updates of one "
+        "mini-batch and one weight sync; null, unbounded, is rejected); parameter_sync_step > 1 needs "
+        "algorithm.rollout_correction.bypass_mode=true (verl's decoupled mode keeps pi_old on the trainer, the "
+        "Arctic training job has one copy of the weights; checked at dry run); colocate_async is rejected",
     ),
     Derived(
         "async.stale_policy",
@@ -717,7 +747,8 @@ ENTRIES: tuple[Entry, ...] = (
         (TRAINER_MODE_FIELD, f"{RC}.rollout_is", f"{RC}.rollout_is_threshold"),
         _is_weight_cap,
         "separate_async with staleness > 0 and rollout_is=token: rollout_is_threshold (verl computes the "
-        "weights); rollout_is null: the core's truncated IS weights, cap remote_backend.core.async.is_weight_cap",
+        "weights); rollout_is null: the core's truncated IS weights, cap remote_backend.core.async.is_weight_cap "
+        "(bypass_mode=true: none sent, the old log-probs are the rollout's and every weight would be 1)",
     ),
     _na(
         "trainer.v1.colocate_async",
@@ -727,11 +758,6 @@ ENTRIES: tuple[Entry, ...] = (
         "trainer.v1.separate_async.num_warmup_batches",
         "verl's separate-async prefetch window (batches submitted for generation ahead of training); "
         "unused by the synchronous arctic mode",
-    ),
-    _p(
-        "trainer.v1.separate_async.parameter_sync_step",
-        "verl's separate-async updates per weight sync; the Arctic path runs 1 (checked at dry run: the "
-        "training job keeps no second copy of pi_old); unused by the synchronous arctic mode",
     ),
     _na(
         "trainer.v1.separate_async.hybrid_rollout",
@@ -748,7 +774,8 @@ ENTRIES: tuple[Entry, ...] = (
     _p(
         "trainer.v1.sampler.custom_sampler",
         "verl's replay buffer class (path, name) and its sampler_kwargs: a custom buffer chooses what verl "
-        "trains, and in separate_async the forwarder still passes every row's weights version through the "
+        "trains and in which order (verl's own buffer's completion order is restored to dataloader order), "
+        "and in separate_async the forwarder still passes every row's weights version through the "
         "core's StalenessGate before training (a stale row is an error, never trained)",
     ),
     _p(

@@ -13,6 +13,10 @@
   Before each update the trainer hands every row's sampling version to the worker, which checks it
   against `async.max_staleness` and adds the truncated IS weights (`adapter_verl.worker`).
 
+Both train a step's rows in dataloader order (`adapter_verl.batch_order`: verl's replay buffer hands
+them over in the order their generations completed), unless a custom replay buffer
+(`trainer.v1.sampler.custom_sampler`) chooses the order itself.
+
 Their actor/rollout/ref workers are CPU Ray actors (`adapter_verl.worker`) that forward to the core
 backend; GPUs belong to the backend, not to verl.
 """
@@ -28,6 +32,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from adapter_verl.batch_order import DataloaderOrder, restore_dataloader_order
 from adapter_verl.plugin import ASYNC_TRAINER_MODE, TRAINER_MODE
 from adapter_verl.verl_internals import (
     ROLLOUT_VERSIONS_KEY,
@@ -94,6 +99,15 @@ STANDALONE_ROLLOUT_TOPOLOGY: dict[str, int] = {
 }
 
 
+def custom_replay_buffer(config) -> bool:
+    """Whether `trainer.v1.sampler.custom_sampler` names a replay buffer class (path and name), as
+    verl's `_build_replay_buffer` decides it."""
+    from omegaconf import OmegaConf
+
+    custom = OmegaConf.select(config, "trainer.v1.sampler.custom_sampler")
+    return bool(custom is not None and custom.get("path") and custom.get("name"))
+
+
 def forwarder_topology(config, extra: dict[str, int] | None = None) -> dict[str, tuple[object, int]]:
     """Rewrite verl's placement fields in `config` to the forwarder topology (after the core
     config has read them), plus `extra`; returns what changed, field -> (was, now), and logs it."""
@@ -142,6 +156,27 @@ class _ArcticForwarding:
             reported.update(per_rank or {})
         add_step_metrics(self, reported)
 
+    # the dataloader position of every prompt submitted for rollout (None: a custom replay buffer
+    # orders the batch itself)
+    dataloader_order: DataloaderOrder | None = None
+
+    def _submit_batch_to_rollout(self, batch) -> int:
+        """verl's submission of prompts for rollout (in dataloader order), their positions recorded."""
+        if self.dataloader_order is not None:
+            self.dataloader_order.submitted(batch["uid"])
+        return super()._submit_batch_to_rollout(batch)
+
+    def _balance_batch(self, batch, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
+        """The first step after verl's replay buffer sampled the batch (rows in completion order):
+        restore dataloader order (`adapter_verl.batch_order`), then verl's balancing across data-parallel
+        ranks (the one forwarder rank: it keeps the order), so the old-log-prob forward, the advantages and
+        verl's mini-batch iterator in the actor update all see the same order in every run."""
+        if self.dataloader_order is not None:
+            restore_dataloader_order(batch, self.dataloader_order)
+        return super()._balance_batch(
+            batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch
+        )
+
     def _init_resource_pool_mgr(self) -> None:
         """Runs in `_setup` after the dataloader (so the step count is known) and before any
         worker: resolve the settings, start the backend, publish the session; then swap in the
@@ -150,6 +185,7 @@ class _ArcticForwarding:
         from adapter_verl.session import start_session
         from adapter_verl.worker import ArcticActorRolloutRefWorker
 
+        self.dataloader_order = None if custom_replay_buffer(self.config) else DataloaderOrder()
         self.arctic_settings = settings_from_verl(self.config, self.total_training_steps)
         self.arctic_session = start_session(self.arctic_settings)
         forwarder_topology(self.config, self.extra_topology)

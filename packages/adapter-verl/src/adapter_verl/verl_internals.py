@@ -145,6 +145,25 @@ INTERNALS: tuple[Internal, ...] = (
         ("self", "batch", "metrics"),
     ),
     Internal(
+        "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
+        "_submit_batch_to_rollout",
+        "override",
+        "trainer._ArcticForwarding._submit_batch_to_rollout (batch_order.DataloaderOrder.submitted)",
+        "every prompt verl hands to rollout passes here in dataloader order (the first batch, the async "
+        "prefetch and the replay buffer's refills alike); no public hook sees the uids in that order",
+        ("self", "batch"),
+    ),
+    Internal(
+        "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
+        "_balance_batch",
+        "override",
+        "trainer._ArcticForwarding._balance_batch (batch_order.restore_dataloader_order)",
+        "the first call of `_step_once` after the replay buffer's sample (rows in completion order) and "
+        "before the old-log-prob forward, the advantages and the actor update: the one place to restore "
+        "dataloader order for all of them",
+        ("self", "batch", "metrics", "logging_prefix", "keep_minibatch"),
+    ),
+    Internal(
         "verl.trainer.ppo.v1.agent_loop_tq",
         MIN_VERSION_TAG,
         "key",

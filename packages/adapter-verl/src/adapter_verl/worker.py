@@ -41,8 +41,10 @@ logger = logging.getLogger(__name__)
 
 MESHES = ("actor", "ref", "rollout")
 _ONE_UPDATE_PER_SYNC = (
-    "verl asked the forwarder for a saved copy of pi_old (trainer.v1.separate_async.parameter_sync_step > 1): "
-    "the Arctic training job keeps one copy of the weights; set trainer.v1.separate_async.parameter_sync_step=1"
+    "verl asked the forwarder for a saved copy of pi_old (trainer.v1.separate_async.parameter_sync_step > 1 "
+    "with algorithm.rollout_correction.bypass_mode=false): the Arctic training job keeps one copy of the "
+    "weights; set algorithm.rollout_correction.bypass_mode=true (old log-probs = the rollout's), or "
+    "trainer.v1.separate_async.parameter_sync_step=1"
 )
 
 
@@ -290,7 +292,11 @@ class ArcticActorRolloutRefWorker(Worker):
         )
         for mini_batch in iterator:
             samples = samples_from_tensordict(mini_batch, with_training_fields=True)
-            if rollout_versions is not None and self._arctic_config.async_settings.max_staleness > 0:
+            if (
+                rollout_versions is not None
+                and self._arctic_config.async_settings.max_staleness > 0
+                and not self._settings.old_logprobs_from_rollout
+            ):
                 samples, stats = self._off_policy_correction(samples)
                 if stats is not None:
                     is_stats.append(stats)
@@ -482,9 +488,10 @@ class ArcticActorRolloutRefWorker(Worker):
         self._trace.write({"op": "load_checkpoint", "path": root, "verl_path": local_path, "step": step})
         return None
 
-    # verl's separate-async trainer keeps pi_old on the CPU for parameter_sync_step > 1 (Decoupled PPO);
-    # the Arctic path runs parameter_sync_step=1 (checked at dry run): the backend's current weights are
-    # pi_old for the one update of each step, so there is nothing to save.
+    # verl's separate-async trainer keeps pi_old on the CPU for parameter_sync_step > 1 in its decoupled mode
+    # (bypass_mode=false); the Arctic path runs that mode with parameter_sync_step=1 only (checked at dry
+    # run): the backend's current weights are pi_old for the one update of each step, so there is nothing to
+    # save. In bypass mode verl calls none of these (the old log-probs are the rollout's).
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_model_to_cpu(self, n: int) -> None:
         if n != 0:

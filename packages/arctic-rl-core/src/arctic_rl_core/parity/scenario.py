@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
+    from arctic_rl_core.envs.bird.dataset import BirdSplit
 
 TRACE_DIR_ENV = "ARCTIC_RL_PARITY_DIR"  # where the adapter suites write their traces
 REQUIRE_TRACES_ENV = "ARCTIC_RL_PARITY_REQUIRE_TRACES"  # set by a full run: a missing trace fails
@@ -322,31 +323,30 @@ def fixed_rollouts_document(
     }
 
 
+def dataset_row(data: BirdSplit, question: Any) -> dict[str, Any]:
+    """One question of a BIRD split in the verl/SkyRL dataset shape: the chat `prompt` (its
+    `prompt_text`, short, as the CPU runs want), `data_source` "bird", `reward_model.ground_truth`
+    (the gold SQL), `extra_info` (db_id, db_path, index), and SkyRL's `env_class`."""
+    return {
+        "data_source": "bird",
+        "prompt": [{"role": "user", "content": prompt_text(question)}],
+        "env_class": "bird",
+        "reward_model": {"style": "rule", "ground_truth": question.sql},
+        "extra_info": {
+            "db_id": question.db_id,
+            "db_path": str(data.databases[question.db_id].db_path),
+            "index": question.index,
+        },
+    }
+
+
 def dataset_rows(scenario: ParityScenario) -> list[dict[str, Any]]:
-    """The scenario's prompts in step order, one row per prompt of every step (a question used in
-    two steps is two rows), in the verl/SkyRL dataset shape: chat `prompt`, `data_source` "bird",
-    `reward_model.ground_truth` (the gold SQL), `extra_info` (db_id, db_path, index), and SkyRL's
-    `env_class`. With no shuffling and `prompts_per_step` rows a batch, batch s holds step s."""
+    """The scenario's prompts in step order, one `dataset_row` per prompt of every step (a question
+    used in two steps is two rows). With no shuffling and `prompts_per_step` rows a batch, batch s
+    holds step s."""
     from arctic_rl_core.envs.bird.dataset import load_split
     from arctic_rl_core.envs.bird.sample import sample_dir
 
     data = load_split(sample_dir(), "train")
     by_index = {q.index: q for q in data.questions}
-    rows = []
-    for step in scenario.question_indices:
-        for i in step:
-            q = by_index[i]
-            rows.append(
-                {
-                    "data_source": "bird",
-                    "prompt": [{"role": "user", "content": prompt_text(q)}],
-                    "env_class": "bird",
-                    "reward_model": {"style": "rule", "ground_truth": q.sql},
-                    "extra_info": {
-                        "db_id": q.db_id,
-                        "db_path": str(data.databases[q.db_id].db_path),
-                        "index": q.index,
-                    },
-                }
-            )
-    return rows
+    return [dataset_row(data, by_index[i]) for step in scenario.question_indices for i in step]

@@ -17,9 +17,11 @@ any order). `canonical_rows` puts each payload's rows in one order: groups (rows
 tokens) where they first appear, rows within a group sorted by their token ids; every tensor whose
 first dimension is the batch follows, and so do the per-row log-prob sums (`logprobs_rows`), which
 then replace the whole-batch sum (a float64 sum over the batch depends on row order in its last
-bits). Nothing else is reordered: a group in another place, a row moved across groups, or any value
-changed is still a difference. Why reordering within a group changes no training state, bit for bit,
-is in the README's parity section (one group per mini-batch, one row per micro-batch).
+bits). Nothing else is reordered: a group in another place (of a no-grad forward too: the verl adapter
+trains in dataloader order, `adapter_verl.batch_order`, where stock verl's rollout batch comes back in
+completion order), a row moved across groups, or any value changed is still a difference. Why
+reordering within a group changes no training state, bit for bit, is in the README's parity section
+(one group of 2 rows per mini-batch, one row per micro-batch).
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ reports the log-prob and rank the sampler's current weights give each served tok
 (teacher-forced, in the sampling job's `logprobs_mode`: what the sampler would have reported had it
 drawn those tokens). Top-k alternatives (`logprobs > 0`) and stop strings are refused: cutting a
 completion at a stop string would serve something else than FILE says.
+
+FILE is read through pydantic models (`FixedRolloutsFile`, `FixedPrompt`, `FixedCompletion`: strict
+types, no unknown keys); every problem found is reported at once, each naming its field (as
+`prompts[i].completions[j].token_ids`), the value found and what to write instead.
 """
 
 from __future__ import annotations
@@ -33,19 +37,143 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
 FORMAT = "arctic-rl-fixed-rollouts/1"
+MAX_PROBLEMS_SHOWN = 5  # a file with many bad entries: the first few, and how many more
 
 
 class FixedRolloutsError(ValueError):
     """FILE is malformed, or a request cannot be served from it; the message says which and why."""
 
 
-@dataclass(frozen=True)
-class FixedPrompt:
-    contains: str
-    completions: tuple[tuple[int, ...], ...]
+TokenId = Annotated[StrictInt, Field(ge=0)]
+
+
+class FixedCompletion(BaseModel):
+    """One completion of FILE: `{"token_ids": [...]}`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token_ids: tuple[TokenId, ...] = Field(min_length=1)
+
+
+class FixedPrompt(BaseModel):
+    """One entry of FILE: the text that identifies its prompt and the completions served for it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    contains: StrictStr = Field(min_length=1)
+    completions: tuple[FixedCompletion, ...] = Field(min_length=1)
+
+
+class FixedRolloutsFile(BaseModel):
+    """FILE as a whole (`FORMAT`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: Literal[FORMAT]
+    prompts: tuple[FixedPrompt, ...] = Field(min_length=1)
+
+    @field_validator("prompts")
+    @classmethod
+    def _each_text_once(cls, prompts: tuple[FixedPrompt, ...]) -> tuple[FixedPrompt, ...]:
+        seen: set[str] = set()
+        for i, entry in enumerate(prompts):
+            if entry.contains in seen:
+                raise ValueError(
+                    f"prompts[{i}].contains={entry.contains!r} is listed twice: merge the two entries' "
+                    "completions into one"
+                )
+            seen.add(entry.contains)
+        return prompts
+
+
+_KEYS = {  # the keys of each object of FILE, by the key that holds it (None: the document)
+    None: tuple(FixedRolloutsFile.model_fields),
+    "prompts": tuple(FixedPrompt.model_fields),
+    "completions": tuple(FixedCompletion.model_fields),
+}
+
+
+def _path(loc: Sequence[Any]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _found(loc: Sequence[Any], kind: str, value: Any) -> str:
+    """What FILE has at `loc`: `path=value`, or `path missing`."""
+    return f"{_path(loc)} missing" if kind == "missing" else f"{_path(loc)}={_shown(value)}"
+
+
+_ENTRY = '{"contains": <text>, "completions": [...]}'
+
+
+def _problem(item: Mapping[str, Any]) -> tuple[str, str]:
+    """(the field it is about, what is wrong and how to fix it) for one pydantic error of FILE."""
+    loc = tuple(item.get("loc", ()))
+    kind = str(item.get("type", ""))
+    found = _found(loc, kind, item.get("input"))
+    keys = [part for part in loc if isinstance(part, str)]
+    if kind == "extra_forbidden":
+        known = ", ".join(repr(k) for k in _KEYS[keys[-2] if len(keys) > 1 else None])
+        return _path(loc), f"{found}: unknown key (the keys here are {known})"
+    if kind == "value_error":  # a check of FILE's own (`_each_text_once`)
+        return _path(loc), str((item.get("ctx") or {}).get("error", item.get("msg")))
+    if not loc:  # the document is no JSON object
+        return "", (
+            f"format={type(item.get('input')).__name__!r}, expected {FORMAT!r}: the file must be a JSON "
+            f'object {{"format": {json.dumps(FORMAT)}, "prompts": [{_ENTRY}, ...]}}'
+        )
+    if loc == ("format",):
+        return "format", f'{found}, expected {FORMAT!r}: set "format": {json.dumps(FORMAT)}'
+    if loc == ("prompts",):
+        if kind == "too_short":
+            return "prompts", f"no prompts: list at least one {_ENTRY} entry"
+        return "prompts", f"'prompts' must be a list of {_ENTRY} entries: {found}"
+    where = _path(loc[:2])  # prompts[i]
+    if len(loc) == 2:
+        return where, f"{found} must be an object {_ENTRY}"
+    if loc[2] == "contains":
+        if kind == "string_too_short":
+            return f"{where}.contains", f"{where}.contains is empty: give a text the prompt contains"
+        return f"{where}.contains", f"{where} needs 'contains' (a string): {found}"
+    if len(loc) == 3:  # prompts[i].completions
+        if kind == "too_short":
+            return f"{where}.completions", (
+                f'{where} has no completions: list one {{"token_ids": [...]}} per request of the prompt'
+            )
+        return (
+            f"{where}.completions",
+            f'{where}.completions must be a list of {{"token_ids": [...]}}: {found}',
+        )
+    owner = _path(loc[:4]) + ".token_ids"  # prompts[i].completions[j].token_ids
+    return owner, f"{owner} must be a non-empty list of token ids (integers >= 0): {found}"
+
+
+def _file_error(source: str, error: ValidationError) -> FixedRolloutsError:
+    """One message for every problem pydantic found (the first per field, at most MAX_PROBLEMS_SHOWN)."""
+    problems: dict[str, str] = {}
+    for item in error.errors(include_url=False):
+        if item.get("type") == "too_short" and item.get("input"):
+            continue  # pydantic counts the items that validated: the bad items are reported themselves
+        field, message = _problem(item)
+        problems.setdefault(field, message)
+    shown = list(problems.values())[:MAX_PROBLEMS_SHOWN]
+    more = len(problems) - len(shown)
+    tail = f"; and {more} more" if more else ""
+    if len(problems) == 1:
+        return FixedRolloutsError(f"{source}: {shown[0]}")
+    return FixedRolloutsError(f"{source}: {len(problems)} problems: " + "; ".join(shown) + tail)
 
 
 @dataclass(frozen=True)
@@ -58,54 +186,18 @@ class ServedCompletion:
 class FixedRollouts:
     """The completions of FILE with a per-prompt counter of what has been served."""
 
-    def __init__(self, prompts: Sequence[FixedPrompt], *, source: str = "fixed rollouts") -> None:
+    def __init__(self, file: FixedRolloutsFile, *, source: str = "fixed rollouts") -> None:
         self.source = source
-        self.prompts = tuple(prompts)
-        if not self.prompts:
-            raise FixedRolloutsError(f"{source}: no prompts")
-        seen: set[str] = set()
-        for i, entry in enumerate(self.prompts):
-            if not entry.contains:
-                raise FixedRolloutsError(f"{source}: prompts[{i}].contains is empty")
-            if entry.contains in seen:
-                raise FixedRolloutsError(
-                    f"{source}: prompts[{i}].contains={entry.contains!r} is listed twice"
-                )
-            seen.add(entry.contains)
-            if not entry.completions:
-                raise FixedRolloutsError(f"{source}: prompts[{i}] has no completions")
+        self.prompts = file.prompts
         self._served = [0] * len(self.prompts)
 
     @classmethod
     def from_document(cls, document: Any, *, source: str = "fixed rollouts") -> FixedRollouts:
-        if not isinstance(document, Mapping) or document.get("format") != FORMAT:
-            found = document.get("format") if isinstance(document, Mapping) else type(document).__name__
-            raise FixedRolloutsError(f"{source}: format={found!r}, expected {FORMAT!r}")
-        raw = document.get("prompts")
-        if not isinstance(raw, list):
-            raise FixedRolloutsError(f"{source}: 'prompts' must be a list")
-        prompts = []
-        for i, entry in enumerate(raw):
-            if not isinstance(entry, Mapping) or not isinstance(entry.get("contains"), str):
-                raise FixedRolloutsError(f"{source}: prompts[{i}] needs 'contains' (a string)")
-            completions = entry.get("completions")
-            if not isinstance(completions, list):
-                raise FixedRolloutsError(f"{source}: prompts[{i}].completions must be a list")
-            ids = []
-            for j, completion in enumerate(completions):
-                tokens = completion.get("token_ids") if isinstance(completion, Mapping) else None
-                if (
-                    not isinstance(tokens, list)
-                    or not tokens
-                    or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens)
-                ):
-                    raise FixedRolloutsError(
-                        f"{source}: prompts[{i}].completions[{j}].token_ids must be a non-empty list of "
-                        "token ids (integers >= 0)"
-                    )
-                ids.append(tuple(tokens))
-            prompts.append(FixedPrompt(entry["contains"], tuple(ids)))
-        return cls(prompts, source=source)
+        try:
+            file = FixedRolloutsFile.model_validate(document)
+        except ValidationError as err:
+            raise _file_error(source, err) from None
+        return cls(file, source=source)
 
     @classmethod
     def load(cls, path: str | Path) -> FixedRollouts:
@@ -121,8 +213,8 @@ class FixedRollouts:
     def check_vocabulary(self, vocab_size: int) -> None:
         """Every token id must exist in the served model's vocabulary."""
         for i, entry in enumerate(self.prompts):
-            for j, ids in enumerate(entry.completions):
-                bad = [t for t in ids if t >= vocab_size]
+            for j, completion in enumerate(entry.completions):
+                bad = [t for t in completion.token_ids if t >= vocab_size]
                 if bad:
                     raise FixedRolloutsError(
                         f"{self.source}: prompts[{i}].completions[{j}] has token ids {bad[:3]} outside the "
@@ -150,18 +242,18 @@ class FixedRollouts:
             if len(matches) != 1:
                 which = "no entry" if not matches else f"{len(matches)} entries ({matches})"
                 raise FixedRolloutsError(
-                    f"{self.source}: prompt {_shown(prompt)} matches {which}: each prompt must contain the "
+                    f"{self.source}: prompt {_shown_prompt(prompt)} matches {which}: each prompt must contain the "
                     "'contains' text of exactly one entry"
                 )
             (i,) = matches
             entry = self.prompts[i]
             if planned[i] >= len(entry.completions):
                 raise FixedRolloutsError(
-                    f"{self.source}: prompt {_shown(entry.contains)} asked for completion {planned[i] + 1} but "
+                    f"{self.source}: prompt {_shown_prompt(entry.contains)} asked for completion {planned[i] + 1} but "
                     f"the file has {len(entry.completions)}: the run generates more than the fixed rollouts "
                     "planned (an extra step, validation, or more samples per prompt)"
                 )
-            picks.append(entry.completions[planned[i]])
+            picks.append(entry.completions[planned[i]].token_ids)
             planned[i] += 1
         self._served = planned
         out = []
@@ -172,5 +264,5 @@ class FixedRollouts:
         return out
 
 
-def _shown(text: str, limit: int = 80) -> str:
+def _shown_prompt(text: str, limit: int = 80) -> str:
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")

@@ -80,6 +80,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "default: the engine settings' value (colocated)",
     )
     parser.add_argument(
+        "--sampler-process",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the engine's sampler in its own forked process (weights in shared memory, generate calls "
+        "over a pipe: the same tokens and log-probs as the thread) instead of a thread of the server process, "
+        "so that generation and training overlapping (asynchronous GRPO, --no-colocate) do not share one "
+        "GIL; default: a thread (the engine settings' value)",
+    )
+    parser.add_argument(
         "--profile",
         choices=("arctic-0.1.4", "strict"),
         default="arctic-0.1.4",
@@ -151,7 +160,16 @@ def run(args: argparse.Namespace) -> int:
         update["num_threads"] = args.num_threads
     if args.colocate is not None:
         update["colocated"] = args.colocate
-    settings = ReferenceEngineSettings.model_validate({**settings.model_dump(), **update})
+    if args.sampler_process is not None:
+        update["sampler_process"] = args.sampler_process
+    from pydantic import ValidationError
+
+    try:
+        settings = ReferenceEngineSettings.model_validate({**settings.model_dump(), **update})
+    except ValidationError as err:  # e.g. --sampler-process with a GPU model
+        problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors(include_url=False))
+        print(f"arctic-rl serve: {problems}", file=sys.stderr)
+        return 2
     if args.api == "cortex" and args.fixed_rollouts is not None:
         print(
             "arctic-rl serve: --fixed-rollouts applies to the on-prem API only, not --api cortex",
