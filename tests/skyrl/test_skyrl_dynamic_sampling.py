@@ -236,6 +236,51 @@ def test_replace_swaps_zero_variance_groups_for_copies_of_varied_ones(flat_or_vo
         assert replaced == 0 and one_varied_dropped > 0  # what 0.3 would have replaced was resampled
 
 
+def test_colocated_filter_keeps_the_sampler_awake_across_a_steps_generate_calls(
+    flat_or_vowels_jsonl, tmp_path
+):
+    """SkyRL's DAPO gsm8k launcher is colocated: the sampler sleeps once per step, after the step's
+    last generate call and before training, however many calls the step took."""
+    from adapter_skyrl.trainer import build_backend
+    from skyrl_e2e_run import CallLog
+
+    logs: list[CallLog] = []
+
+    def build(cfg):
+        logs.append(CallLog(build_backend(cfg)))
+        return logs[-1]
+
+    exp = _run(flat_or_vowels_jsonl, tmp_path, "trainer.algorithm.dynamic_sampling.type=filter",
+               "trainer.placement.colocate_all=true", build=build)  # fmt: skip
+    _check_trained_batches(exp)
+    calls = [c for c in logs[0].calls if c in ("generate", "sleep_inference", "forward_backward")]
+    per_step = [len(c) for c in _steps(exp)]
+    assert max(per_step) > 1  # a step of several generate calls
+    expected = []
+    for n in per_step:
+        expected += ["generate"] * n + ["sleep_inference", "forward_backward"]
+    assert calls == expected
+
+
+def test_a_steps_generator_metrics_are_over_all_its_calls():
+    from adapter_skyrl.generator import combine_call_metrics
+
+    calls = [
+        (4, {"generate/weights_version": 3.0, "generate/overlong_filtered": 0.5, "generate/backend_generate_s": 1.5,
+             "generate/scoring_errors": 1.0, "generate/avg_response_length": 10.0}),
+        (12, {"generate/weights_version": 3.0, "generate/overlong_filtered": 0.25, "generate/backend_generate_s": 2.0,
+              "generate/scoring_errors": 0.0, "generate/avg_response_length": 6.0}),
+    ]  # fmt: skip
+    assert combine_call_metrics(calls) == {
+        "generate/weights_version": 3.0,
+        "generate/weights_version_max": 3.0,
+        "generate/overlong_filtered": (4 * 0.5 + 12 * 0.25) / 16,
+        "generate/avg_response_length": (4 * 10 + 12 * 6) / 16,
+        "generate/backend_generate_s": 3.5,
+        "generate/scoring_errors": 1.0,
+    }
+
+
 # -- every dynamic_sampling field at dry run --------------------------------------------------------
 
 
