@@ -2,12 +2,16 @@
 test_verl_async_wire): the working folder (the tiny model saved as a Hugging Face directory, which verl
 reads, and the bundled BIRD sample preprocessed to verl's parquet files) and the overrides every such
 `python -m adapter_verl.main` run sets (data, model, group size, the graded reward, one node of one
-GPU, the console logger, Ray's and TransferQueue's sizes), and reading verl's logged step metrics.
+GPU, the console logger, Ray's and TransferQueue's sizes), running it, and reading verl's logged step
+metrics.
 Each test adds its own layout, batch shapes and checks."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 TINY_MODEL = {"num_layers": 1, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
@@ -58,6 +62,23 @@ def run_overrides(
         "ray_kwargs.ray_init.num_cpus=8",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     ]
+
+
+def run_verl_main(root: Path, overrides: list[str], *, log_name: str, timeout: int = 900) -> tuple[int, str]:
+    """`python -m adapter_verl.main OVERRIDES` in `root` (unbuffered, Ray's logs not deduplicated): its
+    exit code and its output, which is also written to `root/log_name`."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0"}
+    out = subprocess.run(
+        [sys.executable, "-m", "adapter_verl.main", *overrides],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    log = out.stdout + out.stderr
+    (root / log_name).write_text(log)
+    return out.returncode, log
 
 
 def step_metrics(log: str, step: int) -> dict[str, float]:

@@ -12,8 +12,6 @@ dataset is the scenario's prompts in step order (verl reads it in order: `data.s
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 
@@ -27,6 +25,7 @@ from parity_wire_run import (
     parity_server,
     prepare,
 )
+from verl_e2e_run import run_verl_main
 
 _IN_PROCESS = ("remote_backend.core.backend.", "+remote_backend.core.backend.")
 REWARD = "pkg://arctic_rl_core.envs.bird.reward"  # the core BIRD scorer, as SkyRL's `bird` environment
@@ -82,21 +81,11 @@ def recorded(tmp_path_factory):
             "++remote_backend.core.placement.log_prob_gpus=1",  # the KL loss's reference log-probs
             "++remote_backend.core.zorro.enable=false",
         ]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0"}
         start = time.monotonic()
-        out = subprocess.run(
-            [sys.executable, "-m", "adapter_verl.main", *overrides],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        returncode, log = run_verl_main(root, overrides, log_name="verl.log", timeout=600)
         seconds = time.monotonic() - start
         print(f"\nverl parity run over the wire ({scenario.steps} steps): {seconds:.0f} s", file=sys.stderr)
-        log = out.stdout + out.stderr
-        (root / "verl.log").write_text(log)
-        assert out.returncode == 0, log[-6000:] + "\n--- server ---\n" + server.log_tail()
+        assert returncode == 0, log[-6000:] + "\n--- server ---\n" + server.log_tail()
         assert server.jobs() == {}  # the run destroyed its jobs: the server closed the trace
         assert_served_the_fixed_rollouts(setup, server)
     return setup, root, read_trace(setup.trace)

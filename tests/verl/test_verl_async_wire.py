@@ -16,13 +16,10 @@ module, one after the other (Ray + TransferQueue start-up dominate each)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from verl_e2e_run import prepare_workdir, run_overrides, step_metrics
+from verl_e2e_run import prepare_workdir, run_overrides, run_verl_main, step_metrics
 from wire_server import serve_reference
 
 TRAIN_BATCH, ROLLOUT_N, MAX_RESPONSE, STEPS = 2, 2, 8, 3
@@ -95,18 +92,8 @@ def _verl_run(wire, overrides: list[str], name: str) -> dict:
     """`python -m adapter_verl.main` against the module's server; the server's requests it answered."""
     server, root, requests_log = wire["server"], wire["root"], wire["requests_log"]
     before = len(requests_log.read_text().splitlines()) if requests_log.exists() else 0
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0"}
-    out = subprocess.run(
-        [sys.executable, "-m", "adapter_verl.main", *overrides],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    log = out.stdout + out.stderr
-    (root / f"{name}.log").write_text(log)
-    assert out.returncode == 0, log[-6000:] + "\n--- server ---\n" + server.log_tail()
+    returncode, log = run_verl_main(root, overrides, log_name=f"{name}.log")
+    assert returncode == 0, log[-6000:] + "\n--- server ---\n" + server.log_tail()
     jobs = server.jobs()
     lines = requests_log.read_text().splitlines()[before:]
     return {"log": log, "requests": [json.loads(line) for line in lines], "jobs": jobs, "root": root}

@@ -8,14 +8,11 @@ per phase, every assertion reads what that run left behind (trace, checkpoints, 
 from __future__ import annotations
 
 import math
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from verl_e2e_run import TINY_MODEL, prepare_workdir, run_overrides, step_metrics
+from verl_e2e_run import TINY_MODEL, prepare_workdir, run_overrides, run_verl_main, step_metrics
 
 TRAIN_BATCH, ROLLOUT_N, MAX_RESPONSE = 2, 2, 12
 
@@ -55,18 +52,8 @@ def _overrides(root: Path, total_steps: int, *extra: str) -> list[str]:
 
 
 def _run(root: Path, total_steps: int, log_name: str, *extra: str) -> str:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0"}
-    out = subprocess.run(
-        [sys.executable, "-m", "adapter_verl.main", *_overrides(root, total_steps, *extra)],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    log = out.stdout + out.stderr
-    (root / log_name).write_text(log)
-    assert out.returncode == 0, log[-6000:]
+    returncode, log = run_verl_main(root, _overrides(root, total_steps, *extra), log_name=log_name)
+    assert returncode == 0, log[-6000:]
     return log
 
 
