@@ -36,6 +36,10 @@ class ForwardingBackend(Backend):
         return await self.target.generate(prompts, params)
 
     @property
+    def accepts_token_ids(self) -> bool:
+        return self.target.accepts_token_ids
+
+    @property
     def serves_forward(self) -> bool:
         return self.target.serves_forward
 

@@ -177,6 +177,12 @@ class Backend(abc.ABC):
     ) -> GenerateOutput:
         """Sample one completion per prompt (text prompts, or token-id prompts where supported)."""
 
+    @property
+    def accepts_token_ids(self) -> bool:
+        """Whether `generate` takes token-id prompts. False: text only (the Arctic on-prem server),
+        where `arctic_rl_core.multi_turn.turn_sampler` sends text and verifies what the server saw."""
+        return True
+
     # -- training -----------------------------------------------------------------------------
     @property
     def serves_forward(self) -> bool:
