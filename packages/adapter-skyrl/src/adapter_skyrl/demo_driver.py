@@ -101,8 +101,11 @@ def skyrl_async_overrides(options: DemoOptions) -> list[str]:
     async.max_staleness) and enough generation workers for K steps of prompt groups ahead."""
     k = options.max_staleness
     if not k:
-        return ["trainer.algorithm.policy_loss_type=dual_clip"]
+        # one generate call per step (SkyRL's batched generation, as its GSM8K example): the rollouts of a
+        # resumed run are the ones the original run drew
+        return ["trainer.algorithm.policy_loss_type=dual_clip", "generator.batched=true"]
     return [
+        "generator.batched=false",  # SkyRL's fully async trainer samples per trajectory
         "trainer.fully_async.enabled=true",
         f"trainer.fully_async.max_staleness_steps={k}",
         f"trainer.fully_async.num_parallel_generation_workers={options.prompts_per_step * (k + 1)}",
@@ -214,7 +217,10 @@ def run_grpo(
         def trainer_class(self):
             class DemoTrainer(super().trainer_class()):
                 def postprocess_generator_output(self, generator_output, uids, *args, **kwargs):
-                    trained_rewards[:] = [float(r) for r in generator_output["rewards"]]
+                    trained_rewards[:] = [  # a row's reward: SkyRL's per-token rewards summed
+                        float(sum(r)) if isinstance(r, list) else float(r)
+                        for r in generator_output["rewards"]
+                    ]
                     return super().postprocess_generator_output(generator_output, uids, *args, **kwargs)
 
             return DemoTrainer
