@@ -40,6 +40,10 @@ class ForwardingBackend(Backend):
         return self.target.accepts_token_ids
 
     @property
+    def max_generate_calls_in_flight(self) -> int | None:
+        return self.target.max_generate_calls_in_flight
+
+    @property
     def serves_forward(self) -> bool:
         return self.target.serves_forward
 
