@@ -6,6 +6,7 @@ call, shared by the in-process runs (tests/skyrl/test_skyrl_e2e.py) and the wire
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -114,13 +115,15 @@ class RecordingGenerator(ArcticGenerator):
         super().__init__(*args, **kwargs)
         self.batches: list[dict[str, Any]] = []
 
-    async def generate(self, input_batch):
-        out = await super().generate(input_batch)
+    async def generate(self, input_batch, disable_tqdm: bool = True):
+        fresh = {**input_batch, "env_extras": [dict(e) for e in input_batch["env_extras"]]}  # as sent
+        out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
         texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in out["response_ids"]]
         self.batches.append(
             {"extras": input_batch["env_extras"], "texts": texts,
              "rewards": [float(sum(r)) if isinstance(r, list) else float(r) for r in out["rewards"]],
-             "verdicts": out.get("env_metrics"), "version": self.weights_versions[-1]}
+             "verdicts": out.get("env_metrics"), "version": self.weights_versions[-1],
+             "input": fresh, "output": copy.deepcopy(dict(out)), "reports": list(self.last_call.trajectories)}
         )  # fmt: skip
         return out
 

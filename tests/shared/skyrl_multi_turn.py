@@ -265,3 +265,47 @@ def drop_prompt_repair(arctic: dict[str, Any], reports: Sequence[Any]) -> dict[s
         for prompt, report in zip(arctic["prompt_token_ids"], reports, strict=True)
     ]
     return rows
+
+
+# -- a multi-turn reward the tiny model can learn -------------------------------------------------------
+VOWEL_TURNS_ENV_ID = "vowel_turns"
+
+
+def register_vowel_turns_env() -> None:
+    """`vowel_turns`: every action is answered "Say more." until SkyRL's max_turns; each turn's reward is
+    its vowel share / max_turns (turn-level rewards: a trajectory's total is its mean vowel share)."""
+    from learnable_reward import vowel_share
+    from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+    from skyrl_gym.envs.registration import register, registry
+
+    class VowelTurnsEnv(BaseTextEnv):
+        def __init__(self, env_config: Any = None, extras: Any = None):
+            super().__init__()
+            self.max_turns = int((extras or {}).get("max_turns", 2))
+
+        def step(self, action: str) -> BaseTextEnvStepOutput:
+            self.turns += 1
+            done = self.turns >= self.max_turns
+            observations = [] if done else [{"role": "user", "content": "Say more."}]
+            reward = vowel_share(action) / self.max_turns
+            return BaseTextEnvStepOutput(observations=observations, reward=reward, done=done, metadata={})
+
+        def get_metrics(self) -> dict[str, Any]:
+            return {"turns": float(self.turns)}
+
+    if VOWEL_TURNS_ENV_ID not in registry:
+        register(id=VOWEL_TURNS_ENV_ID, entry_point=VowelTurnsEnv)
+
+
+def vowel_turns_rows() -> list[dict[str, Any]]:
+    from learnable_reward import PROMPTS
+
+    register_vowel_turns_env()
+    return [
+        {
+            "prompt": [{"role": "user", "content": p}],
+            "env_class": VOWEL_TURNS_ENV_ID,
+            "extra_info": {"index": i},
+        }
+        for i, p in enumerate(PROMPTS)
+    ]

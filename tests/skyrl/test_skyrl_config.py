@@ -72,7 +72,7 @@ def test_stock_defaults_pass_with_skyrls_own_loss():
         ("trainer.hf_save_interval=5", "trainer.hf_save_interval", "checkpoint.export_hf=true"),
         ("trainer.policy.torch_profiler_config.enable=true", "torch_profiler_config.enable", "false"),
         ("trainer.fully_async.simulate_training=true", "trainer.fully_async.simulate_training", "false"),
-        ("generator.max_turns=3", "generator.max_turns", "single-turn"),
+        ("generator.merge_stepwise_output=true", "generator.merge_stepwise_output", "set it to false"),
         ("generator.sampling_params.min_p=0.1", "generator.sampling_params.min_p", "min_p"),
         ("generator.eval_sampling_params.min_p=0.1", "generator.eval_sampling_params.min_p", "min_p"),
         ("generator.sampling_params.repetition_penalty=1.1", "repetition_penalty", "repetition"),

@@ -107,7 +107,7 @@ def test_training_ids_are_the_sampled_ids_and_rewards_are_scored(backend, bird_t
     assert out[WEIGHTS_VERSION_KEY] == [served] * 3
     assert out["rollout_metrics"]["generate/weights_version"] == gen.weights_versions[-1] == served
     assert out["rollout_metrics"]["generate/turns_mean"] == 1.0
-    assert out["rollout_metrics"]["generate/token_drift_turns"] == 0.0
+    assert out["rollout_metrics"]["token_drift/turns"] == 0.0
 
 
 @pytest.mark.parametrize("batched", ["false", "true"])
@@ -123,7 +123,7 @@ def test_text_prompts_train_the_servers_tokenisation_of_the_prompt(backend, bird
         )
         assert tuple(prompt) == text.server_ids(text.to_text(local)) == report.turns[0].context_ids
         assert report.turns[0].sent_as == "text"
-    assert out["rollout_metrics"]["generate/token_drift_turns"] == 0.0  # one turn: nothing to drift
+    assert out["rollout_metrics"]["token_drift/turns"] == 0.0  # one turn: nothing to drift
 
 
 def test_sampling_params_the_backend_cannot_honour_are_rejected():

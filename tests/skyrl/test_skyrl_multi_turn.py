@@ -119,7 +119,7 @@ def test_multi_turn_gsm8k_rows_are_the_sampled_turns_and_match_skyrls_generator(
         assert sum(1 for r in reward if r != 0) <= len(report.turns)
     metrics = out["rollout_metrics"]
     assert metrics["generate/turns_mean"] == sum(turns) / 6 and metrics["generate/turns_max"] == 3
-    assert metrics["generate/token_drift_turns"] == 0.0 and metrics["generate/env_errors"] == 0
+    assert metrics["token_drift/turns"] == 0.0 and metrics["generate/env_errors"] == 0
     assert out[WEIGHTS_VERSION_KEY] == [run(engine.state()).weights_version] * 6
 
 
@@ -210,7 +210,7 @@ def test_text_prompts_mask_the_turns_the_server_read_as_other_ids(engine):
     policy = ScriptedPolicy(engine, script, spell="SELECT")
     *_, exact = generate(policy, engine.tokenizer, rows, SQL_SETTINGS)
     _, gen, _, out = generate(TextOnly(policy), engine.tokenizer, rows, SQL_SETTINGS)
-    assert exact["rollout_metrics"]["generate/token_drift_turns"] == 0.0  # ids in: nothing drifts
+    assert exact["rollout_metrics"]["token_drift/turns"] == 0.0  # ids in: nothing drifts
     assert out["response_ids"] == exact["response_ids"] and out["rewards"] == exact["rewards"]
     for i, report in enumerate(gen.last_call.trajectories):
         assert [t.exact for t in report.turns][:1] == [True]
@@ -222,7 +222,7 @@ def test_text_prompts_mask_the_turns_the_server_read_as_other_ids(engine):
         assert out["loss_masks"][i][:second] == exact["loss_masks"][i][:second]
         assert set(out["loss_masks"][i][second:]) == {0} and 1 in exact["loss_masks"][i][second:]
     drifted = sum(r.drifted_turns for r in gen.last_call.trajectories)
-    assert out["rollout_metrics"]["generate/token_drift_turns"] == drifted / 6 == 3 / 6
+    assert out["rollout_metrics"]["token_drift/turns"] == drifted / 6 == 3 / 6
 
 
 def test_step_wise_rows_are_one_turn_each_with_the_context_the_sampler_read(engine):
@@ -246,3 +246,34 @@ def test_step_wise_rows_are_one_turn_each_with_the_context_the_sampler_read(engi
     skyrl = skyrl_replay(cfg, engine.tokenizer, batch, gen.last_call.trajectories)
     assert row_without_replay_fields(out) == row_without_replay_fields(skyrl)
     assert re.search("<solution>", engine.tokenizer.decode(out["response_ids"][1]))
+
+
+def test_multi_turn_settings_at_dry_run():
+    """Multi-turn SkyRL settings are SkyRL's generator's (honoured); what SkyRL would silently ignore is
+    refused; the response bound covers every turn; on-prem text prompts are said aloud."""
+    from adapter_skyrl.config import translate
+
+    def run(*overrides):
+        return translate(
+            parse_cli(["trainer.arctic_rl.backend.kind=reference", *overrides]), steps_per_epoch=4
+        )
+
+    multi = run(*SQL_SETTINGS, "generator.sampling_params.max_generate_length=64")
+    assert not multi.issues
+    assert multi.arctic.batch.max_prompt_length == 1024
+    assert multi.arctic.batch.max_response_length == 1536 + 64  # max_input_length + max_generate_length
+    step_wise = run(
+        *SQL_SETTINGS[1:],
+        "generator.step_wise_trajectories=true",
+        "generator.sampling_params.max_generate_length=64",
+    )
+    assert step_wise.arctic.batch.max_prompt_length == 1536  # a step's prompt: the conversation so far
+    single = run("generator.sampling_params.max_generate_length=64")
+    assert single.arctic.batch.max_response_length == 64
+    stop = run("generator.sampling_params.max_generate_length=64", "generator.sampling_params.stop=['x']")
+    assert stop.arctic.batch.max_response_length == 65  # SkyRL appends an EOS after a stop string
+    batched = run("generator.batched=true", "generator.max_turns=3")
+    (issue,) = batched.issues
+    assert issue.path == "generator.batched" and "single-turn" in issue.render()
+    onprem = translate(parse_cli(SQL_SETTINGS), steps_per_epoch=4)  # the default backend: on-prem (ray)
+    assert any("not trained (token_drift/turns" in n for n in onprem.notices)

@@ -209,6 +209,7 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
         del core_groups[group][name]
     issues += _seed_collisions(values, legacy.values, read, default)
     issues += _cross_field(cfg, core_groups, values)
+    issues += generator_issues(cfg)
 
     data = _merge(nest(values), core_groups)
     arctic = None
@@ -228,8 +229,47 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
         )
     if issues:
         arctic = None
-    notices = [*legacy.notices, *dapo_notices(cfg), *dynamic_sampling_notices(cfg)]
+    notices = [
+        *legacy.notices,
+        *dapo_notices(cfg),
+        *dynamic_sampling_notices(cfg),
+        *generator_notices(cfg, kind),
+    ]
     return SkyRLTranslation(arctic, issues, notices, table.not_applied)
+
+
+def generator_issues(cfg: SkyRLTrainConfig) -> list[ConfigIssue]:
+    """SkyRL settings its generator would silently ignore together."""
+    gen = cfg.generator
+    if gen.batched and gen.max_turns > 1:
+        return [
+            ConfigIssue(
+                "generator.batched",
+                True,
+                f"SkyRL's batched generation is single-turn: generator.max_turns={gen.max_turns} would be ignored",
+                "set generator.batched=false (one request per trajectory turn, batched on the server)",
+            )
+        ]
+    return []
+
+
+def generator_notices(cfg: SkyRLTrainConfig, kind: str) -> list[str]:
+    """How a multi-turn run samples, said aloud."""
+    gen = cfg.generator
+    if gen.max_turns <= 1 or gen.batched:
+        return []
+    if gen.use_conversation_multi_turn and gen.chat_template.source is not None:
+        return [
+            "multi-turn with a custom chat template and chat turns: SkyRL's generator re-tokenises the history "
+            "each turn (its own mode without token-in / token-out): the rows are SkyRL's, unchecked"
+        ]
+    if kind in ONPREM_BACKENDS:
+        return [
+            f"multi-turn ({gen.max_turns} turns) through the on-prem server, which takes text: each turn's ids go "
+            "as their text and the server's tokenisation is checked; a turn it read as other ids than the row holds "
+            "(sampled ids the tokenizer would not make of their text) is not trained (token_drift/turns counts them)"
+        ]
+    return []
 
 
 DYNAMIC_SAMPLING_TYPES = ("filter", "replace")

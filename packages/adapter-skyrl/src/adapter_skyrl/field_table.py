@@ -255,6 +255,45 @@ def _one(value: Any) -> bool:
     return value == 1
 
 
+# The SkyRL fields named as the sources of the row bounds (the functions also read the generator's
+# settings that shape a row: max_turns, max_input_length, batched, step-wise, chat turns, stop strings,
+# which keep their own rows: SkyRL's generator reads them).
+GENERATED_ROW_FIELDS = ("trainer.max_prompt_length", "generator.sampling_params.max_generate_length")
+
+
+def _multi_turn(r: Reader) -> bool:
+    return int(r("generator.max_turns")) > 1 and not r("generator.batched")
+
+
+def _max_input_length(r: Reader) -> int:
+    value = r("generator.max_input_length")
+    return int(r("trainer.max_prompt_length") if value is None else value)
+
+
+def _max_prompt_length(r: Reader) -> int:
+    if _multi_turn(r) and r("generator.step_wise_trajectories"):
+        return _max_input_length(r)
+    return int(r("trainer.max_prompt_length"))
+
+
+def _max_response_length(r: Reader) -> int:
+    """The longest response SkyRL's generator makes: one turn of max_generate_length, and the EOS it
+    appends (after a stop string in chat turns with append_eos_token_after_stop_str_in_multi_turn, or
+    closing a response that continued one message); multi-turn: everything after the first prompt,
+    bounded by the last turn's context (max_input_length) and its generation."""
+    generate = int(r("generator.sampling_params.max_generate_length"))
+    if _multi_turn(r):
+        return _max_input_length(r) + generate
+    if r("generator.batched"):  # SkyRL's batched path truncates to max_generate_length and appends nothing
+        return generate
+    chat_turns = bool(r("generator.use_conversation_multi_turn"))
+    appends = not chat_turns or (
+        bool(r("generator.sampling_params.stop"))
+        and bool(r("generator.append_eos_token_after_stop_str_in_multi_turn"))
+    )
+    return generate + int(appends)
+
+
 _CRITIC = "the Arctic backend trains the policy only (critic-free GRPO-family estimators)"
 _FSDP = "the Arctic server trains with DeepSpeed (trainer.arctic_rl.deepspeed.*), not SkyRL's FSDP workers"
 _MEGATRON = "the Arctic server trains with DeepSpeed; SkyRL's Megatron settings do not apply"
@@ -467,9 +506,14 @@ ENTRIES = [
     PassedThrough("trainer.recompute_old_logprobs_per_minibatch", "SkyRL's trainer (old log-prob forwards)"),
     Rejected("trainer.update_ref_every_epoch", "set it to false", why="the backend's reference model is fixed for the run"),
     NotApplicable("trainer.remove_microbatch_padding", "the server packs sequences itself (ZoRRo / unpadded)"),
-    Mapped("trainer.max_prompt_length", "batch.max_prompt_length"),
+    Derived("batch.max_prompt_length", GENERATED_ROW_FIELDS, _max_prompt_length,
+            "trainer.max_prompt_length; step-wise multi-turn rows: generator.max_input_length (a step's prompt "
+            "is the conversation so far)"),
     Mapped("generator.n_samples_per_prompt", "batch.rollouts_per_prompt"),
-    Mapped("generator.sampling_params.max_generate_length", "batch.max_response_length"),
+    Derived("batch.max_response_length", GENERATED_ROW_FIELDS, _max_response_length,
+            "max_generate_length (+1 where SkyRL's generator appends an EOS: after a stop string in chat turns, "
+            "or closing a non-chat-turn response); multi-turn: max_input_length + max_generate_length (every "
+            "turn and observation after the first prompt)"),
     # -- evaluation, logging, tokenizer (SkyRL's own) ---------------------------------------------
     PassedThrough("trainer.eval_batch_size", "SkyRL's evaluation"),
     PassedThrough("trainer.eval_before_train", "SkyRL's evaluation"),
@@ -533,19 +577,28 @@ ENTRIES = [
     NotApplicable("generator.inference_engine.prefill_init_kwargs", "applies only with enable_pd"),
     NotApplicable("generator.inference_engine.decode_init_kwargs", "applies only with enable_pd"),
     NotApplicable("generator.inference_engine.router_init_kwargs", _ENGINE),
-    # -- generator ---------------------------------------------------------------------------------
-    NotApplicable("generator.batched", "the Arctic generator sends each batch in one generate request"),
-    Rejected("generator.max_turns", "set generator.max_turns=1", why="the Arctic generator is single-turn"),
-    PassedThrough("generator.max_input_length", "SkyRL's validation (equals trainer.max_prompt_length)"),
-    Rejected("generator.chat_template.source", "remove it; the tokenizer's own chat template is used",
-             why="custom chat templates are not applied by the Arctic generator"),
-    Rejected("generator.chat_template.name_or_path", "remove it; the tokenizer's own chat template is used",
-             why="custom chat templates are not applied by the Arctic generator"),
-    PassedThrough("generator.chat_template_kwargs", "the Arctic generator's chat template"),
-    *(PassedThrough(f"generator.{group}.{name}", "the Arctic generator's sampling parameters")
+    # -- generator: SkyRL's own SkyRLGymGenerator, sampling through the backend (adapter_skyrl.generator) --
+    PassedThrough("generator.batched", "SkyRL's generator: true = one backend call per batch (SkyRL's single-turn "
+                  "path); false = one request per trajectory turn, batched on the server by the core batcher"),
+    PassedThrough("generator.max_turns", "SkyRL's generator (multi-turn agent loop; the environments get it as "
+                  "extras max_turns)"),
+    PassedThrough("generator.max_input_length", "SkyRL's generator (the longest context a turn may start from)"),
+    PassedThrough("generator.chat_template.source", "SkyRL's generator (with chat turns it re-tokenises the "
+                  "history: SkyRL's mode without token-in / token-out, its rows unchecked)"),
+    PassedThrough("generator.chat_template.name_or_path", "SkyRL's generator (see generator.chat_template.source)"),
+    PassedThrough("generator.chat_template_kwargs", "SkyRL's generator (tokenizer.apply_chat_template)"),
+    PassedThrough("generator.use_conversation_multi_turn", "SkyRL's generator (chat turns, or one continued message)"),
+    PassedThrough("generator.append_eos_token_after_stop_str_in_multi_turn", "SkyRL's generator"),
+    PassedThrough("generator.zero_reward_on_non_stop", "SkyRL's generator"),
+    PassedThrough("generator.step_wise_trajectories", "SkyRL's generator and trainer (one row per turn, the "
+                  "prompt each turn's context as the sampler read it)"),
+    Rejected("generator.merge_stepwise_output", "set it to false",
+             why="SkyRL merges step rows into sequences after generation, which drops the per-row weights version "
+                 "the Arctic staleness and freshness checks read"),
+    *(PassedThrough(f"generator.{group}.{name}", "SkyRL's generator's sampling parameters (to the backend)")
       for group in ("sampling_params", "eval_sampling_params") for name in ("top_p", "top_k", "stop")),
-    PassedThrough("generator.eval_sampling_params.temperature", "the Arctic generator's sampling parameters (evaluation)"),
-    PassedThrough("generator.eval_sampling_params.max_generate_length", "the Arctic generator's sampling parameters (evaluation)"),
+    PassedThrough("generator.eval_sampling_params.temperature", "SkyRL's generator's sampling parameters (evaluation)"),
+    PassedThrough("generator.eval_sampling_params.max_generate_length", "SkyRL's generator's sampling parameters (evaluation)"),
     *(x for group in ("sampling_params", "eval_sampling_params") for x in (
         Rejected(f"generator.{group}.min_p", "set it to 0.0", why="the backend's sampling parameters have no min_p"),
         Rejected(f"generator.{group}.repetition_penalty", "set it to 1.0",
@@ -555,16 +608,11 @@ ENTRIES = [
         Rejected(f"generator.{group}.logprobs", "use null, 0 or 1",
                  why="the backend returns the sampled token's log-prob only", accepts=lambda v: v in (None, 0, 1)),
     )),
-    NotApplicable("generator.use_conversation_multi_turn", "the Arctic generator is single-turn"),
-    NotApplicable("generator.append_eos_token_after_stop_str_in_multi_turn", "the Arctic generator is single-turn"),
-    Rejected("generator.zero_reward_on_non_stop", "set it to false", why="the Arctic generator reports the raw reward"),
     NotApplicable("generator.use_cache_salt", "the Arctic server keys its prefix cache itself"),
     PassedThrough("generator.apply_overlong_filtering",
-                  "the Arctic generator (DAPO's overlong filtering, as SkyRL's generator: a response whose stop "
-                  "reason is not `stop`, i.e. truncated at max_generate_length, gets an all-zero loss mask)"),
-    Rejected("generator.step_wise_trajectories", "set it to false", why="the Arctic generator is single-turn"),
+                  "SkyRL's generator (DAPO's overlong filtering: a response whose stop reason is not `stop`, i.e. "
+                  "truncated at max_generate_length, gets an all-zero loss mask)"),
     Rejected("generator.vision_language_generator", "set it to false", why="the Arctic backends take text only"),
-    Rejected("generator.merge_stepwise_output", "set it to false", why="the Arctic generator is single-turn"),
     # -- data and environments ---------------------------------------------------------------------
     PassedThrough("data", "SkyRL's dataloader"),
     PassedThrough("environment.env_class", "the skyrl-gym environment of rows without env_class"),

@@ -18,9 +18,10 @@ through the backend (`arctic_rl_core.multi_turn.turn_sampler`). What it adds:
 - **A trajectory whose environment raises** is not the batch's end: it is logged with its
   trajectory id and the error, kept as one masked row (reward 0, loss mask 0), and counted
   (`generate/env_errors`); only a call in which every trajectory failed raises.
-- **Metrics** (`generate/*`): weights version, turns per trajectory, turns sampled from other ids
-  than trained on, prompts the server tokenised differently, scoring errors and execution success of
-  the Arctic environments, overlong filtering.
+- **Metrics**: `generate/*` (weights version, turns per trajectory, scoring errors and execution
+  success of the Arctic environments, overlong filtering, environment errors) and the core's
+  `token_drift/*` (turns sampled from other ids than trained on, prompts the server tokenised
+  differently), as verl's adapter logs them.
 
 SkyRL's custom chat template with conversation turns re-tokenises the history (SkyRL's own mode
 without token-in / token-out): its rows are SkyRL's, unchecked.
@@ -33,6 +34,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_core.multi_turn.trajectory_fidelity import (
+    TrajectoryFidelity,
+    drift_metrics,
+    trajectory_fidelity,
+)
 from loguru import logger
 from skyrl.train.generators.base import GeneratorInput, GeneratorOutput
 from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator, StepWiseOutput, TrajectoryOutput
@@ -53,8 +59,8 @@ WEIGHTS_VERSION_KEY = "arctic_weights_version"
 # The generator's per-call metrics that are a share (or a mean) over the call's rollouts, those that
 # add up over calls, and those that are a maximum: how `combine_call_metrics` merges calls.
 GENERATOR_RATES = (
-    "generate/prompt_retokenization_drift",
-    "generate/token_drift_turns",
+    "token_drift/turns",
+    "token_drift/prompts_repaired",
     "generate/execution_success_rate",
     "generate/overlong_filtered",
     "generate/turns_mean",
@@ -84,6 +90,15 @@ class TrajectoryReport:
     @property
     def weights_version(self) -> int | None:
         return min((t.weights_version for t in self.turns), default=None)
+
+    @property
+    def fidelity(self) -> TrajectoryFidelity:
+        return TrajectoryFidelity(
+            prompt_ids=self.turns[0].context_ids,
+            prompt_repaired=self.prompt_repaired,
+            exact_turns=len(self.turns) - self.drifted_turns,
+            turns=len(self.turns),
+        )
 
 
 @dataclass
@@ -231,8 +246,6 @@ class ArcticGenerator(SkyRLGymGenerator):
     def _repair_row(self, output: TrajectoryOutput, report: TrajectoryReport) -> None:
         """Token-in / token-out row: the prompt as the sampler read it, and no trained token after the
         first turn sampled from other ids than the row's prefix."""
-        from arctic_rl_core.multi_turn.trajectory_fidelity import trajectory_fidelity
-
         prompt = list(output.prompt_ids)
         first = report.turns[0]
         if tuple(prompt) != first.prompt_ids:
@@ -338,15 +351,13 @@ class ArcticGenerator(SkyRLGymGenerator):
                 require_fresh_weights(version, expected=expected)
         output[WEIGHTS_VERSION_KEY] = versions
         turns = [len(r.turns) for r in reports if r.failure is None]
-        all_turns = sum(len(r.turns) for r in reports)
         metrics = {
             "generate/weights_version": float(oldest),
             "generate/turns_mean": sum(turns) / len(turns),
             "generate/turns_max": float(max(turns)),
-            "generate/token_drift_turns": sum(r.drifted_turns for r in reports) / max(1, all_turns),
-            "generate/prompt_retokenization_drift": sum(r.prompt_repaired for r in reports) / len(reports),
             "generate/env_errors": float(len(failed)),
             **_env_metric_rates(output),
+            **drift_metrics([r.fidelity for r in reports if r.turns]),
         }
         if self.generator_cfg.apply_overlong_filtering:
             stops = output["stop_reasons"]

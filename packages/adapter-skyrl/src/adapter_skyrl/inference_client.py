@@ -4,7 +4,9 @@
 SkyRL's generator holds each trajectory as token ids and asks the engine for one turn at a time
 (`generate(InferenceEngineInput(prompt_token_ids=...))`); this client samples every turn through the
 core's `TurnSampler` (token in / token out on any backend; text to the Arctic on-prem server with the
-context the server read verified per turn) and answers as SkyRL's vLLM client does: the sampled ids,
+context the server read verified per turn; concurrent turns of different trajectories share backend
+calls through the core's `GenerateBatcher`, whose queue is logged as `sampler_queue/*`) and answers
+as SkyRL's vLLM client does: the sampled ids,
 their text (vLLM's `include_stop_str_in_output=True`, `skip_special_tokens=True`), the stop reason,
 and the sampled tokens' log-probs when SkyRL's sampling params ask for them. Each turn is also
 recorded (`TurnRecorder`) for the generator, which checks and repairs what SkyRL trains on.
@@ -15,7 +17,6 @@ sleep and wake are the core's), and the OpenAI-compatible routes have no Arctic 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -86,7 +87,8 @@ RECORDER: ContextVar[TurnRecorder | None] = ContextVar("arctic_turn_recorder", d
 class ArcticInferenceClient(InferenceEngineInterface):
     """`generate` through a core backend (see the module doc). `sync_gate`: the fully asynchronous
     trainer's `GenerationSyncGate` (no generate call inside a weight sync's bracket);
-    `call_timeout_s`: a limit on each backend call."""
+    `call_timeout_s`: a limit on each turn's sampling; `max_batch`: the most prompts a backend call
+    holds (SkyRL's `generator.inference_engine.max_num_seqs`, vLLM's concurrent sequences)."""
 
     def __init__(
         self,
@@ -94,18 +96,22 @@ class ArcticInferenceClient(InferenceEngineInterface):
         tokenizer: Any,
         *,
         model_name: str,
+        max_batch: int = 1024,
         sync_gate: GenerationSyncGate | None = None,
         call_timeout_s: float | None = None,
     ) -> None:
+        from arctic_rl_core.generate_batcher import GenerateBatcher
         from arctic_rl_core.multi_turn.turn_sampler import TurnSampler
 
         self.backend = backend
-        self.sampler = TurnSampler(backend, tokenizer)
+        # every trajectory's turn is a request; concurrent ones share a backend call (up to max_batch)
+        self.batcher = GenerateBatcher(
+            backend.generate, max_batch=max_batch, max_calls_in_flight=backend.max_generate_calls_in_flight
+        )
+        self.sampler = TurnSampler(backend, tokenizer, batcher=self.batcher)
         self._model_name = model_name
         self.sync_gate = sync_gate
         self.call_timeout_s = call_timeout_s
-        self.backend_calls = 0
-        self.backend_seconds = 0.0
 
     @property
     def model_name(self) -> str:
@@ -127,10 +133,7 @@ class ArcticInferenceClient(InferenceEngineInterface):
         call = self.sampler.sample(prompts, params)
         if self.sync_gate is not None:
             call = self.sync_gate.generate(call)
-        start = time.perf_counter()
         turns = await on_backend_loop(call, self.call_timeout_s)
-        self.backend_seconds += time.perf_counter() - start
-        self.backend_calls += 1
         recorder = RECORDER.get()
         if recorder is not None:
             recorder.turns.extend(turns)
@@ -150,6 +153,15 @@ class ArcticInferenceClient(InferenceEngineInterface):
 
         # without a server forward (Cortex) the old-log-prob pass serves the sampler's log-probs
         return sampling_params_for(self.backend, to_sampling_params(asked))
+
+    def queue_metrics(self) -> dict[str, float]:
+        """The sampler's queue since the previous call (`sampler_queue/*`, as verl's adapter logs it)."""
+        from arctic_rl_core.dispatch import run
+
+        return run(self._take_queue_stats())
+
+    async def _take_queue_stats(self) -> dict[str, float]:
+        return self.batcher.take_stats().metrics()
 
     async def finish_session(self, session_id: str) -> None:
         """Nothing to release: the Arctic server keeps no per-trajectory state."""

@@ -172,6 +172,9 @@ class ArcticPPOTrainer(RayPPOTrainer):
         status = super().train_critic_and_policy(data)
         for key, value in self.dispatch.pop_metrics().items():
             self.all_metrics[f"arctic/{key}"] = value
+        client = getattr(self.generator, "inference_engine_client", None)
+        if isinstance(client, ArcticInferenceClient):  # the sampler's queue since the previous step
+            self.all_metrics.update(client.queue_metrics())
         return status
 
 
@@ -308,6 +311,7 @@ class ArcticPPOExp(BasePPOExp):
             self.backend,
             tokenizer,
             model_name=str(self.cfg.trainer.policy.model.path),
+            max_batch=int(self.cfg.generator.inference_engine.max_num_seqs),
             sync_gate=self.sync_gate,
         )
         return cls(

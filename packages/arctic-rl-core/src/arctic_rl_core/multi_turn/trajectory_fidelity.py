@@ -45,3 +45,20 @@ def trajectory_fidelity(turns: Sequence[SampledTurn]) -> TrajectoryFidelity:
     return TrajectoryFidelity(
         prompt_ids=seen, prompt_repaired=seen != asked, exact_turns=exact, turns=len(turns)
     )
+
+
+DRIFTED_TURNS = "token_drift/turns"
+REPAIRED_PROMPTS = "token_drift/prompts_repaired"
+
+
+def drift_metrics(fidelities: Sequence[TrajectoryFidelity]) -> dict[str, float]:
+    """Both adapters log these per generation: `token_drift/turns`, the share of turns sampled from other
+    ids than their row holds (their tokens are not trained); `token_drift/prompts_repaired`, the share of
+    trajectories whose first prompt the server tokenised differently (trained with the server's ids)."""
+    if not fidelities:
+        return {}
+    turns = sum(f.turns for f in fidelities)
+    return {
+        DRIFTED_TURNS: sum(f.turns - f.exact_turns for f in fidelities) / max(1, turns),
+        REPAIRED_PROMPTS: sum(f.prompt_repaired for f in fidelities) / len(fidelities),
+    }

@@ -13,22 +13,16 @@ tokenizer's re-encoding conditioned on ids nobody here knows: refused (`Tokenize
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from arctic_rl_core.multi_turn.prompt_text import PromptText
 
 if TYPE_CHECKING:
-    from arctic_rl_core.backends.protocol import (
-        Backend,
-        Completion,
-        FinishReason,
-        GenerateOutput,
-        SamplingParams,
-    )
-
-GenerateFn = Callable[[list[Any], "SamplingParams"], Awaitable["GenerateOutput"]]
+    from arctic_rl_core.backends.protocol import Backend, Completion, FinishReason, SamplingParams
+    from arctic_rl_core.generate_batcher import GenerateBatcher
 
 
 class TokenizerMismatchError(RuntimeError):
@@ -56,14 +50,15 @@ class SampledTurn:
 
 
 class TurnSampler:
-    """`sample(prompts_ids, params)`: one `SampledTurn` per prompt, in order, from one backend call.
-    `generate`: the call to use instead of `backend.generate` (e.g. a request batcher's)."""
+    """`sample(prompts_ids, params)`: one `SampledTurn` per prompt, in order. Without a `batcher` the
+    prompts go in one backend call; with one (`arctic_rl_core.generate_batcher`), each prompt is a
+    request that shares a call with whatever other requests (other trajectories' turns) are waiting."""
 
-    def __init__(self, backend: Backend, tokenizer: Any, *, generate: GenerateFn | None = None) -> None:
+    def __init__(self, backend: Backend, tokenizer: Any, *, batcher: GenerateBatcher | None = None) -> None:
         self.backend = backend
         self.text = PromptText(tokenizer)
         self.sends_text = not backend.accepts_token_ids
-        self._generate = generate or backend.generate
+        self.batcher = batcher
 
     async def sample(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[SampledTurn]:
         prompt_ids = [tuple(int(t) for t in p) for p in prompts]
@@ -72,32 +67,39 @@ class TurnSampler:
         if self.sends_text:
             texts = [self.text.to_text(p) for p in prompt_ids]
             expected = [self.text.server_ids(t) for t in texts]
-            out = await self._generate(texts, params)
+            served = await self._generate(texts, params)
         else:
             expected = prompt_ids
-            out = await self._generate([list(p) for p in prompt_ids], params)
-        if len(out.completions) != len(prompt_ids):
-            raise RuntimeError(
-                f"the backend returned {len(out.completions)} completions for {len(prompt_ids)} prompts"
-            )
+            served = await self._generate([list(p) for p in prompt_ids], params)
         turns = []
-        for i, (asked, local, completion) in enumerate(
-            zip(prompt_ids, expected, out.completions, strict=True)
+        for i, (asked, local, (completion, version)) in enumerate(
+            zip(prompt_ids, expected, served, strict=True)
         ):
-            context = self._verified_context(i, local, completion)
             turns.append(
                 SampledTurn(
                     prompt_ids=asked,
-                    context_ids=context,
+                    context_ids=self._verified_context(i, local, completion),
                     token_ids=tuple(int(t) for t in completion.token_ids),
                     logprobs=self._logprobs(completion, params),
                     text=self.text.response_text(completion.token_ids, params.stop),
                     finish_reason=completion.finish_reason,
-                    weights_version=int(out.weights_version),
+                    weights_version=version,
                     sent_as="text" if self.sends_text else "token_ids",
                 )
             )
         return turns
+
+    async def _generate(self, prompts: list[Any], params: SamplingParams) -> list[tuple[Completion, int]]:
+        """Each prompt's completion and the weights version it was sampled with."""
+        if self.batcher is None:
+            out = await self.backend.generate(prompts, params)
+            if len(out.completions) != len(prompts):
+                raise RuntimeError(
+                    f"the backend returned {len(out.completions)} completions for {len(prompts)} prompts"
+                )
+            return [(completion, int(out.weights_version)) for completion in out.completions]
+        served = await asyncio.gather(*(self.batcher.generate(prompt, params) for prompt in prompts))
+        return [(s.completion, int(s.weights_version)) for s in served]
 
     def _verified_context(
         self, index: int, expected: tuple[int, ...], completion: Completion
