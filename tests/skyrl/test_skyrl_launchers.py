@@ -115,7 +115,10 @@ def test_dry_run_through_skyrl_main_base(monkeypatch, capsys):
 
 def test_stock_gsm8k_example_with_the_switch(tmp_path):
     """SkyRL's examples/train/gsm8k/run_gsm8k.sh, NUM_GPUS=4 default, LOGGER=console (its own knob)."""
-    args = recorded_command("stock_run_gsm8k.sh", tmp_path)
+    from skyrl_launcher_data import launcher_overrides, write_training_files
+
+    args = [*launcher_overrides("head/examples/train/gsm8k/run_gsm8k.sh", tmp_path), "trainer.logger=console"]
+    write_training_files(args, rows=7473)  # GSM8K's train size
     code, out, err = run_dry(args)
     assert code == 0, err  # no problem at all (the allowance is one)
     document = document_of(out)
