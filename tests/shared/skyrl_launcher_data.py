@@ -13,7 +13,7 @@ from pathlib import Path
 LAUNCHERS = Path(__file__).resolve().parents[1] / "skyrl" / "launchers"
 RECORDED: dict[str, list[str]] = json.loads((LAUNCHERS / "recorded_commands.json").read_text())
 SOURCES = ("v0.4.0", "head")  # SkyRL's release tag skyrl_train-v0.4.0 and the default branch's HEAD
-# What a user gives a launcher's required variables (`${VAR:?}`), recorded as @VAR@.
+# What a user gives a launcher's required variables (`${VAR:?}`), recorded as $VAR.
 PLACEHOLDER_VALUES = {
     "EXTERNAL_PROXY_URL": "http://127.0.0.1:8000",
     "EXTERNAL_SERVER_URLS": "['http://127.0.0.1:8001']",
@@ -42,13 +42,13 @@ def adapter_entry_point(name: str) -> str:
 
 
 def launcher_overrides(name: str, home: Path) -> list[str]:
-    """The launcher's overrides, run from `home` (its HOME and its SkyRL checkout `home/skyrl`)."""
+    """The launcher's overrides, run from `home` (its HOME, and `home/skyrl` the folder it ran in)."""
     invocation = RECORDED[name]
     args = invocation[2:] if invocation[0] == "-m" else invocation[1:]
 
     def fill(arg: str) -> str:
-        arg = arg.replace("@HOME@", str(home)).replace("@SKYRL@", str(home / "skyrl"))
-        return re.sub(r"@(\w+)@", lambda m: PLACEHOLDER_VALUES[m.group(1)], arg)
+        arg = arg.replace("$REPO", str(home / "skyrl")).replace("$HOME", str(home))
+        return re.sub(r"\$([A-Z_]+)", lambda m: PLACEHOLDER_VALUES[m.group(1)], arg)
 
     return [fill(arg) for arg in args]
 

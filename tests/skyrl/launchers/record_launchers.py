@@ -3,12 +3,13 @@
 For each source (SkyRL's release tag and the default branch's HEAD, `SOURCES`) the example folders are
 exported from the SkyRL git directory (`git archive`, nothing from the network) and every `.sh` in them
 is either
-- run with bash from the export's root, as its README says (`bash examples/.../run_x.sh`), with stand-in
-  `uv`, `python`, `python3`, `torchrun` ... on PATH that only write down their argv; the Python
-  invocation that starts a trainer (`-m <module> <overrides>`) is kept as
-  `["-m", "<module>", *overrides]` in `recorded_commands.json` under `<source>/<path>`, with the export's
-  root written `@SKYRL@` and HOME `@HOME@`; or
-- classified, without running it, as not a trainer launcher (`NOT_TRAINERS`: serving, tinker, data
+- run with bash from the folder holding its `examples/`, as SkyRL's READMEs say (`bash
+  examples/.../run_x.sh`), by `tests/shared/launcher_recorder.py` (stand-in `uv` / `python` ... that only
+  write their argv down); the Python invocation that starts a trainer is kept as
+  `["-m", "<module>", *overrides]` (or `["<script.py>", *args]`) in `recorded_commands.json` under
+  `<source>/<path>`, with `$REPO` for that folder, `$HOME` for HOME and `$VAR` for a variable the script
+  requires (`${VAR:?}`); or
+- classified, without running it, as not a trainer launcher (`NOT_TRAINERS`: serving, Tinker, data
   preparation, cluster orchestration), written to `not_trainer_launchers.json` with the reason.
 
 A script that is neither (no trainer invocation recorded and not classified) stops the recorder: a new
@@ -24,9 +25,12 @@ import json
 import re
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+
+from launcher_recorder import git_tree, record
 
 HERE = Path(__file__).parent
 RECORDED = HERE / "recorded_commands.json"
@@ -66,46 +70,22 @@ NOT_TRAINERS = {
 # Variables a script checks by hand (not with `${VAR:?}`) before it starts the trainer: placeholders.
 SCRIPT_ENV = {
     "examples/train/thunder_agent/scripts/r2egym_32b/run_trainer.sh": {
-        "ROLLOUT_SERVER_URLS": "@ROLLOUT_SERVER_URLS@"
+        "ROLLOUT_SERVER_URLS": "$ROLLOUT_SERVER_URLS"
     },
 }
 
-# Commands the launchers may call; each stand-in appends {"cmd", "argv"} to $RECORD_FILE and exits 0.
-STAND_INS = ("uv", "python", "python3", "torchrun", "ray", "sbatch", "srun", "vllm", "modal", "docker",
-             "nvidia-smi", "hf", "huggingface-cli", "wget", "curl", "git", "pip", "sleep", "ssh")  # fmt: skip
-STAND_IN = """#!{python}
-import json, os, sys
-with open(os.environ["RECORD_FILE"], "a", encoding="utf-8") as out:
-    out.write(json.dumps({{"cmd": os.path.basename(sys.argv[0]), "argv": sys.argv[1:]}}) + "\\n")
-"""
 REQUIRED_VARIABLE = re.compile(r"line \d+: (\w+): ")
-FIXED_DATE = "#!/bin/sh\necho 20260101_000000\n"  # `date` stand-in: run names that embed it stay the same
-# uv options that take a value (the rest of `uv run`'s options are flags).
-UV_VALUE_OPTIONS = {"--extra", "--with", "--env-file", "--directory", "--project", "--python", "--group",
-                    "--index", "--package", "--with-requirements", "-p"}  # fmt: skip
 
 
-def python_invocation(cmd: str, argv: list[str]) -> list[str] | None:
-    """`["-m", module, *args]` or `[script.py, *args]` of a recorded call, or None if it runs no Python."""
-    if cmd == "uv":
-        if not argv or argv[0] != "run":
-            return None
-        rest = argv[1:]
-        while rest and rest[0].startswith("-") and rest[0] != "-m":
-            option = rest.pop(0)
-            if option in UV_VALUE_OPTIONS and "=" not in option:
-                rest.pop(0)
-        if rest and rest[0] in ("python", "python3"):
-            rest = rest[1:]
-    elif cmd in ("python", "python3", "torchrun"):
-        rest = [a for a in argv if not (cmd == "torchrun" and a.startswith("--nproc"))]
+def trainer_invocation(argv: list[str]) -> list[str] | None:
+    """`["-m", module, *args]` or `[script.py, *args]` of a recorded Python call that starts a trainer."""
+    if "-m" in argv[:-1]:
+        invocation = argv[argv.index("-m") :]
+    elif argv and argv[0].endswith(".py"):
+        invocation = argv
     else:
         return None
-    if rest[:1] == ["-m"] and len(rest) >= 2:
-        return rest
-    if rest and rest[0].endswith(".py"):
-        return rest
-    return None
+    return invocation if is_trainer(invocation) else None
 
 
 def is_trainer(invocation: list[str]) -> bool:
@@ -114,42 +94,35 @@ def is_trainer(invocation: list[str]) -> bool:
     return name.startswith("main") or "entrypoint" in target
 
 
-def record_script(root: Path, cwd: Path, home: Path, script: str, bin_dir: Path) -> list[list[str]]:
-    """Every trainer invocation `script` (relative to `cwd`, inside the export `root`) makes, run from
-    `cwd` (placeholders applied)."""
-    log = home / "calls.jsonl"
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(home), "USER": "user", "RECORD_FILE": str(log),
-           "LANG": "C.UTF-8", **next((v for k, v in SCRIPT_ENV.items() if script.endswith(k)), {})}  # fmt: skip
-    for _ in range(10):  # a variable the script requires (`${VAR:?...}`) gets the placeholder @VAR@
-        log.unlink(missing_ok=True)
-        run = subprocess.run(["bash", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
-                             check=False)  # fmt: skip
-        required = REQUIRED_VARIABLE.search(run.stderr)
+def record_script(cwd: Path, home: Path, script: str) -> list[list[str]]:
+    """Every trainer invocation `script` (relative to `cwd`) makes, run from `cwd` with HOME `home`
+    (placeholders: `$REPO` for `cwd`, `$HOME`, `$VAR` for a required variable)."""
+    env = {
+        "HOME": str(home),
+        "USER": "user",
+        **next((v for k, v in SCRIPT_ENV.items() if script.endswith(k)), {}),
+    }
+    for _ in range(10):  # a variable the script requires (`${VAR:?...}`) gets the placeholder $VAR
+        recording = record(cwd / script, cwd, env=env)
+        required = REQUIRED_VARIABLE.search(recording.stderr_tail)
         if not required or required.group(1) in env:
             break
-        env[required.group(1)] = f"@{required.group(1)}@"
+        env[required.group(1)] = f"${required.group(1)}"
     found = []
-    if log.exists():
-        for line in log.read_text(encoding="utf-8").splitlines():
-            call = json.loads(line)
-            invocation = python_invocation(call["cmd"], call["argv"])
-            if invocation and is_trainer(invocation):
-                text = json.dumps(invocation).replace(str(root), "@SKYRL@").replace(str(home), "@HOME@")
-                found.append(json.loads(text))
+    for argv in recording.invocations:
+        invocation = trainer_invocation(argv)
+        if invocation:
+            found.append(json.loads(json.dumps(invocation).replace(str(home), "$HOME")))
     return found
 
 
-def record_source(git_dir: Path, source: str, work: Path, bin_dir: Path) -> tuple[dict, dict]:
+def record_source(git_dir: Path, source: str, work: Path) -> tuple[dict, dict]:
     ref, folders = SOURCES[source]
     root = work / source / "skyrl"
     home = work / source / "home"
     root.mkdir(parents=True)
     home.mkdir(parents=True)
-    archive = work / f"{source}.tar"
-    with archive.open("wb") as out:
-        subprocess.run(["git", "--git-dir", str(git_dir), "archive", ref, *folders], stdout=out, check=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(root, filter="data")
+    git_tree(git_dir, ref, list(folders), root)
     recorded, not_trainers = {}, {}
     scripts = sorted(str(p.relative_to(root)) for f in folders for p in (root / f).rglob("*.sh"))
     for script in scripts:
@@ -162,7 +135,7 @@ def record_source(git_dir: Path, source: str, work: Path, bin_dir: Path) -> tupl
         if classified:
             not_trainers[name] = {"kind": classified[0], "why": classified[1]}
             continue
-        invocations = record_script(root, cwd, home, f"examples/{inner}", bin_dir)
+        invocations = record_script(cwd, home, f"examples/{inner}")
         if not invocations:
             raise SystemExit(f"{name}: no trainer invocation recorded and not classified in NOT_TRAINERS")
         for index, invocation in enumerate(invocations):
@@ -177,22 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="skyrl-launchers-") as tmp:
-        work = Path(tmp)
-        bin_dir = work / "bin"
-        bin_dir.mkdir()
-        for name in STAND_INS:
-            path = bin_dir / name
-            path.write_text(STAND_IN.format(python=sys.executable), encoding="utf-8")
-            path.chmod(0o755)
-        (bin_dir / "date").write_text(FIXED_DATE, encoding="utf-8")
-        (bin_dir / "date").chmod(0o755)
-        recorded, not_trainers = {}, {}
-        commits = {}
-        for source in SOURCES:
-            ref = SOURCES[source][0]
+        recorded, not_trainers, commits = {}, {}, {}
+        for source, (ref, _) in SOURCES.items():
             commits[source] = subprocess.run(["git", "--git-dir", str(args.git_dir), "rev-parse", f"{ref}^{{commit}}"],
                                              capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-            got, skipped = record_source(args.git_dir, source, work, bin_dir)
+            got, skipped = record_source(args.git_dir, source, Path(tmp))
             recorded.update(got)
             not_trainers.update(skipped)
     kept = {k: v for k, v in json.loads(RECORDED.read_text()).items() if k.split("/", 1)[0] not in SOURCES}
