@@ -10,7 +10,9 @@ is either
   `<source>/<path>`, with `$REPO` for that folder, `$HOME` for HOME and `$VAR` for a variable the script
   requires (`${VAR:?}`); or
 - classified, without running it, as not a trainer launcher (`NOT_TRAINERS`: serving, Tinker, data
-  preparation, cluster orchestration), written to `not_trainer_launchers.json` with the reason.
+  preparation, cluster orchestration), written to `not_trainer_launchers.json` with the reason; a
+  launcher whose entry point trains nothing (`NOT_TRAINER_ENTRY_POINTS`: generation-only evaluation)
+  is written there too.
 
 A script that is neither (no trainer invocation recorded and not classified) stops the recorder: a new
 kind of launcher needs a decision. Entries of `recorded_commands.json` that are not `<source>/...`
@@ -66,6 +68,14 @@ NOT_TRAINERS = {
     "examples/train/thunder_agent/scripts/r2egym_32b/start_rollout_servers.sh": (
         "serving", "starts the external vLLM rollout servers"),
 }  # fmt: skip
+
+# Entry points that start no training run although a launcher starts them like a trainer (module name ->
+# (kind, reason)): recorded with the scripts that start no trainer.
+NOT_TRAINER_ENTRY_POINTS = {
+    "main_generate": ("evaluation", "SkyRL's generation-only entry point: samples and scores, trains nothing"),
+    "main_harbor_generate": ("evaluation", "the Harbor example's generation-only entry point: trains nothing"),
+    "main_tbench_generate": ("evaluation", "the Terminal-Bench example's generation-only entry point: trains nothing"),
+}
 
 # Variables a script checks by hand (not with `${VAR:?}`) before it starts the trainer: placeholders.
 SCRIPT_ENV = {
@@ -136,6 +146,11 @@ def record_source(git_dir: Path, source: str, work: Path) -> tuple[dict, dict]:
             not_trainers[name] = {"kind": classified[0], "why": classified[1]}
             continue
         invocations = record_script(cwd, home, f"examples/{inner}")
+        module = invocations[0][1].rsplit(".", 1)[-1] if invocations and invocations[0][0] == "-m" else ""
+        if module in NOT_TRAINER_ENTRY_POINTS:
+            kind, why = NOT_TRAINER_ENTRY_POINTS[module]
+            not_trainers[name] = {"kind": kind, "why": why, "entry_point": invocations[0][1]}
+            continue
         if not invocations:
             raise SystemExit(f"{name}: no trainer invocation recorded and not classified in NOT_TRAINERS")
         for index, invocation in enumerate(invocations):
