@@ -72,9 +72,18 @@ NOT_TRAINERS = {
 # Entry points that start no training run although a launcher starts them like a trainer (module name ->
 # (kind, reason)): recorded with the scripts that start no trainer.
 NOT_TRAINER_ENTRY_POINTS = {
-    "main_generate": ("evaluation", "SkyRL's generation-only entry point: samples and scores, trains nothing"),
-    "main_harbor_generate": ("evaluation", "the Harbor example's generation-only entry point: trains nothing"),
-    "main_tbench_generate": ("evaluation", "the Terminal-Bench example's generation-only entry point: trains nothing"),
+    "main_generate": (
+        "evaluation",
+        "SkyRL's generation-only entry point: samples and scores, trains nothing",
+    ),
+    "main_harbor_generate": (
+        "evaluation",
+        "the Harbor example's generation-only entry point: trains nothing",
+    ),
+    "main_tbench_generate": (
+        "evaluation",
+        "the Terminal-Bench example's generation-only entry point: trains nothing",
+    ),
 }
 
 # Variables a script checks by hand (not with `${VAR:?}`) before it starts the trainer: placeholders.
