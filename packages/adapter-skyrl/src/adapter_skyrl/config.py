@@ -31,6 +31,7 @@ from adapter_skyrl.field_transforms import (
 )
 from adapter_skyrl.field_transforms import total_training_steps as _total_training_steps
 from adapter_skyrl.legacy_keys import LEGACY_KEYS, split_dropped_keys
+from adapter_skyrl.samples import reads_rollout_logprobs
 
 OVERRIDE_ENTRYPOINT_PREFIX = "trainer.override_entrypoint="
 
@@ -198,24 +199,45 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
     issues += table.rule_issues
 
     data = _merge(nest(values), core_groups)
-    arctic = None
+    arctic = provisional = None
     try:
-        arctic = ArcticRLConfig.from_dict(data)
+        arctic = provisional = ArcticRLConfig.from_dict(data)
     except ConfigError as error:
         issues += [_core_issue(issue, legacy_flat) for issue in error.issues]
-    if arctic is not None:
+        # the later checks still run, on the config without the refused settings (every problem at once)
+        provisional = _without(data, [issue.path for issue in error.issues])
+    if provisional is not None:
         sampling = cfg.generator.sampling_params
         issues += truncated_sampling_issues(
-            arctic,
+            provisional,
             top_p=sampling.top_p,
             top_k=sampling.top_k,
             top_p_field="generator.sampling_params.top_p",
             top_k_field="generator.sampling_params.top_k",
             logprobs_mode_field="trainer.arctic_rl.vllm.logprobs_mode",
+            reads_rollout_logprobs=reads_rollout_logprobs(cfg),
         )
     if issues:
         arctic = None
     return SkyRLTranslation(arctic, issues, [*legacy.notices, *table.notices], table.not_applied)
+
+
+def _without(data: Mapping[str, Any], paths: Sequence[str]) -> ArcticRLConfig | None:
+    """The core config of `data` with the settings at `paths` left at their defaults (None if it
+    still does not validate): what the checks after core validation look at when it failed."""
+    trimmed = copy.deepcopy(dict(data))
+    for path in paths:
+        node, *rest = path.split(".")
+        parent: Any = trimmed
+        for part in rest:
+            parent = parent.get(node) if isinstance(parent, dict) else None
+            node = part
+        if isinstance(parent, dict):
+            parent.pop(node, None)
+    try:
+        return ArcticRLConfig.from_dict(trimmed)
+    except ConfigError:
+        return None
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

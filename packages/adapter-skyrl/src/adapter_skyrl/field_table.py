@@ -31,8 +31,9 @@ from arctic_rl_core.config.framework_fields import (
 from arctic_rl_core.config.lora_fields import lora_rows
 
 from adapter_skyrl import field_transforms as t
-from adapter_skyrl.field_transforms import ALGO, CORTEX_RESUME, CRITIC_FREE_ESTIMATORS, DS, FULLY_ASYNC
+from adapter_skyrl.field_transforms import ALGO, CORTEX_RESUME, DS, FULLY_ASYNC
 from adapter_skyrl.legacy_keys import LEGACY_KEYS
+from adapter_skyrl.registries import REGISTER_FIX
 
 FRAMEWORK = "SkyRL 0.4.0"
 EXTENSION = "trainer.arctic_rl"
@@ -131,8 +132,9 @@ ROWS = [
     rejected("trainer.critic.model.path", "unset trainer.critic.model.path", why=_CRITIC),
     not_applicable("trainer.critic_mini_batch_size", _CRITIC),
     # -- algorithm ---------------------------------------------------------------------------------
-    rejected("trainer.algorithm.advantage_estimator", f"use one of {list(CRITIC_FREE_ESTIMATORS)}",
-             why="the Arctic backend trains no critic", accepts=t.is_critic_free),
+    passed_through("trainer.algorithm.advantage_estimator",
+                   "SkyRL's trainer computes the advantages: any estimator in SkyRL's registry but a critic's "
+                   "(checked at dry run: adapter_skyrl.registries)"),
     passed_through("trainer.algorithm.kl_ctrl", "SkyRL's KL-in-reward controller (use_kl_in_reward)"),
     mapped("trainer.algorithm.kl_estimator_type", "loss.kl_loss_type", t.kl_estimator),
     mapped("trainer.algorithm.use_kl_in_reward", "loss.use_kl_in_reward", bool,
@@ -416,6 +418,21 @@ RULES = [
          "SkyRL replaces only when MORE than this share of the batch's groups has reward variance: at 1 or more it "
          "never replaces and generates batch after batch until max_sample_batches stops the run",
          "set it in [0, 1) (SkyRL's default 0.3)"),
+    # SkyRL's registries in this process: an example that registers its own in its main_<x>.py needs the
+    # same registration before adapter_skyrl.main.main()
+    Rule("a registered environment", ("environment.env_class",), t.unregistered_environment,
+         "no skyrl-gym environment of that name is registered in this process (registered: {known}), so every "
+         "rollout's reward would fail",
+         REGISTER_FIX.replace("{register}", "skyrl_gym.envs.register(id={env_class!r}, entry_point=...)")
+         + ", or use a registered environment"),
+    Rule("a critic-free estimator", (f"{ALGO}.advantage_estimator",), t.critic_estimator,
+         "needs a critic (a value model trained beside the policy); the Arctic backend trains the policy only",
+         "use a critic-free estimator (trainer.algorithm.advantage_estimator=grpo, rloo, reinforce++ or maxrl, "
+         "or a registered custom one) and unset trainer.critic.model.path"),
+    Rule("a registered estimator", (f"{ALGO}.advantage_estimator",), t.unregistered_estimator,
+         "not registered in SkyRL's AdvantageEstimatorRegistry in this process (registered: {known})",
+         REGISTER_FIX.replace("{register}", "AdvantageEstimatorRegistry.register({name!r}, your_function)")
+         + ", or use one of {free}"),
     Rule("a fixed KL coefficient with the KL loss", (f"{ALGO}.kl_ctrl.type", f"{ALGO}.use_kl_loss"),
          t.adaptive_kl_with_kl_loss, "with use_kl_loss=true the KL coefficient is fixed on the Arctic server",
          "use trainer.algorithm.kl_ctrl.type=fixed"),

@@ -16,6 +16,7 @@ from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS
 from arctic_rl_core.config.framework_fields import UNSET, FieldProblem, Fields, Found, Reader
 from arctic_rl_core.config.loss_selection import server_loss_for
 
+from adapter_skyrl.registries import CRITIC_ESTIMATORS, registered_environments, registered_estimators
 from adapter_skyrl.samples import rollout_anchored
 
 ARCTIC_ZORRO = "@arctic.zorro"  # pseudo field: ZoRRo on for this run (resolved by the adapter)
@@ -30,7 +31,6 @@ LOSS_REDUCTION_TO_AGG_MODE = {
 }
 SCHEDULERS = {"constant_with_warmup": "constant", "cosine": "cosine"}
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
-CRITIC_FREE_ESTIMATORS = ("grpo", "rloo", "reinforce++", "maxrl")
 # SkyRL policy_loss_type -> a core loss family the server computes (arctic_rl_core.losses); SkyRL's
 # `regular` is PPO clip WITHOUT dual clip, `dual_clip` adds it.
 SKYRL_POLICY_LOSSES = {
@@ -159,10 +159,6 @@ def warmup_ratio(r: Reader) -> float:
 
 
 # -- loss ------------------------------------------------------------------------------------------
-
-
-def is_critic_free(value: Any) -> bool:
-    return value in CRITIC_FREE_ESTIMATORS
 
 
 def loss_family(value: Any) -> str:
@@ -351,6 +347,28 @@ def unknown_dynamic_sampling(f: Fields) -> bool:
 
 def replace_never_replaces(f: Fields) -> bool:
     return f(f"{DS}.type") == "replace" and not 0 <= f(f"{DS}.min_replace_ratio") < 1
+
+
+def unregistered_environment(f: Fields) -> Found | None:
+    """`environment.env_class` (the environment of rows without their own) not in skyrl-gym's registry."""
+    env_class = f("environment.env_class")
+    if env_class is None or env_class in (known := registered_environments()):
+        return None
+    return Found(names={"known": ", ".join(known), "env_class": env_class})
+
+
+def critic_estimator(f: Fields) -> bool:
+    return f(f"{ALGO}.advantage_estimator") in CRITIC_ESTIMATORS
+
+
+def unregistered_estimator(f: Fields) -> Found | None:
+    """An advantage estimator SkyRL's registry does not hold in this process (any registered one runs:
+    SkyRL's trainer computes the advantages)."""
+    name = f(f"{ALGO}.advantage_estimator")
+    if name in CRITIC_ESTIMATORS or name in (known := registered_estimators()):
+        return None
+    free = [n for n in known if n not in CRITIC_ESTIMATORS]
+    return Found(names={"known": ", ".join(known), "name": name, "free": free})
 
 
 def adaptive_kl_with_kl_loss(f: Fields) -> bool:
