@@ -92,8 +92,11 @@ def parse_cli_with_notices(
     defines is refused naming the DAPO entry point."""
     kept, notices = split_dropped_keys(strip_override_entrypoint(argv))
     cls = config_cls or ArcticSkyRLConfig
+    unparsable = unparsable_overrides(kept)
+    if unparsable:
+        raise SkyRLOverrideError(unparsable)
     try:
-        return cls.from_cli_overrides(kept), notices
+        cfg = cls.from_cli_overrides(kept)
     except ValueError as error:
         dapo = sorted(name for name in DAPO_ONLY_FIELDS if name in str(error))
         if dapo and cls is ArcticSkyRLConfig:
@@ -103,6 +106,56 @@ def parse_cli_with_notices(
                 "counterpart of examples/train/algorithms/dapo/main_dapo*.py)"
             ) from error
         raise
+    mistyped = mistyped_overrides(kept, skyrl_defaults(cls))
+    if mistyped:
+        raise SkyRLOverrideError(mistyped)
+    return cfg, notices
+
+
+class SkyRLOverrideError(ValueError):
+    """Overrides SkyRL's parser cannot read, or reads as something other than the field's type."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("\n  - ".join(problems))
+        self.problems = list(problems)
+
+
+def unparsable_overrides(argv: Sequence[str]) -> list[str]:
+    """Each override whose value SkyRL's parser (OmegaConf, YAML) cannot read, with why."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    problems = []
+    for arg in argv:
+        try:
+            OmegaConf.from_cli([arg])
+        except (yaml.YAMLError, ValueError) as error:
+            reason = " ".join(str(error).split())
+            problems.append(
+                f"{arg}: its value cannot be parsed ({reason}); quote the value or fix its syntax"
+            )
+    return problems
+
+
+def mistyped_overrides(argv: Sequence[str], defaults: SkyRLTrainConfig) -> list[str]:
+    """Each `key=value` override whose value, as SkyRL's parser reads it, has another type than
+    SkyRL's default for the field (`trainer.epochs=two`), or is written in base 60 (`1:2:3`, read
+    as 3723)."""
+    from arctic_rl_core.config.override_values import value_problem
+    from omegaconf import OmegaConf
+
+    read_default = field_table.reader(defaults)
+    known = set(field_table.leaves(defaults))
+    problems = []
+    for arg in argv:
+        key, sep, text = arg.partition("=")
+        if not sep or key not in known:
+            continue
+        value = OmegaConf.select(OmegaConf.from_cli([arg]), key)
+        problem = value_problem(key, text, value, read_default(key))
+        if problem is not None:
+            problems.append(problem)
+    return problems
 
 
 # Fields of SkyRL's DAPO example config (adapter_skyrl.dapo), not of SkyRL's own.

@@ -69,7 +69,8 @@ def dry_run(argv: Sequence[str], out=None, err=None, *, config_cls: type | None 
     try:
         cfg, dropped = parse_cli_with_notices(argv, config_cls)
     except (ValueError, TypeError) as error:  # SkyRL's strict parse (unknown key, bad type)
-        err.write(f"1 problem in the SkyRL overrides:\n  - {error}\n")
+        count = len(getattr(error, "problems", [error]))
+        err.write(f"{count} problem{'s' if count != 1 else ''} in the SkyRL overrides:\n  - {error}\n")
         return 2
     rows = _count_rows(list(cfg.data.train_data))
     steps_per_epoch = rows // cfg.trainer.train_batch_size if rows is not None else None
@@ -131,10 +132,15 @@ def cli(entry: Callable[[], None]) -> None:
     """A `python -m` entry point: a refused configuration prints its problems and exits 2."""
     from arctic_rl_core.config import ConfigError
 
+    from adapter_skyrl.config import SkyRLOverrideError
+
     try:
         entry()
     except ConfigError as error:
         print(error, file=sys.stderr)
+        raise SystemExit(2) from None
+    except SkyRLOverrideError as error:
+        print(f"problems in the SkyRL overrides:\n  - {error}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

@@ -27,6 +27,7 @@ import yaml
 
 from arctic_rl_core.config.errors import ConfigError, ConfigIssue
 from arctic_rl_core.config.input_bounds import MAX_FILE_BYTES, MAX_OVERRIDE_CHARS
+from arctic_rl_core.config.override_values import base_60_value
 from arctic_rl_core.config.schema import ArcticRLConfig
 
 
@@ -67,8 +68,6 @@ class Surprise:
 
 
 _YAML = "tag:yaml.org,2002:"
-# YAML 1.1 reads `1:2:3` as the base-60 integer 3723 and `1:30.5` as the float 90.5
-_BASE_60 = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
 _TYPED_TAGS = {
     f"{_YAML}timestamp": "a YAML date/timestamp (it would become a date object, then text in another spelling)",
     f"{_YAML}binary": "a YAML !!binary value (it would become bytes)",
@@ -87,9 +86,10 @@ def surprising_scalar(node: yaml.Node) -> tuple[str, str] | None:
             "quote it to keep the text as written, or write the value the setting takes",
         )
     base_60 = node.tag in (f"{_YAML}int", f"{_YAML}float") and isinstance(node, yaml.ScalarNode)
-    if base_60 and _BASE_60.match(node.value.replace(" ", "")):
+    sixty = base_60_value(node.value) if base_60 else None
+    if sixty is not None:
         return (
-            f"is read by YAML 1.1 as the base-60 (sexagesimal) number {yaml.safe_load(node.value)}",
+            f"is read by YAML 1.1 as the base-60 (sexagesimal) number {sixty:g}",
             "write the number you mean (e.g. 0.01), or quote the text",
         )
     return None
