@@ -92,11 +92,8 @@ def parse_cli_with_notices(
     defines is refused naming the DAPO entry point."""
     kept, notices = split_dropped_keys(strip_override_entrypoint(argv))
     cls = config_cls or ArcticSkyRLConfig
-    unparsable = unparsable_overrides(kept)
-    if unparsable:
-        raise SkyRLOverrideError(unparsable)
     try:
-        cfg = cls.from_cli_overrides(kept)
+        return cls.from_cli_overrides(kept), notices
     except ValueError as error:
         dapo = sorted(name for name in DAPO_ONLY_FIELDS if name in str(error))
         if dapo and cls is ArcticSkyRLConfig:
@@ -106,56 +103,6 @@ def parse_cli_with_notices(
                 "counterpart of examples/train/algorithms/dapo/main_dapo*.py)"
             ) from error
         raise
-    mistyped = mistyped_overrides(kept, skyrl_defaults(cls))
-    if mistyped:
-        raise SkyRLOverrideError(mistyped)
-    return cfg, notices
-
-
-class SkyRLOverrideError(ValueError):
-    """Overrides SkyRL's parser cannot read, or reads as something other than the field's type."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        super().__init__("\n  - ".join(problems))
-        self.problems = list(problems)
-
-
-def unparsable_overrides(argv: Sequence[str]) -> list[str]:
-    """Each override whose value SkyRL's parser (OmegaConf, YAML) cannot read, with why."""
-    import yaml
-    from omegaconf import OmegaConf
-
-    problems = []
-    for arg in argv:
-        try:
-            OmegaConf.from_cli([arg])
-        except (yaml.YAMLError, ValueError) as error:
-            reason = " ".join(str(error).split())
-            problems.append(
-                f"{arg}: its value cannot be parsed ({reason}); quote the value or fix its syntax"
-            )
-    return problems
-
-
-def mistyped_overrides(argv: Sequence[str], defaults: SkyRLTrainConfig) -> list[str]:
-    """Each `key=value` override whose value, as SkyRL's parser reads it, has another type than
-    SkyRL's default for the field (`trainer.epochs=two`), or is written in base 60 (`1:2:3`, read
-    as 3723)."""
-    from arctic_rl_core.config.override_values import value_problem
-    from omegaconf import OmegaConf
-
-    read_default = field_table.reader(defaults)
-    known = set(field_table.leaves(defaults))
-    problems = []
-    for arg in argv:
-        key, sep, text = arg.partition("=")
-        if not sep or key not in known:
-            continue
-        value = OmegaConf.select(OmegaConf.from_cli([arg]), key)
-        problem = value_problem(key, text, value, read_default(key))
-        if problem is not None:
-            problems.append(problem)
-    return problems
 
 
 # Fields of SkyRL's DAPO example config (adapter_skyrl.dapo), not of SkyRL's own.
@@ -264,20 +211,25 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
     issues += _cross_field(cfg, core_groups, values)
 
     data = _merge(nest(values), core_groups)
-    arctic = None
+    arctic = provisional = None
     try:
-        arctic = ArcticRLConfig.from_dict(data)
+        arctic = provisional = ArcticRLConfig.from_dict(data)
     except ConfigError as error:
         issues += [_core_issue(issue, legacy_flat) for issue in error.issues]
-    if arctic is not None:
+        # the later checks still run, on the config without the refused settings (every problem at once)
+        provisional = _without(data, [issue.path for issue in error.issues])
+    if provisional is not None:
+        from adapter_skyrl.samples import reads_rollout_logprobs
+
         sampling = cfg.generator.sampling_params
         issues += truncated_sampling_issues(
-            arctic,
+            provisional,
             top_p=sampling.top_p,
             top_k=sampling.top_k,
             top_p_field="generator.sampling_params.top_p",
             top_k_field="generator.sampling_params.top_k",
             logprobs_mode_field="trainer.arctic_rl.vllm.logprobs_mode",
+            reads_rollout_logprobs=reads_rollout_logprobs(cfg),
         )
     if issues:
         arctic = None
@@ -366,6 +318,24 @@ def dapo_notices(cfg: SkyRLTrainConfig) -> list[str]:
             "trains no token (all-zero loss mask, as SkyRL's generator sets it)"
         )
     return notices
+
+
+def _without(data: Mapping[str, Any], paths: Sequence[str]) -> ArcticRLConfig | None:
+    """The core config of `data` with the settings at `paths` left at their defaults (None if it
+    still does not validate): what the checks after core validation look at when it failed."""
+    trimmed = copy.deepcopy(dict(data))
+    for path in paths:
+        node, *rest = path.split(".")
+        parent: Any = trimmed
+        for part in rest:
+            parent = parent.get(node) if isinstance(parent, dict) else None
+            node = part
+        if isinstance(parent, dict):
+            parent.pop(node, None)
+    try:
+        return ArcticRLConfig.from_dict(trimmed)
+    except ConfigError:
+        return None
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -488,6 +458,9 @@ def _cross_field(
         )
     found += fully_async_issues(cfg)
     found += dynamic_sampling_issues(cfg)
+    from adapter_skyrl.registries import environment_issues, estimator_issues
+
+    found += environment_issues(cfg) + estimator_issues(cfg)
     if algo.use_kl_loss and algo.kl_ctrl.type != "fixed":
         found.append(
             ConfigIssue(

@@ -197,9 +197,9 @@ def override_type_problems(overrides: Sequence[str]) -> list[str]:
             value = parser.parse_override(override).value()
         except HydraException:  # composing reports it
             continue
-        problem = value_problem(key, text, value, defaults[key])
+        problem = value_problem(text, value, defaults[key])
         if problem is not None:
-            problems.append(problem)
+            problems.append(f"{key}={text}: {problem[0]}; {problem[1]}")
     return problems
 
 

@@ -37,15 +37,15 @@ def _kind(default: Any) -> tuple[str, tuple[type, ...]] | None:
     return None
 
 
-def value_problem(key: str, text: str, value: Any, default: Any) -> str | None:
-    """What is wrong with the override `key=text` (parsed as `value`) of a field whose framework
+def value_problem(text: str, value: Any, default: Any) -> tuple[str, str] | None:
+    """(problem, fix) of an override written `text` (parsed as `value`) for a field whose framework
     default is `default`: a base-60 spelling, or a value of another type than the default's (a
     missing value, null, is left to the framework); None when it is fine."""
     sixty = base_60_value(text)
     if sixty is not None and isinstance(default, int | float) and not isinstance(default, bool):
         return (
-            f"{key}={text}: YAML 1.1 reads {text} as the base-60 (sexagesimal) number {sixty:g}; write the "
-            "number you mean (e.g. 0.01)"
+            f"YAML 1.1 reads {text} as the base-60 (sexagesimal) number {sixty:g}",
+            "write the number you mean (e.g. 0.01)",
         )
     kind = _kind(default)
     if kind is None or value is None:
@@ -53,4 +53,4 @@ def value_problem(key: str, text: str, value: Any, default: Any) -> str | None:
     words, accepted = kind
     if isinstance(value, accepted) and (bool in accepted or not isinstance(value, bool)):
         return None
-    return f"{key}={text}: must be {words} (its default is {default!r}); give {words}"
+    return f"must be {words} (its default is {default!r})", f"give {words}"
