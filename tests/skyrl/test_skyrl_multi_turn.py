@@ -277,3 +277,7 @@ def test_multi_turn_settings_at_dry_run():
     assert issue.path == "generator.batched" and "single-turn" in issue.render()
     onprem = translate(parse_cli(SQL_SETTINGS), steps_per_epoch=4)  # the default backend: on-prem (ray)
     assert any("not trained (token_drift/turns" in n for n in onprem.notices)
+    assert not any("token_drift" in n for n in multi.notices)  # the reference engine takes ids
+    search = run(*SQL_SETTINGS, "environment.env_class=search")  # needs SkyRL's retrieval server at run time
+    assert not search.issues
+    assert any("http://127.0.0.1:8000/retrieve" in n and "does not contact it" in n for n in search.notices)

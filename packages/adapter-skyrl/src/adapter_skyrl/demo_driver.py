@@ -61,6 +61,7 @@ def skyrl_overrides(
         "trainer.enable_ray_gpu_monitor=false",
         "trainer.algorithm.advantage_estimator=grpo",
         *skyrl_async_overrides(options),
+        *skyrl_multi_turn_overrides(options),
         f"trainer.algorithm.use_kl_loss={str(use_kl).lower()}",
         *([f"trainer.algorithm.kl_loss_coef={options.kl_loss_coef}"] if use_kl else []),
         f"trainer.algorithm.use_entropy_loss={str(use_entropy).lower()}",
@@ -101,15 +102,33 @@ def skyrl_async_overrides(options: DemoOptions) -> list[str]:
     async.max_staleness) and enough generation workers for K steps of prompt groups ahead."""
     k = options.max_staleness
     if not k:
-        # one generate call per step (SkyRL's batched generation, as its GSM8K example): the rollouts of a
-        # resumed run are the ones the original run drew
-        return ["trainer.algorithm.policy_loss_type=dual_clip", "generator.batched=true"]
+        # single turn: one generate call per step (SkyRL's batched generation, as its GSM8K example): the
+        # rollouts of a resumed run are the ones the original run drew
+        batched = "true" if options.max_turns == 1 else "false"
+        return ["trainer.algorithm.policy_loss_type=dual_clip", f"generator.batched={batched}"]
     return [
         "generator.batched=false",  # SkyRL's fully async trainer samples per trajectory
         "trainer.fully_async.enabled=true",
         f"trainer.fully_async.max_staleness_steps={k}",
         f"trainer.fully_async.num_parallel_generation_workers={options.prompts_per_step * (k + 1)}",
         "trainer.algorithm.policy_loss_type=rollout_is",
+    ]
+
+
+def skyrl_multi_turn_overrides(options: DemoOptions) -> list[str]:
+    """`--max-turns N`: SkyRL's generator as SkyRL-SQL runs it (one continued message, stop at </sql> and
+    </solution>, N turns), each turn starting from at most `options.max_input_length` tokens."""
+    if options.max_turns == 1:
+        return []
+    from arctic_rl_core.envs.bird.multi_turn import STOP_STRINGS
+
+    stop = "[" + ",".join(f"'{s}'" for s in STOP_STRINGS) + "]"
+    return [
+        f"generator.max_turns={options.max_turns}",
+        "generator.use_conversation_multi_turn=false",
+        f"generator.sampling_params.stop={stop}",
+        f"generator.eval_sampling_params.stop={stop}",
+        f"generator.max_input_length={options.max_input_length}",
     ]
 
 
@@ -140,6 +159,7 @@ def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
         "grad_norm": float(data["policy/grad_norm"]),
         "weights_version": int(data["arctic/weights_version"]),
         "rollout_weights_version": int(data["generate/weights_version"]),
+        "turns_mean": float(data["generate/turns_mean"]) if "generate/turns_mean" in data else None,
         "optimizer_steps": int(data["arctic/optimizer_steps"]),
         **phase_seconds(data, PHASE_TIMINGS),
         **{name: float(data[name]) for name in ASYNC_METRICS if name in data},
@@ -243,3 +263,4 @@ def run_grpo(
 
 
 run_grpo.supports_async = True  # `arctic-rl demo --async K`: SkyRL's FullyAsyncRayPPOTrainer
+run_grpo.supports_multi_turn = True  # `arctic-rl demo --max-turns N`: SkyRL's generator, BIRD multi-turn

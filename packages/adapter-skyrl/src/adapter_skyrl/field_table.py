@@ -463,8 +463,10 @@ NOTICES = [
     Notice("dynamic sampling: one sample", (f"{DS}.type", "generator.n_samples_per_prompt"),
            t.dynamic_sampling_one_sample),
     Notice("multi-turn through a text-only server", ("generator.max_turns", "generator.batched",
-           "generator.use_conversation_multi_turn", "generator.chat_template.source", f"{EXTENSION}.backend.kind"),
+           "generator.use_conversation_multi_turn", "generator.chat_template.name_or_path", f"{EXTENSION}.backend.kind"),
            t.multi_turn_sampling),
+    Notice("the search environment's retrieval server", ("environment.env_class", "environment.skyrl_gym"),
+           t.search_retrieval_server),
     Notice("dynamic sampling: settings without effect",
            (f"{DS}.type", f"{DS}.max_sample_batches", f"{DS}.min_replace_ratio"), t.dynamic_sampling_unused),
 ]  # fmt: skip

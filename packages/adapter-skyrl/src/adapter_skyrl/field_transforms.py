@@ -522,7 +522,7 @@ def multi_turn_sampling(f: Fields) -> str | None:
     turns = int(f("generator.max_turns"))
     if turns <= 1 or f("generator.batched"):
         return None
-    if f("generator.use_conversation_multi_turn") and f("generator.chat_template.source") is not None:
+    if f("generator.use_conversation_multi_turn") and f("generator.chat_template.name_or_path") is not None:
         return (
             "multi-turn with a custom chat template and chat turns: SkyRL's generator re-tokenises the history "
             "each turn (its own mode without token-in / token-out): the rows are SkyRL's, unchecked"
@@ -534,3 +534,16 @@ def multi_turn_sampling(f: Fields) -> str | None:
             "(sampled ids the tokenizer would not make of their text) is not trained (token_drift/turns counts them)"
         )
     return None
+
+
+def search_retrieval_server(f: Fields) -> str | None:
+    """SkyRL's `search` environment asks a retrieval server of the user's own at every <search>: a run
+    needs it up; a dry run checks settings and does not contact it."""
+    if f("environment.env_class") != "search":
+        return None
+    url = f("environment.skyrl_gym.search.search_url")
+    return (
+        f"environment search: every <search> action queries the retrieval server at {url} "
+        "(environment.skyrl_gym.search.search_url; SkyRL's examples/train/search/retriever starts one) from the "
+        "rollouts, as on vLLM; the dry run does not contact it"
+    )

@@ -94,6 +94,16 @@ class DemoOptions(BaseModel):
         default=False, description="Training and sampling share the devices (sleep/wake around each phase)."
     )
 
+    max_turns: int = Field(
+        default=1,
+        ge=1,
+        le=8,
+        description=(
+            "`--max-turns N`: BIRD multi-turn (SkyRL-SQL's protocol, `envs.bird.multi_turn`): the model may run "
+            "SQL against the database, shown as an observation, up to N turns before its <solution>; 1 = the "
+            "single-turn task."
+        ),
+    )
     max_staleness: int = Field(
         default=0,
         ge=0,
@@ -112,6 +122,21 @@ class DemoOptions(BaseModel):
                 "same devices, so generation cannot overlap training; drop --colocate, or --async 0"
             )
         return self
+
+    @model_validator(mode="after")
+    def _multi_turn_is_bird(self) -> DemoOptions:
+        if self.max_turns > 1 and self.task != "bird":
+            raise ValueError(
+                f"--max-turns {self.max_turns} with --task {self.task}: the multi-turn demo task is BIRD (the model "
+                "queries the database before it answers); use --task bird, or --max-turns 1"
+            )
+        return self
+
+    @property
+    def max_input_length(self) -> int:
+        """The longest context a turn starts from: the prompt, and every earlier turn with its observation
+        (a result table of the bundled sample fits in one response length)."""
+        return self.max_prompt_length + (self.max_turns - 1) * 2 * self.max_response_length
 
     @field_validator("server")
     @classmethod

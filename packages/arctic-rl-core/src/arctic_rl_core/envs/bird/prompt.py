@@ -42,16 +42,13 @@ def build_messages(schema: str, question: str, evidence: str, engine: str = ENGI
 # -- multi-turn (SkyRL-SQL's protocol, `envs.bird.multi_turn`) --------------------------------------
 
 MULTI_TURN_SYSTEM_PROMPT = (
-    "You are a careful data analyst who answers questions about a database with one SQL query. You may "
-    "look at the data first. Every turn, reason inside <think>...</think>. To run a query and see its "
-    "result, write it inside <sql>...</sql>; the result comes back inside <observation>...</observation> "
-    "(long results are cut to their first rows). When you know the answer, or when no turn is left, give "
-    "the final query inside <solution>...</solution>."
+    "You are a careful data analyst who answers questions about a database with one SQL query. Reason "
+    "inside <think>...</think> every turn. To see data, run a query inside <sql>...</sql>: its result "
+    "comes back inside <observation>...</observation>. Give the final query inside <solution>...</solution>."
 )
 
 MULTI_TURN_FORMAT = (
-    "<think>\nwhat to check\n</think>\n<sql>SELECT ...</sql>\n"
-    "(then, after the observation)\n<think>\nreasoning\n</think>\n<solution>SELECT ...</solution>"
+    "<think>...</think>\n<sql>SELECT ...</sql>\nthen\n<think>...</think>\n<solution>SELECT ...</solution>"
 )
 
 
