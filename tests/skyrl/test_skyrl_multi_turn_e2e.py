@@ -61,3 +61,30 @@ def test_a_multi_turn_run_learns_on_cpu(tmp_path):
         assert 2 <= data["sampler_queue/calls"] < 32 and data["sampler_queue/batch_size_mean"] > 1
     for batch in exp.generator.batches:  # each row holds both turns and the observation between them
         assert all(text.count("Say more.") == 1 for text in batch["texts"])
+
+
+def test_step_wise_trajectories_train_one_row_per_turn(tmp_path):
+    """SkyRL's `generator.step_wise_trajectories`: each turn is its own row (its prompt the context the
+    sampler read), SkyRL's trainer propagates the last step's advantage; two steps train on the backend."""
+    rows = vowel_turns_rows()
+    data = tmp_path / "vowel_turns.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    exp = run_grpo(
+        [
+            f"data.train_data=['{data}']",
+            f"trainer.ckpt_path={tmp_path / 'ckpt'}",
+            f"trainer.export_path={tmp_path / 'export'}",
+            *(a for a in LEARNING if not a.startswith(("trainer.max_training_steps", "trainer.epochs"))),
+            "generator.step_wise_trajectories=true",
+            "trainer.max_training_steps=2",
+        ],
+        base=[*(a for a in TINY_GRPO if not a.startswith("generator.batched")), *IN_PROCESS],
+    )
+    steps = logged_steps(exp)
+    assert sorted(steps) == [1, 2]
+    for batch in exp.generator.batches:
+        out = batch["output"]
+        assert len(out["response_ids"]) == 2 * 16  # 16 trajectories x 2 turns, one row each
+        assert out["is_last_step"] == [False, True] * 16
+    for data in steps.values():
+        assert math.isfinite(data["policy/policy_loss"]) and data["policy/grad_norm"] > 0
