@@ -1,0 +1,93 @@
+"""What the translation sets because of how arctic-platform 0.1.4's DeepSpeed worker behaves (issue 28):
+the log-prob job's ZeRO stage, torch AdamW instead of the JIT-compiled FusedAdam, fp32 log-probs where
+no fused cross-entropy kernel runs. Checked on the `/initialize` bodies the real 0.1.4 client builds
+(`ArcticClientConfig.to_onprem`) and on the startup report that says why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from arctic_rl_core.config import load_config
+from arctic_rl_core.config.settings_table import render_settings_table
+
+CONFIGS = Path(__file__).resolve().parents[3] / "recipes" / "configs"
+GSM8K = CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml"
+KL = ["placement.log_prob_gpus=2", "loss.use_kl_loss=true"]
+
+
+def _bodies(overrides: list[str]) -> dict:
+    cfg = load_config(GSM8K, overrides)
+    client = cfg.to_client_config()  # the real 0.1.4 ArcticClientConfig
+    return {job: client.to_onprem(job) for job in ("training", "log_prob")}, cfg
+
+
+@pytest.mark.parametrize(("stage", "log_prob_stage"), [(0, 0), (1, 0), (2, 0), (3, 3)])
+def test_log_prob_job_runs_zero_0_unless_training_shards_parameters(stage: int, log_prob_stage: int) -> None:
+    overrides = [*KL, f"deepspeed.zero_stage={stage}"]
+    if stage == 0:
+        overrides.append("deepspeed.grad_accum_dtype=bf16")  # DeepSpeed's bf16 + fp32 accumulation rule
+    bodies, cfg = _bodies(overrides)
+    assert bodies["training"]["ds_config"]["zero_optimization"]["stage"] == stage
+    # 0.1.4's worker builds the log-prob engine from this, with no optimizer: stages 1 and 2 assert
+    assert bodies["log_prob"]["log_prob_config"]["zero_optimization"] == {"stage": log_prob_stage}
+    report = render_settings_table(cfg, framework="core")
+    row = next(line for line in report.splitlines() if "log-prob job" in line)
+    assert f"ZeRO-{log_prob_stage}, forward only" in row
+    assert ("refuses ZeRO-1/2 without an optimizer" in row) is (stage in (1, 2))
+
+
+def test_log_prob_job_keeps_parameter_offload_on_zero_3_only() -> None:
+    bodies, _ = _bodies([*KL, "deepspeed.zero_stage=3", "deepspeed.offload_param=true"])
+    assert bodies["log_prob"]["log_prob_config"]["zero_optimization"] == {
+        "stage": 3,
+        "offload_param": {"device": "cpu", "pin_memory": True},
+    }
+
+
+@pytest.mark.parametrize(
+    ("overrides", "torch_adam", "says"),
+    [
+        ([], True, "FusedAdam would JIT-compile with nvcc"),
+        (["deepspeed.offload_optimizer=true"], None, "DeepSpeedCPUAdam"),
+        (["optimizer.torch_adam=false"], None, "FusedAdam (JIT-compiled on the node: needs nvcc"),
+        (["deepspeed.offload_optimizer=true", "optimizer.torch_adam=true"], True, "(optimizer.torch_adam)"),
+    ],
+)
+def test_torch_adam_unless_offloaded_or_turned_off(overrides: list[str], torch_adam, says: str) -> None:
+    bodies, cfg = _bodies(overrides)
+    params = bodies["training"]["ds_config"]["optimizer"]["params"]
+    assert params.get("torch_adam") is torch_adam  # DeepSpeed pops it: torch.optim.AdamW when true
+    row = next(
+        line for line in render_settings_table(cfg, framework="core").splitlines() if "  optimizer  " in line
+    )
+    assert says in row
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fp32"),
+    [
+        ([], False),  # flash_attention_2: flash-attn's cross-entropy kernel computes in fp32
+        (["kernels.attn_implementation=flash_attention_3"], True),
+        (["kernels.attn_implementation=sdpa", "zorro.enable=false"], True),
+        (
+            ["kernels.attn_implementation=sdpa", "zorro.enable=false", "zorro.logits_compute_in_fp32=false"],
+            False,
+        ),
+        (["zorro.logits_compute_in_fp32=true"], True),
+    ],
+)
+def test_fp32_log_probs_where_no_fused_cross_entropy_runs(overrides: list[str], fp32: bool) -> None:
+    from arctic_rl_core.wire import PayloadSpec
+
+    bodies, cfg = _bodies(overrides)
+    assert cfg.zorro.logits_compute_in_fp32 is fp32
+    # the non-ZoRRo path reads it from meta, ZoRRo from the worker config
+    assert PayloadSpec.from_config(cfg, pad_token_id=0).base_meta()["logits_compute_in_fp32"] is fp32
+    if cfg.zorro.enable:
+        assert bodies["training"]["ds_worker_config"]["logits_compute_in_fp32"] is fp32
+
+
+def test_reference_and_cortex_backends_leave_both_off() -> None:
+    cfg = load_config(None, ["backend.kind=reference", "kernels.attn_implementation=sdpa"])
+    assert cfg.zorro.logits_compute_in_fp32 is False and cfg.optimizer.torch_adam is False
