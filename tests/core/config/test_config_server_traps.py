@@ -14,6 +14,7 @@ from arctic_rl_core.config.settings_table import render_settings_table
 CONFIGS = Path(__file__).resolve().parents[3] / "recipes" / "configs"
 GSM8K = CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml"
 KL = ["placement.log_prob_gpus=2", "loss.use_kl_loss=true"]
+SDPA_CORE_LOSS = ["kernels.attn_implementation=sdpa", "zorro.enable=false", "loss.loss_fn=arctic_rl_core"]
 
 
 def _bodies(overrides: list[str]) -> dict:
@@ -69,9 +70,9 @@ def test_torch_adam_unless_offloaded_or_turned_off(overrides: list[str], torch_a
     [
         ([], False),  # flash_attention_2: flash-attn's cross-entropy kernel computes in fp32
         (["kernels.attn_implementation=flash_attention_3"], True),
-        (["kernels.attn_implementation=sdpa", "zorro.enable=false"], True),
+        ([*SDPA_CORE_LOSS], True),
         (
-            ["kernels.attn_implementation=sdpa", "zorro.enable=false", "zorro.logits_compute_in_fp32=false"],
+            [*SDPA_CORE_LOSS, "zorro.logits_compute_in_fp32=false"],
             False,
         ),
         (["zorro.logits_compute_in_fp32=true"], True),
@@ -91,3 +92,55 @@ def test_fp32_log_probs_where_no_fused_cross_entropy_runs(overrides: list[str], 
 def test_reference_and_cortex_backends_leave_both_off() -> None:
     cfg = load_config(None, ["backend.kind=reference", "kernels.attn_implementation=sdpa"])
     assert cfg.zorro.logits_compute_in_fp32 is False and cfg.optimizer.torch_adam is False
+
+
+# -- packed rows without flash attention ---------------------------------------------------------
+
+SDPA = ["kernels.attn_implementation=sdpa", "zorro.enable=false"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "unpacked"),
+    [
+        (SDPA, True),
+        (["kernels.attn_implementation=eager", "zorro.enable=false"], True),
+        (["kernels.attn_implementation=flex_attention", "zorro.enable=false"], True),
+        (["zorro.enable=false"], False),  # flash_attention_2: varlen kernel splits the rows
+        ([], False),  # ZoRRo packs by itself
+        (["backend.kind=reference", "kernels.attn_implementation=sdpa"], False),  # the engine never packs
+    ],
+)
+def test_rows_are_sent_unpacked_without_flash_attention(overrides: list[str], unpacked: bool) -> None:
+    from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_forward_payload, build_train_payload
+    from arctic_rl_core.wire.validate import validate_payload
+
+    cfg = load_config(GSM8K, [*overrides, "loss.loss_fn=arctic_rl_core"])
+    spec = PayloadSpec.from_config(cfg, pad_token_id=0)
+    assert spec.rows_unpacked is unpacked
+    samples = [RolloutSample([3, 4], [5, 6], old_logprobs=[-1.0, -1.0], advantages=1.0)] * spec.rows_multiple
+    for payload in (build_forward_payload(samples, spec), build_train_payload(samples, spec)):
+        validate_payload(payload, dp_size=spec.dp_size, grad_accum_steps=spec.grad_accum_steps)
+        # 0.1.4's run_pipeline: `"cu_seqlens" in meta` = already packed, so it does not unpad the rows
+        assert ("cu_seqlens" in payload.meta) is unpacked
+        assert payload.meta.get("cu_seqlens") is None
+
+
+def test_builtin_loss_payloads_stay_packed_and_need_one_row_per_micro_batch() -> None:
+    import dataclasses
+
+    from arctic_rl_core.config import ConfigError
+    from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_sft_payload, build_train_payload
+
+    with pytest.raises(ConfigError) as refused:
+        load_config(GSM8K, [*SDPA, "loss.loss_fn=verl_grpo"])  # micro-batch 8
+    (issue,) = refused.value.issues
+    assert issue.path == "batch.micro_batch_size_per_gpu" and issue.value == 8
+    assert "attend to each other" in issue.problem
+    assert "loss.loss_fn=arctic_rl_core" in issue.remedy and "micro_batch_size_per_gpu=1" in issue.remedy
+    cfg = load_config(GSM8K, [*SDPA, "loss.loss_fn=verl_grpo", "batch.micro_batch_size_per_gpu=1"])
+    spec = PayloadSpec.from_config(cfg, pad_token_id=0)
+    samples = [RolloutSample([3, 4], [5, 6], old_logprobs=[-1.0, -1.0], advantages=1.0)] * spec.rows_multiple
+    # verl_grpo reads response_lens / sequence_offsets of the packed layout: one row per micro-batch
+    assert "cu_seqlens" not in build_train_payload(samples, spec).meta
+    sft = dataclasses.replace(spec, loss_fn="sft")
+    assert "cu_seqlens" not in build_sft_payload(samples, sft).meta  # the SFT pipeline never packs
