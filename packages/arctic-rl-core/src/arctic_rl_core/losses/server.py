@@ -171,7 +171,7 @@ class ResponseRows:
         valid = mask[:, width:].to(torch.bool)
         columns = torch.arange(S - width, device=mask.device)
         index = torch.arange(B, device=mask.device)[:, None] * S + width + columns[None, :]
-        if S == width:  # no response column at all: one empty column keeps the shapes
+        if width == S:  # no response column at all: one empty column keeps the shapes
             valid = torch.zeros(B, 1, dtype=torch.bool, device=mask.device)
             index = torch.zeros(B, 1, dtype=torch.long, device=mask.device)
         return cls(torch.where(valid, index, torch.zeros_like(index)), valid, shift=1)
