@@ -18,7 +18,14 @@ What it handles:
   server's error body; the transport built here raises `ArcticServerError` carrying it;
 - the weight-sync transfer alone: the client's `sync_weights` also wakes and resets around the
   transfer; `transfer_weights` sends only the weight-sync operation, because
-  `arctic_rl_core.weight_sync` drives (and checks) the transitions itself.
+  `arctic_rl_core.weight_sync` drives (and checks) the transitions itself;
+- the in-process Ray server's blocking methods: 0.1.4's `ArcticRLRayServer.forward_backward`,
+  `forward`, `step`, `save` and `load_checkpoint` call `ray.get` inside `async def`, and its Ray
+  transport awaits them on the caller's event loop, so a training step stalls that loop: a
+  `generate` issued meanwhile (async GRPO) waits for the whole step, and no deadline can fire. The
+  client's Ray transport is kept (built by 0.1.4's `make_transport`) but those ops run in a worker
+  thread (`OFF_LOOP_RAY_OPS`), so the loop keeps answering and `ArcticBackend`'s
+  `request_timeout` bounds them (a timed-out call's thread finishes in the background).
 
 Blocking calls (`create_client`, `destroy_jobs`) do HTTP with `requests`: callers run them off
 the event loop thread (`asyncio.to_thread`).
@@ -119,6 +126,8 @@ def create_client(config: Any, *, server_state: Any = None) -> Any:
             )
         return _client_with_transport(api, config, _http_transport_class()(config))
     try:
+        if config.backend.protocol == "ray":
+            return _client_with_transport(api, config, _off_loop_ray_transport(config, server_state))
         return api.async_client(config, server_state=server_state)
     except ImportError as exc:
         what = (
@@ -275,6 +284,52 @@ def _client_with_transport(api: ClientAPI, config: Any, transport: Any) -> Any:
     client.transport = transport
     client.jobs = initialize_or_cleanup(transport)
     return client
+
+
+# The client ops whose 0.1.4 Ray server method calls `ray.get` inside `async def` (checked against
+# the installed sources by tests/core/runtime/test_runtime_ray_off_loop.py).
+OFF_LOOP_RAY_OPS: frozenset[str] = frozenset(
+    {"forward-backward", "forward", "step", "save", "load-checkpoint"}
+)
+
+
+def _off_loop_ray_transport(config: Any, server_state: Any) -> Any:
+    """0.1.4's in-process Ray transport, built by its own `make_transport` (its dependency gate and
+    server-state creation unchanged), with `OFF_LOOP_RAY_OPS` run in a worker thread."""
+    from arctic_platform.client.base import make_transport
+
+    return with_blocking_ops_off_loop(make_transport(config, server_state=server_state))
+
+
+def with_blocking_ops_off_loop(transport: Any) -> Any:
+    """`transport`, its `OFF_LOOP_RAY_OPS` run in a worker thread when it is 0.1.4's `RayTransport`
+    (its class is swapped for a subclass that overrides `acall` only; its state is untouched)."""
+    from arctic_platform.client.transports.onprem_ray import RayTransport
+
+    if isinstance(transport, RayTransport) and not getattr(transport, "_blocking_ops_off_loop", False):
+        transport.__class__ = _off_loop_ray_transport_class(type(transport))
+    return transport
+
+
+@functools.cache
+def _off_loop_ray_transport_class(ray_transport: type) -> type:
+    class OffLoopRayTransport(ray_transport):
+        """0.1.4's `RayTransport` whose blocking server methods run off the caller's event loop."""
+
+        _blocking_ops_off_loop = True
+
+        async def acall(self, request: Any) -> dict:
+            if request.op not in OFF_LOOP_RAY_OPS:
+                return await super().acall(request)
+            method, args = self._resolve(request)
+            return await asyncio.to_thread(_run_blocking_coroutine, method, args)
+
+    return OffLoopRayTransport
+
+
+def _run_blocking_coroutine(method: Any, args: tuple) -> Any:
+    """Run one of the server's blocking coroutines to completion on this (worker) thread's own loop."""
+    return asyncio.run(method(*args))
 
 
 @functools.cache
