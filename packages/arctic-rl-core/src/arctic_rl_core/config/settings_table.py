@@ -93,7 +93,11 @@ def _fp32_logits_line(cfg: ArcticRLConfig) -> str:
 def _optimizer_line(cfg: ArcticRLConfig) -> str:
     explicit = "torch_adam" in cfg.optimizer.model_fields_set
     if cfg.optimizer.torch_adam:
-        why = "optimizer.torch_adam" if explicit else "DeepSpeed's FusedAdam would JIT-compile with nvcc on the node"
+        why = (
+            "optimizer.torch_adam"
+            if explicit
+            else "DeepSpeed's FusedAdam would JIT-compile with nvcc on the node"
+        )
         return f"torch AdamW ({why})"
     if cfg.deepspeed.offload_optimizer:
         return "DeepSpeedCPUAdam (offloaded; a host C++ build on first use, no nvcc)"
