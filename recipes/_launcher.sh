@@ -5,6 +5,11 @@
 #   recipe_run CMD...      runs CMD; with RECIPE_DRY_RUN=1 it prints CMD instead, one line, every
 #                          argument shell-quoted (paste it into a shell to run that step alone).
 
+# Ray's `uv run` hook off (arctic_rl_core.ray_uv_hook): the drivers run under `uv run --isolated`, and
+# with the hook on Ray starts every worker, the Arctic server's actors included, with that command
+# (each one installing its own environment). A value already exported is kept.
+export RAY_ENABLE_UV_RUN_RUNTIME_ENV="${RAY_ENABLE_UV_RUN_RUNTIME_ENV:-0}"
+
 recipe_overrides() {
   local file=$1 line out name
   if [[ ! -f $file ]]; then

@@ -124,6 +124,26 @@ def test_every_uv_run_is_isolated_locked_and_free_of_requirement_traps(
     assert tokens[:8] == train[:8] and tokens[-1] == "python", tokens
     assert runtime_env["working_dir"] == str(REPO)
     assert py_executable.startswith("uv run --isolated --locked --package ")
+    # ... which is why the launchers turn the hook off: every worker would install its own environment
+    assert _launcher_env()["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] == "0"
+
+
+def _launcher_env(**env: str) -> dict[str, str]:
+    """The environment a launcher's commands run in (after `source recipes/_launcher.sh`)."""
+    done = subprocess.run(
+        ["bash", "-c", "source recipes/_launcher.sh && env"],
+        cwd=REPO,
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+
+
+def test_launchers_keep_a_ray_uv_hook_setting_the_user_exported():
+    assert _launcher_env(RAY_ENABLE_UV_RUN_RUNTIME_ENV="1")["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] == "1"
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda p: f"{framework(p)}/{p.stem}")

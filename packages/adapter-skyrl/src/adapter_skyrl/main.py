@@ -124,6 +124,11 @@ def run_main(
     result = translate(cfg, steps_per_epoch=None)
     result.issues += skyrl_validation_issues(cfg, result.arctic)
     result.raise_for_issues()
+    from arctic_rl_core.ray_uv_hook import keep_ray_workers_off_uv_run
+
+    notice = keep_ray_workers_off_uv_run("adapter_skyrl")  # before SkyRL's ray.init
+    if notice:
+        print(f"notice: {notice}", file=sys.stderr)
     (exp_cls or ArcticPPOExp)(cfg).run()
 
 
