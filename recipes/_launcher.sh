@@ -61,13 +61,17 @@ recipe_bird_data() {
 }
 
 # recipe_train FRAMEWORK OVERRIDES_FILE [OVERRIDE...]: the adapter's entry point in the framework's
-# locked GPU environment, with the file's overrides then the given ones (which win).
+# locked GPU environment, with the file's overrides then the given ones (which win). The `flash`
+# extra (flash-attn, compiled from its sdist) is added only when the file selects flash attention.
 recipe_train() {
   local framework=$1 file=$2 overrides
   shift 2
   overrides=$(recipe_overrides "$file")
-  local -a listed
+  local -a listed extras=(--extra gpu)
   mapfile -t listed <<<"$overrides"
-  recipe_run uv run --isolated --locked --package "adapter-$framework" --extra gpu \
+  if grep -Eq '(attn_implementation=flash_attention_|flash_attn=true)' <<<"$overrides"; then
+    extras+=(--extra flash)
+  fi
+  recipe_run uv run --isolated --locked --package "adapter-$framework" "${extras[@]}" \
     python -m "adapter_$framework.main" "${listed[@]}" "$@"
 }

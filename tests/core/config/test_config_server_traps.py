@@ -144,3 +144,31 @@ def test_builtin_loss_payloads_stay_packed_and_need_one_row_per_micro_batch() ->
     assert "cu_seqlens" not in build_train_payload(samples, spec).meta
     sft = dataclasses.replace(spec, loss_fn="sft")
     assert "cu_seqlens" not in build_sft_payload(samples, sft).meta  # the SFT pipeline never packs
+
+
+# -- the attention kernel of a server that runs from this environment ------------------------------
+
+
+def test_a_local_server_without_flash_attn_is_refused_before_anything_starts() -> None:
+    """The locked GPU environment no longer compiles flash-attn (`--extra flash` does): a flash attention
+    run of the in-process Ray server or a launched local server fails before a job is created, naming
+    the fix; sdpa (rows unpacked) and a remote server's own environment are not checked here."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from arctic_rl_core.backends import arctic_compat
+    from arctic_rl_core.backends.arctic import ArcticBackend
+
+    with pytest.raises(PackageNotFoundError):
+        version("flash-attn")  # not in the CPU test environments
+    cfg = load_config(GSM8K)  # ray, flash_attention_2 with ZoRRo
+    with pytest.raises(arctic_compat.ArcticUnavailableError) as refused:
+        ArcticBackend.from_config(cfg)
+    assert "flash-attn is not installed in this environment" in str(refused.value)
+    assert "--extra flash" in str(refused.value) and "attn_implementation=sdpa" in str(refused.value)
+    local_http = load_config(GSM8K, ["backend.kind=http", "backend.launch_local_server=true"])
+    with pytest.raises(arctic_compat.ArcticUnavailableError, match="flash-attn is not installed"):
+        arctic_compat.require_attention_kernel(local_http.to_client_config(), "flash_attention_2")
+    remote = load_config(GSM8K, ["backend.kind=http"])
+    arctic_compat.require_attention_kernel(remote.to_client_config(), "flash_attention_2")  # not visible here
+    sdpa = load_config(GSM8K, SDPA_CORE_LOSS)
+    arctic_compat.require_attention_kernel(sdpa.to_client_config(), "sdpa")

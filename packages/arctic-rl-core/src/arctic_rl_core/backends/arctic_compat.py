@@ -198,6 +198,48 @@ def apply_worker_env(config: Any, env: dict[str, str], environ: Any = None) -> s
     return f"set in this process: {names}"
 
 
+# The package each flash attention implementation loads (Hugging Face transformers' availability checks).
+ATTENTION_KERNEL_PACKAGES: dict[str, tuple[str, str]] = {
+    "flash_attention_2": ("distribution", "flash-attn"),
+    "flash_attention_3": ("module", "flash_attn_interface"),
+}
+FLASH_EXTRA_HINT = (
+    "install flash-attn where the server runs (`uv sync --locked --package adapter-<framework> --extra gpu "
+    "--extra flash`: PyPI has only its sdist, compiled against torch and the CUDA 13 toolkit, for hours), or "
+    "set kernels.attn_implementation=sdpa with zorro.enable=false (correct without it: rows are sent unpacked)"
+)
+
+
+def require_attention_kernel(client_config: Any, attn_implementation: str) -> None:
+    """Before a server that runs from THIS Python environment starts (the in-process Ray server, a
+    launched local HTTP server): the flash attention package `attn_implementation` (and ZoRRo, which
+    needs flash attention) loads must be installed here, else the training job fails when it builds
+    its model. A remote server's environment cannot be seen from here."""
+    backend = client_config.backend
+    local = getattr(backend, "type", "onprem") == "onprem" and (
+        backend.protocol == "ray" or getattr(backend, "launch_local_server", False)
+    )
+    if not local or attn_implementation not in ATTENTION_KERNEL_PACKAGES:
+        return
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError
+
+    kind, name = ATTENTION_KERNEL_PACKAGES[attn_implementation]
+    if kind == "module":
+        found = importlib.util.find_spec(name) is not None
+    else:
+        try:
+            version(name)
+            found = True
+        except PackageNotFoundError:
+            found = False
+    if not found:
+        raise ArcticUnavailableError(
+            f"kernels.attn_implementation={attn_implementation}: {name} is not installed in this environment, "
+            f"which the Arctic server's workers run from (backend {backend.protocol}): {FLASH_EXTRA_HINT}"
+        )
+
+
 def bounded_construction(construct: Any, config: Any) -> Any:
     """`construct(config)` (job creation: BLOCKING), bounded: 0.1.4's Ray transport waits for its
     jobs with no timeout (`ray.get` on the state actor). The bound is the client's own
