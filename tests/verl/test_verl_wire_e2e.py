@@ -235,6 +235,12 @@ def test_colocated_run_learns_from_graded_rewards(workdir, colocated):
         # the sync after each step, as verl logged it: 2 optimizer steps per step
         assert metrics["arctic/rollout_weights_version"] == 2 * (step - 1)
         assert metrics["arctic/weights_version"] == 2 * step
+        # the sampler's queue since the previous step's end: the validation run after it (for step 1:
+        # before training) and this step's rollouts, every request counted once
+        assert metrics["sampler_queue/requests"] == VAL_ROWS + TRAIN_BATCH * ROLLOUT_N
+        assert 2 <= metrics["sampler_queue/calls"] <= metrics["sampler_queue/requests"]
+        assert 0 < metrics["sampler_queue/busy_fraction"] <= 1
+        assert metrics["sampler_queue/in_flight_max"] >= metrics["sampler_queue/batch_size_mean"] >= 1
         rows = _dumped(workdir / "rollouts2", step)
         assert len(rows) == TRAIN_BATCH * ROLLOUT_N
         for row in rows:

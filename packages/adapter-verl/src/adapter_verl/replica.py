@@ -3,7 +3,9 @@
 Its server actor answers verl's token-in/token-out `generate` with `Backend.generate`: it reports
 the sampler's weights version in `extra_fields["global_steps"]` and, since verl's sync client
 sends no `max_tokens`, defaults it to the configured response length. Concurrent requests are
-coalesced into batched backend calls of at most `rollout.max_num_seqs` prompts. `sleep` (verl's
+coalesced into batched backend calls of at most `rollout.max_num_seqs` prompts
+(`arctic_rl_core.generate_batcher`), whose queue the trainer logs every step (`sampler_queue/*`,
+`take_sampler_queue_stats`). `sleep` (verl's
 "sampling is over") hands the devices to training through the core weight-sync policy; the sync
 after each step hands them back.
 """
@@ -14,9 +16,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import ray
+from arctic_rl_core.generate_batcher import GenerateBatcher, SamplerQueueStats
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
-from adapter_verl.generate_batcher import GenerateBatcher
 from adapter_verl.trace import TraceWriter
 from adapter_verl.verl_internals import WEIGHTS_VERSION_KEY, set_replica_server
 
@@ -77,7 +79,11 @@ class ArcticRolloutServer:
     def attach(self, info: SessionInfo) -> None:
         """Bind to the run's backend (done on first use from the published session)."""
         self._backend = info.handle.connect()
-        self._batcher = GenerateBatcher(self._backend.generate, max_batch=self.max_num_seqs)
+        self._batcher = GenerateBatcher(
+            self._backend.generate,
+            max_batch=self.max_num_seqs,
+            max_calls_in_flight=self._backend.max_generate_calls_in_flight,
+        )
         self._arctic_config = info.settings.arctic_config()
         self._trace = TraceWriter(info.settings.trace_dir, f"rollout{self.replica_rank}")
         # the on-prem Arctic server takes text prompts only (Cortex and the reference take ids)
@@ -148,6 +154,13 @@ class ArcticRolloutServer:
             stop_reason="aborted" if completion.finish_reason == "abort" else "completed",
             extra_fields={WEIGHTS_VERSION_KEY: served.weights_version},
         )
+
+    async def take_sampler_queue_stats(self) -> SamplerQueueStats:
+        """The sampler's queue since the previous call (`GenerateBatcher.take_stats`): what the
+        trainer logs at the end of each step."""
+        if self._batcher is None:
+            return SamplerQueueStats.combine([])
+        return self._batcher.take_stats()
 
     async def sleep(self) -> None:
         """verl calls this once sampling is over (`on_sample_end`) and before loading a checkpoint:

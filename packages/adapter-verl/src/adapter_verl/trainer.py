@@ -38,6 +38,7 @@ from adapter_verl.verl_internals import (
     ROLLOUT_VERSIONS_KEY,
     add_step_metrics,
     checkpoint_engine_backend,
+    rollout_servers,
     set_checkpoint_engine_backend,
     tolerate_flush_in_separate_async_log,
 )
@@ -149,11 +150,16 @@ class _ArcticForwarding:
     def on_step_end(self) -> None:
         """verl's sync (weights to the sampler), then the sync's metrics into this step's logged
         metrics: `arctic/weights_version`, `arctic/rollout_weights_version`,
-        `arctic/optimizer_steps`, `arctic/sync_time_s`."""
+        `arctic/optimizer_steps`, `arctic/sync_time_s`; and the sampler's queue since the previous
+        step's end (`sampler_queue/*`, `arctic_rl_core.generate_batcher`, over every replica)."""
+        from arctic_rl_core.generate_batcher import SamplerQueueStats
+
         super().on_step_end()
         reported = {}
         for per_rank in self.actor_rollout_wg.sync_metrics():
             reported.update(per_rank or {})
+        queues = ray.get([server.take_sampler_queue_stats.remote() for server in rollout_servers(self)])
+        reported.update(SamplerQueueStats.combine(queues).metrics())
         add_step_metrics(self, reported)
 
     # the dataloader position of every prompt submitted for rollout (None: a custom replay buffer

@@ -112,6 +112,15 @@ INTERNALS: tuple[Internal, ...] = (
     ),
     Internal(
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
+        "_rollout_server_managers",
+        "call",
+        "trainer._ArcticForwarding.on_step_end (rollout_servers)",
+        "the one list of every LLM-server manager a trainer owns (the separate-async trainer adds its "
+        "standalone one); verl itself uses it for rollout profiling",
+        ("self",),
+    ),
+    Internal(
+        "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
         "_consume_sync_metrics",
         "call",
         "(verl calls it; reads `_pending_sync_metrics`)",
@@ -209,6 +218,16 @@ def collect_on_rank0(worker: Any, meshes: Iterable[str]) -> None:
     """Every rank of each mesh dispatches as dp rank 0; only rank 0 collects."""
     for mesh in meshes:
         worker._register_dispatch_collect_info(mesh_name=mesh, dp_rank=0, is_collect=worker.rank == 0)
+
+
+def rollout_servers(trainer: Any) -> list[Any]:
+    """The server actor handles of every rollout replica `trainer` owns."""
+    return [
+        server
+        for manager in trainer._rollout_server_managers()
+        for replica in manager.get_replicas()
+        for server in replica.servers
+    ]
 
 
 def add_step_metrics(trainer: Any, metrics: dict[str, Any]) -> None:

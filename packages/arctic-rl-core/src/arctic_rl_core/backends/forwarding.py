@@ -36,6 +36,10 @@ class ForwardingBackend(Backend):
         return await self.target.generate(prompts, params)
 
     @property
+    def max_generate_calls_in_flight(self) -> int | None:
+        return self.target.max_generate_calls_in_flight
+
+    @property
     def serves_forward(self) -> bool:
         return self.target.serves_forward
 

@@ -177,6 +177,15 @@ class Backend(abc.ABC):
     ) -> GenerateOutput:
         """Sample one completion per prompt (text prompts, or token-id prompts where supported)."""
 
+    @property
+    def max_generate_calls_in_flight(self) -> int | None:
+        """How many `generate` calls the sampler serves at once. None: any number (the server
+        batches concurrent calls itself, as vLLM's continuous batching does: a call sent at once
+        joins the running batch). The reference engine's sampler serves one call at a time (the
+        next waits), so `arctic_rl_core.generate_batcher` holds requests back while a call is in
+        flight and sends them together when it returns."""
+        return None
+
     # -- training -----------------------------------------------------------------------------
     @property
     def serves_forward(self) -> bool:

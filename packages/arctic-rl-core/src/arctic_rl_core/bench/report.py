@@ -19,6 +19,9 @@ class BenchResult:
     higher_is_better: bool = False  # e.g. an accuracy: the ratio is then ours / baseline
     notes: list[str] = field(default_factory=list)
     extra_rows: list[tuple[str, str]] = field(default_factory=list)
+    # why this run's numbers do not measure what the benchmark is about (e.g. no idle core): the
+    # last line then says so instead of giving a ratio
+    unmet_conditions: str | None = None
 
     @property
     def ratio(self) -> float:
@@ -50,4 +53,8 @@ def print_result(result: BenchResult) -> None:
     for note in result.notes:
         console.print(note)
     # Plain print: the last line is machine-read, keep it free of markup and wrapping.
+    if result.unmet_conditions is not None:
+        print(f"measured under unmet conditions: {result.ratio:.2f}x (not a result)")
+        print(f"ratio: not measured ({result.unmet_conditions})", flush=True)
+        return
     print(f"ratio: {result.ratio:.2f}x", flush=True)

@@ -232,6 +232,10 @@ class ReferenceBackend(Backend):
         return {name: p.detach().clone() for name, p in self._sampler.named_parameters()}
 
     # -- inference ------------------------------------------------------------------------------
+    @property
+    def max_generate_calls_in_flight(self) -> int | None:
+        return 1  # one sampler, behind a lock: a second call waits for the first
+
     async def generate(
         self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
     ) -> GenerateOutput:

@@ -144,6 +144,10 @@ class RayReferenceBackend(Backend):
     ) -> GenerateOutput:
         return await self._call("generate", list(prompts), params)
 
+    @property
+    def max_generate_calls_in_flight(self) -> int | None:
+        return 1  # the engine in the actor samples one call at a time
+
     async def forward(self, payload: WirePayload, *, reference_model: bool = False) -> ForwardOutput:
         return await self._call("forward", payload, reference_model=reference_model)
 
