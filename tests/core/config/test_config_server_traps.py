@@ -1,7 +1,10 @@
 """What the translation sets because of how arctic-platform 0.1.4's DeepSpeed worker behaves (issue 28):
 the log-prob job's ZeRO stage, torch AdamW instead of the JIT-compiled FusedAdam, fp32 log-probs where
-no fused cross-entropy kernel runs. Checked on the `/initialize` bodies the real 0.1.4 client builds
-(`ArcticClientConfig.to_onprem`) and on the startup report that says why."""
+no fused cross-entropy kernel runs, rows sent unpacked without flash attention (and the built-in loss
+that cannot take them refused), the flash-attn a local server needs, a launched server's rendezvous
+ports. Checked on the `/initialize` bodies the real 0.1.4 client builds (`ArcticClientConfig.to_onprem`),
+the payloads and the startup report; tests/core/runtime/test_runtime_real_ray_server.py runs them
+through the real server."""
 
 from __future__ import annotations
 
@@ -172,3 +175,36 @@ def test_a_local_server_without_flash_attn_is_refused_before_anything_starts() -
     arctic_compat.require_attention_kernel(remote.to_client_config(), "flash_attention_2")  # not visible here
     sdpa = load_config(GSM8K, SDPA_CORE_LOSS)
     arctic_compat.require_attention_kernel(sdpa.to_client_config(), "sdpa")
+
+
+# -- the rendezvous ports of a launched local HTTP server --------------------------------------------
+
+
+def test_a_launched_local_server_starts_without_the_exported_master_port(monkeypatch) -> None:
+    """0.1.4's HTTP server reads MASTER_PORT for both DeepSpeed jobs (29500 / 29501 only without it):
+    the client launches it (a copy of this environment) while MASTER_PORT is out, then it is back."""
+    import os
+
+    from arctic_rl_core.backends import arctic_compat
+
+    seen = []
+    api = arctic_compat.load_client_api()
+
+    class Client:
+        def __init__(self, config, server_state=None):
+            seen.append(os.environ.get("MASTER_PORT"))  # what the launched server's environment copies
+
+    monkeypatch.setattr(arctic_compat, "load_client_api", lambda: dataclass_replace(api, async_client=Client))
+    monkeypatch.setenv("MASTER_PORT", "29555")
+    launched = load_config(GSM8K, [*KL, "backend.kind=http", "backend.launch_local_server=true"])
+    arctic_compat.create_client(launched.to_client_config())
+    assert seen == [None] and os.environ["MASTER_PORT"] == "29555"
+    no_log_prob_job = load_config(GSM8K, ["backend.kind=http", "backend.launch_local_server=true"])
+    arctic_compat.create_client(no_log_prob_job.to_client_config())
+    assert seen == [None, "29555"]  # one DeepSpeed job: nothing to keep apart
+
+
+def dataclass_replace(instance, **changes):
+    import dataclasses
+
+    return dataclasses.replace(instance, **changes)
