@@ -87,7 +87,7 @@ _RESULT = {"text": "x", "token_ids": [5], "finish_reason": "length", "prompt_len
 def _backend(server: _BlockingRayServer, request_timeout: float) -> ArcticBackend:
     """The real 0.1.4 client over the real `RayTransport`, reattached to `server`, with the compat
     layer's off-loop ops."""
-    from arctic_platform.client.transports.onprem_ray import RayTransport
+    from reattached_ray_client import reattached_ray_client
 
     config = ArcticClientConfig(
         model_name="tiny/model",
@@ -98,11 +98,7 @@ def _backend(server: _BlockingRayServer, request_timeout: float) -> ArcticBacken
         sampling_job_id=4,
         backend=OnPremConfig(protocol="ray"),
     )
-    transport = RayTransport.__new__(RayTransport)
-    transport.config, transport._reconnect, transport._state = config, True, None
-    transport._server, transport._loop = server, asyncio.new_event_loop()
-    transport = arctic_compat.with_blocking_ops_off_loop(transport)
-    client = arctic_compat._client_with_transport(arctic_compat.load_client_api(), config, transport)
+    client = reattached_ray_client(config, server, compat=True)
     return ArcticBackend(client, colocated=False, owns_jobs=False)
 
 
