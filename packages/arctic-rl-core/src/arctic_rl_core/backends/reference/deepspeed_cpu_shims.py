@@ -43,8 +43,9 @@ One change to what a client asks for, in `cpu_ds_config` (applied to every job's
 
 In the process that runs the server's own code (`deepspeed_server_jobs`), only `extras_gate_open()`:
 the same gate, opened while `arctic_platform.common.http_server` is imported (it imports the worker
-module, hence `arctic_platform.model`) and closed again, so the process's arctic-platform client keeps
-its own check (`make_transport` refuses the on-prem transports without those extras).
+module, hence `arctic_platform.model`) and while one of its routes runs (the load balancer imports
+`arctic_platform.rl` on first use), and closed again, so a client in the same process keeps its own
+check (`make_transport` refuses the on-prem transports without those extras) outside those calls.
 """
 
 from __future__ import annotations

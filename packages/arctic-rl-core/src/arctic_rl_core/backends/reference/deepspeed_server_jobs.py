@@ -111,7 +111,9 @@ class ServerJobs:
         server = self._server
         if self._closed:
             raise RuntimeError("the DeepSpeed server jobs are shut down: create a new engine")
-        with _APP_LOCK:
+        from arctic_rl_core.backends.reference.deepspeed_cpu_shims import extras_gate_open
+
+        with _APP_LOCK, extras_gate_open():  # the routes import arctic_platform.rl lazily (load balancer)
             saved_state = server.app.state
             server.app.state = self.state
             patched: list[tuple[Any, str, Any]] = []
