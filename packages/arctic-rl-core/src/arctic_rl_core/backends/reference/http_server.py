@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends.protocol import SamplingParams
-from arctic_rl_core.backends.reference import http_auth
+from arctic_rl_core.backends.reference import http_auth, request_bounds
 from arctic_rl_core.backends.reference.app_runner import serve_application
 from arctic_rl_core.backends.reference.checkpoint import prune_checkpoint_dirs, write_text_atomic
+from arctic_rl_core.backends.reference.deepspeed_backend import DeepSpeedReferenceBackend
 from arctic_rl_core.backends.reference.fidelity import (
     GENERATE_KEYS,
     LOAD_KEYS,
@@ -145,7 +146,9 @@ class ReferenceServer:
         from aiohttp import web
 
         self.files.root.mkdir(parents=True, exist_ok=True)
-        middlewares = [] if self.request_log is None else [_request_logger(self.request_log)]
+        middlewares = [request_bounds.size_limit_middleware(self.max_body_bytes, _too_large)]
+        if self.request_log is not None:
+            middlewares.append(_request_logger(self.request_log))
         middlewares.append(http_auth.middleware(self.token))
         app = web.Application(client_max_size=self.max_body_bytes, middlewares=middlewares)
         routes: list[tuple[str, str, Callable[[web.Request], Awaitable[Any]]]] = [
@@ -259,13 +262,16 @@ class ReferenceServer:
         else:
             job.deepspeed = body.get("ds_config") is not None
             info["engine"] = "deepspeed" if job.deepspeed else "vllm"
+            if job.deepspeed and isinstance(
+                engine, DeepSpeedReferenceBackend
+            ):  # the 0.1.4 log-prob job itself
+                await engine.start_log_prob_job(dict(body))
         job.info = info
         self.state.jobs[job_id] = job
         self.state.next_job_id += 1
         return {"job_id": job_id, "job_type": job_type, "running": True}
 
     async def _engine_for(self, model_name: str, seed: int) -> ReferenceBackend:
-        from arctic_rl_core.backends.reference.engine import ReferenceBackend
 
         if self.state.engine is not None:
             if model_name != self.state.engine_model or not self.fidelity.job_seed(
@@ -287,7 +293,9 @@ class ReferenceServer:
                 )
             model = settings.model.model_copy(update={"model_path": model_name})
             settings = settings.model_copy(update={"model": model})
-        engine = await asyncio.to_thread(ReferenceBackend, settings)
+        from arctic_rl_core.backends.reference.deepspeed_backend import create_reference_backend
+
+        engine = await asyncio.to_thread(create_reference_backend, settings)
         self.state.engine, self.state.engine_seed, self.state.engine_model = engine, seed, model_name
         return engine
 
@@ -299,6 +307,14 @@ class ReferenceServer:
         if body.get("checkpoint_path") is None:
             raise HTTPError(400, "checkpoint_path is required for training jobs")
         checkpoint_root = self.files.resolve("checkpoint_path", body["checkpoint_path"])
+        if isinstance(engine, DeepSpeedReferenceBackend):
+            # the 0.1.4 training job itself, from the client's body: its ds_config goes to DeepSpeed as is,
+            # and the job's folder and weight-sync file are the ones the 0.1.4 server made
+            real = await engine.start_training_job({**body, "checkpoint_path": str(checkpoint_root)})
+            info["checkpoint_path"], info["sync_path"] = real["checkpoint_path"], real["sync_path"]
+            job.cuda_ipc, job.low_memory = bool(real["cuda_ipc"]), bool(real["low_memory"])
+            info["cuda_ipc"], info["low_memory"] = job.cuda_ipc, job.low_memory
+            return
         ds_config = body.get("ds_config")
         if ds_config is not None:
             if not isinstance(ds_config, Mapping):
@@ -448,6 +464,10 @@ class ReferenceServer:
                     f"/save: {self.files.shown(target)} is a file, not a folder: remove it or save elsewhere",
                 )
         extra = {"checkpoint_id": body.get("checkpoint_id"), "stage_info": body.get("stage_info")}
+        if isinstance(self.engine, DeepSpeedReferenceBackend):  # 0.1.4's /save: its paths, latest and pruning
+            request = {"path": str(root), "step": step, "export_hf": export_hf, "save_total_limit": limit}
+            answer = await self.engine.server_save(request, extra)
+            return {"job_id": job_id, **answer}
         global_step = await self.engine.save_to(path, export_hf=export_hf, extra=extra)
         if step is not None:
             write_text_atomic(root / "latest", str(step))
@@ -744,6 +764,10 @@ class ReferenceServer:
         await _json_body(request, required=False)
         if not job.deepspeed:
             return {"job_id": job_id, "workers": []}
+        if isinstance(self.engine, DeepSpeedReferenceBackend):  # 0.1.4's offload_to_cpu / backload_to_gpu
+            workers = await self.engine.set_log_prob_residency(offloaded=offloaded)
+            job.offloaded = offloaded
+            return {"job_id": job_id, "workers": workers}
         job.offloaded = offloaded
         state = "offloaded" if offloaded else "on_gpu"
         return {"job_id": job_id, "workers": [{"state": state}] * self.engine.settings.dp_size}
@@ -839,6 +863,12 @@ def _fidelity_response(err: FidelityRefusal | InternalServerError) -> web.Respon
     return web.Response(status=500, text=INTERNAL_ERROR_BODY)
 
 
+def _too_large(error: request_bounds.BodyTooLarge) -> web.Response:
+    from aiohttp import web
+
+    return web.json_response({"detail": str(error)}, status=413)
+
+
 def _job_id(request: web.Request) -> int:
     raw = request.query.get("job_id")
     if raw is None:
@@ -856,7 +886,9 @@ async def _json_body(request: web.Request, *, required: bool) -> Any:
             raise HTTPError(422, f"{request.path} needs a JSON body")
         return None
     try:
-        return json.loads(raw)
+        return request_bounds.parse_json(raw, what=request.path)
+    except request_bounds.JsonTooDeep as err:
+        raise HTTPError(400, str(err)) from None
     except ValueError:
         raise HTTPError(422, f"{request.path}: the body is not JSON") from None
 
@@ -892,6 +924,7 @@ def vllm_sampling(
             continue
         fidelity.unknown_sampling_key(key)
     fidelity.sampling_n(params.get("n"))
+    _check_sampling_ranges(params)
     max_tokens = params.get("max_tokens", VLLM_DEFAULT_MAX_TOKENS)
     if max_tokens is None:
         max_tokens = max(1, max_model_len)
@@ -916,6 +949,30 @@ def vllm_sampling(
         raise HTTPError(400, f"sampling_params.logprobs={logprobs!r}: must be an integer >= 0")
     stop_ids = frozenset(int(t) for t in (params.get("stop_token_ids") or ()))
     return sampling, logprobs, stop_ids
+
+
+# vLLM's ranges of the numeric sampling fields: key -> (integer?, in range?, the range in words)
+_SAMPLING_RANGES: dict[str, tuple[bool, Callable[[float], bool], str]] = {
+    "temperature": (False, lambda v: v >= 0, ">= 0 (0 is greedy)"),
+    "top_p": (False, lambda v: 0 < v <= 1, "in (0, 1]"),
+    "max_tokens": (True, lambda v: v >= 1, ">= 1"),
+    "top_k": (True, lambda v: v >= -1, ">= 1, or -1 or 0 for no limit"),
+    "seed": (True, lambda v: True, "any"),
+}
+
+
+def _check_sampling_ranges(params: Mapping[str, Any]) -> None:
+    """400 naming the field for a numeric sampling value of the wrong type, not finite (NaN, Infinity)
+    or out of vLLM's range (a negative temperature; 0.1.4's vLLM would fail inside the server with a
+    bare 500)."""
+    for key, (integer, in_range, words) in _SAMPLING_RANGES.items():
+        value = params.get(key)
+        if value is None:
+            continue
+        kind = "an integer" if integer else "a finite number"
+        wrong_type = isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
+        if wrong_type or not math.isfinite(value) or not in_range(value):
+            raise HTTPError(400, f"sampling_params.{key}={value!r}: must be {kind} {words}")
 
 
 def _logprob_entries(entries: Mapping[int, tuple[float, int]]) -> dict[int, dict[str, float | int]]:
@@ -1015,8 +1072,8 @@ def _request_logger(path: Path) -> Any:
         if request.content_type != "application/octet-stream" and request.can_read_body:
             raw = await request.read()  # aiohttp keeps the body for the handler
             try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
+                body = request_bounds.parse_json(raw, what=request.path) if raw else None
+            except ValueError:  # the handler answers it
                 body = None
             entry.update(_control_fields(body))
         response = await handler(request)
