@@ -97,16 +97,23 @@ def server(tmp_path_factory):
     os.environ["MASTER_PORT"] = str(port)  # as on a cluster node that exports it
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(
-        num_cpus=4,
-        num_gpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={
-            "env_vars": dict(deepspeed_cpu_shims.WORKER_ENV),
-            "worker_process_setup_hook": f"{deepspeed_cpu_shims.__name__}.install",
-        },
-    )
+    for attempt in (1, 2):  # Ray waits 30 s (hard-coded) for its raylet: a loaded machine can miss that once
+        try:
+            ray.init(
+                num_cpus=4,
+                num_gpus=2,
+                include_dashboard=False,
+                log_to_driver=False,
+                runtime_env={
+                    "env_vars": dict(deepspeed_cpu_shims.WORKER_ENV),
+                    "worker_process_setup_hook": f"{deepspeed_cpu_shims.__name__}.install",
+                },
+            )
+            break
+        except Exception as error:
+            ray.shutdown()
+            if attempt == 2 or "timed out during startup" not in str(error):
+                raise
     import arctic_platform.client.base as client_base
 
     gate = client_base.require_any_dep_group  # the client's own check for the GPU extras (vLLM, Liger...)
