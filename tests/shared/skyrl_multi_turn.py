@@ -15,6 +15,7 @@ replaying recorded turns on a vLLM-free engine (the stand-in the Arctic generato
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -117,32 +118,48 @@ class ScriptedPolicy(ForwardingBackend):
         return [*self.tokenizer.encode(head, add_special_tokens=False), *letters, *self._encode(tail)]
 
     async def generate(self, prompts, params):
-        completions_ids, finishes = [], []
+        completions_ids, finishes, prompt_ids = [], [], []
         for prompt in prompts:
             ids = list(prompt) if not isinstance(prompt, str) else self.tokenizer.encode(prompt)
+            prompt_ids.append(ids)
             text = self.script(self.tokenizer.decode(ids, skip_special_tokens=False))
             tokens = self._encode(text)
             if not any(text.endswith(s) for s in params.stop):
                 tokens.append(int(self.tokenizer.eos_token_id))
             completions_ids.append(tokens[: params.max_tokens])
             finishes.append(FinishReason.STOP if len(tokens) <= params.max_tokens else FinishReason.LENGTH)
-        scored = await self.target.score_completions(list(prompts), completions_ids, params)
+        scored = await self.target.score_completions(prompt_ids, completions_ids, params)
         version = (await self.target.state()).weights_version
         completions = [
             Completion(
                 text=self.tokenizer.decode(tokens, skip_special_tokens=True),
                 token_ids=tuple(tokens),
                 finish_reason=finish,
-                prompt_len=len(prompt),
+                prompt_len=len(ids),
                 generation_len=len(tokens),
-                prompt_token_ids=None if isinstance(prompt, str) else tuple(prompt),
+                prompt_token_ids=tuple(ids),
                 logprobs=tuple(lp for lp, _ in entries) if params.logprobs else None,
             )
-            for prompt, tokens, finish, entries in zip(
-                prompts, completions_ids, finishes, scored, strict=True
+            for ids, tokens, finish, entries in zip(
+                prompt_ids, completions_ids, finishes, scored, strict=True
             )
         ]
         return GenerateOutput(completions=completions, weights_version=version)
+
+
+class TextOnly(ForwardingBackend):
+    """A backend as the on-prem server answers: text prompts only, no prompt ids echoed (only
+    `prompt_len`)."""
+
+    @property
+    def accepts_token_ids(self) -> bool:
+        return False
+
+    async def generate(self, prompts, params):
+        assert all(isinstance(p, str) for p in prompts)
+        out = await self.target.generate(prompts, params)
+        completions = [dataclasses.replace(c, prompt_token_ids=None) for c in out.completions]
+        return dataclasses.replace(out, completions=completions)
 
 
 # -- SkyRL's own generator, replaying recorded turns ---------------------------------------------------

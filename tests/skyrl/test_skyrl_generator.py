@@ -7,14 +7,13 @@ are refused; SkyRL's overlong filtering applies."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 import pytest
 from adapter_skyrl.config import parse_cli
 from adapter_skyrl.generator import WEIGHTS_VERSION_KEY, ArcticGenerator
 from adapter_skyrl.inference_client import ArcticInferenceClient, to_sampling_params
-from arctic_rl_core.backends.forwarding import ForwardingBackend
 from arctic_rl_core.dispatch import run
+from skyrl_multi_turn import TextOnly
 
 SAMPLING = {
     "min_tokens": 1,
@@ -43,20 +42,6 @@ def backend():
     run(engine.reset_prefix_cache())
     yield engine
     run(engine.shutdown())
-
-
-class TextOnly(ForwardingBackend):
-    """The reference engine as the on-prem server answers: text prompts, `prompt_len` only."""
-
-    @property
-    def accepts_token_ids(self) -> bool:
-        return False
-
-    async def generate(self, prompts, params):
-        assert all(isinstance(p, str) for p in prompts)
-        out = await self.target.generate(prompts, params)
-        completions = [dataclasses.replace(c, prompt_token_ids=None) for c in out.completions]
-        return dataclasses.replace(out, completions=completions)
 
 
 def generator(backend, *overrides, **options) -> ArcticGenerator:

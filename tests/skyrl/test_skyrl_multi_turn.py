@@ -10,18 +10,17 @@ text prompts (the on-prem server) whose later turns were read as other ids than 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import re
 
 import pytest
 from adapter_skyrl.config import parse_cli
 from adapter_skyrl.generator import WEIGHTS_VERSION_KEY, ArcticGenerator
 from adapter_skyrl.inference_client import ArcticInferenceClient
-from arctic_rl_core.backends.forwarding import ForwardingBackend
 from arctic_rl_core.dispatch import run
 from skyrl_multi_turn import (
     SQL_STOP,
     ScriptedPolicy,
+    TextOnly,
     bird_multi_turn_rows,
     generator_input,
     gsm8k_multi_turn_rows,
@@ -51,20 +50,6 @@ def engine():
     run(backend.reset_prefix_cache())
     yield backend
     run(backend.shutdown())
-
-
-class TextOnly(ForwardingBackend):
-    """A backend as the on-prem server answers: text prompts, `prompt_len` only."""
-
-    @property
-    def accepts_token_ids(self) -> bool:
-        return False
-
-    async def generate(self, prompts, params):
-        ids = [self.target.tokenizer.encode(p) for p in prompts]
-        out = await self.target.generate(ids, params)
-        completions = [dataclasses.replace(c, prompt_token_ids=None) for c in out.completions]
-        return dataclasses.replace(out, completions=completions)
 
 
 def make_generator(backend, tokenizer, overrides):

@@ -33,19 +33,23 @@ LEARNING = [  # SkyRL's own settings: 4 prompts x 4 samples, 2 turns of up to 8 
 ]
 
 
-def test_a_multi_turn_run_learns_on_cpu(tmp_path):
-    rows = vowel_turns_rows()
+def run_vowel_turns(tmp_path, *overrides):
+    """SkyRL's trainer in process on the `vowel_turns` rows with `overrides`, SkyRL's agent loops."""
     data = tmp_path / "vowel_turns.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    exp = run_grpo(
+    data.write_text("".join(json.dumps(r) + "\n" for r in vowel_turns_rows()), encoding="utf-8")
+    return run_grpo(
         [
             f"data.train_data=['{data}']",
             f"trainer.ckpt_path={tmp_path / 'ckpt'}",
             f"trainer.export_path={tmp_path / 'export'}",
-            *LEARNING,
+            *overrides,
         ],
         base=[*(a for a in TINY_GRPO if not a.startswith("generator.batched")), *IN_PROCESS],
     )
+
+
+def test_a_multi_turn_run_learns_on_cpu(tmp_path):
+    exp = run_vowel_turns(tmp_path, *LEARNING)
     steps = logged_steps(exp)
     assert sorted(steps) == list(range(1, STEPS + 1))
     rewards = [steps[s]["reward/avg_raw_reward"] for s in sorted(steps)]
@@ -66,19 +70,11 @@ def test_a_multi_turn_run_learns_on_cpu(tmp_path):
 def test_step_wise_trajectories_train_one_row_per_turn(tmp_path):
     """SkyRL's `generator.step_wise_trajectories`: each turn is its own row (its prompt the context the
     sampler read), SkyRL's trainer propagates the last step's advantage; two steps train on the backend."""
-    rows = vowel_turns_rows()
-    data = tmp_path / "vowel_turns.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    exp = run_grpo(
-        [
-            f"data.train_data=['{data}']",
-            f"trainer.ckpt_path={tmp_path / 'ckpt'}",
-            f"trainer.export_path={tmp_path / 'export'}",
-            *(a for a in LEARNING if not a.startswith(("trainer.max_training_steps", "trainer.epochs"))),
-            "generator.step_wise_trajectories=true",
-            "trainer.max_training_steps=2",
-        ],
-        base=[*(a for a in TINY_GRPO if not a.startswith("generator.batched")), *IN_PROCESS],
+    exp = run_vowel_turns(
+        tmp_path,
+        *(a for a in LEARNING if not a.startswith(("trainer.max_training_steps", "trainer.epochs"))),
+        "generator.step_wise_trajectories=true",
+        "trainer.max_training_steps=2",
     )
     steps = logged_steps(exp)
     assert sorted(steps) == [1, 2]

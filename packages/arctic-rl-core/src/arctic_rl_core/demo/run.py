@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -438,6 +439,15 @@ def _evaluate(
     return results
 
 
+def _sampled_too(options: DemoOptions, evaluate: Any) -> dict[str, Any] | None:
+    """`evaluate(temperature=..., samples_per_prompt=...)`'s score as JSON when the run samples answers."""
+    if not options.eval_samples:
+        return None
+    return asyncio.run(
+        evaluate(temperature=options.temperature, samples_per_prompt=options.eval_samples)
+    ).to_json()
+
+
 def _evaluate_episodes(progress, log: MetricsLog, backend, task, phase: str, options, tokenizer):
     """BIRD multi-turn: greedy episodes (and sampled ones) per split, with the turns they took."""
     from arctic_rl_core.demo.evaluation import evaluate_episodes
@@ -447,20 +457,9 @@ def _evaluate_episodes(progress, log: MetricsLog, backend, task, phase: str, opt
     weights_version = asyncio.run(backend.state()).weights_version
     lengths = {"max_tokens": options.max_response_length, "max_input_length": options.max_input_length}
     for split, rows in (("heldout", task.heldout_rows), ("train", task.train_rows)):
-        score = asyncio.run(evaluate_episodes(backend, task, rows, tokenizer, **lengths))
-        sampled = None
-        if options.eval_samples:
-            sampled = asyncio.run(
-                evaluate_episodes(
-                    backend,
-                    task,
-                    rows,
-                    tokenizer,
-                    temperature=options.temperature,
-                    samples_per_prompt=options.eval_samples,
-                    **lengths,
-                )
-            ).to_json()
+        episodes = functools.partial(evaluate_episodes, backend, task, rows, tokenizer, **lengths)
+        score = asyncio.run(episodes())
+        sampled = _sampled_too(options, episodes)
         results[split] = log.append(
             "eval",
             phase=phase,

@@ -20,15 +20,19 @@ SYSTEM_PROMPT = (
 OUTPUT_FORMAT = "<think>\nreasoning\n</think>\n<answer>\n```sql\nSELECT ...\n```\n</answer>"
 
 
-def build_user_message(schema: str, question: str, evidence: str, engine: str = ENGINE) -> str:
+def _question(schema: str, question: str, evidence: str, engine: str) -> str:
+    """The engine, the schema, the question and the evidence: what both prompts put first."""
     evidence_text = evidence.strip() if evidence.strip() else "none"
     return (
         f"Database engine: {engine}\n\n"
         f"Database schema:\n{schema}\n\n"
         f"Question: {question.strip()}\n"
         f"Evidence: {evidence_text}\n\n"
-        f"Answer in this format:\n{OUTPUT_FORMAT}"
     )
+
+
+def build_user_message(schema: str, question: str, evidence: str, engine: str = ENGINE) -> str:
+    return f"{_question(schema, question, evidence, engine)}Answer in this format:\n{OUTPUT_FORMAT}"
 
 
 def build_messages(schema: str, question: str, evidence: str, engine: str = ENGINE) -> list[dict[str, str]]:
@@ -55,14 +59,8 @@ MULTI_TURN_FORMAT = (
 def build_multi_turn_user_message(
     schema: str, question: str, evidence: str, max_turns: int, engine: str = ENGINE
 ) -> str:
-    evidence_text = evidence.strip() if evidence.strip() else "none"
-    return (
-        f"Database engine: {engine}\n\n"
-        f"Database schema:\n{schema}\n\n"
-        f"Question: {question.strip()}\n"
-        f"Evidence: {evidence_text}\n\n"
-        f"You have {max_turns} turns. Answer in this format:\n{MULTI_TURN_FORMAT}"
-    )
+    head = _question(schema, question, evidence, engine)
+    return f"{head}You have {max_turns} turns. Answer in this format:\n{MULTI_TURN_FORMAT}"
 
 
 def build_multi_turn_messages(
