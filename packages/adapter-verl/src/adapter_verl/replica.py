@@ -192,6 +192,7 @@ class ArcticRolloutServer:
                     "max_tokens": params.max_tokens,
                     "temperature": params.temperature,
                     "response_ids": list(completion.token_ids),
+                    "logprobs": list(completion.logprobs) if completion.logprobs else None,
                     "finish_reason": str(completion.finish_reason),
                     "weights_version": served.weights_version,
                     "batch_size": served.batch_size,
