@@ -276,6 +276,13 @@ def test_max_tokens_follow_verls_vllm_server_over_the_turns_of_a_conversation():
     assert TokenBudget(100).max_tokens(10_000, None) == 100  # no prompt budget known: the response length
     params = sampling_params_from_verl({"stop_token_ids": [7, 3], "logprobs": True}, budget, prompt_len=60)
     assert (params.max_tokens, params.stop_token_ids, params.logprobs) == (90, (3, 7), True)
+    assert sampling_params_from_verl({"stop": "</sql>"}, budget).stop == ("</sql>",)
+    assert sampling_params_from_verl({"stop": ["</sql>", "</solution>"]}, budget).stop == (
+        "</sql>",
+        "</solution>",
+    )
+    with pytest.raises(ValueError, match="stop="):
+        sampling_params_from_verl({"stop": [""]}, budget)
 
 
 async def _sampler_on_trained_weights(backend, arctic_cfg) -> None:

@@ -73,7 +73,8 @@ def sampling_params_from_verl(
 
     `max_tokens` (or `max_new_tokens`) follows verl's vLLM server (`TokenBudget`; an int: the response
     length with no prompt budget); vLLM's `top_k=0` ("disabled") becomes the core's -1;
-    `stop_token_ids` (what verl's tool parsers add, e.g. gemma4's) end a completion."""
+    `stop_token_ids` (what verl's tool parsers add, e.g. gemma4's) and `stop` strings end a completion
+    (the tokens that made them stay in the returned ids, which is what verl's loop appends)."""
     from arctic_rl_core.backends.protocol import SamplingParams
 
     budget = (
@@ -91,6 +92,7 @@ def sampling_params_from_verl(
         top_k=-1 if top_k == 0 else top_k,
         seed=params.pop("seed", None),
         logprobs=bool(params.pop("logprobs", False)),
+        stop=_stop_strings(params.pop("stop", None)),
         stop_token_ids=tuple(sorted(int(t) for t in params.pop("stop_token_ids", None) or ())),
     )
     for key, neutral in _NEUTRAL_SAMPLING.items():
@@ -102,6 +104,17 @@ def sampling_params_from_verl(
             f"sampling params {sorted(params)} are not supported by the Arctic backend: remove them"
         )
     return mapped
+
+
+def _stop_strings(stop: Any) -> tuple[str, ...]:
+    """vLLM's `stop`: one string or a list of them (an agent loop's, e.g. SkyRL-SQL's `</sql>`)."""
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,)
+    if not all(isinstance(s, str) and s for s in stop):
+        raise ValueError(f"sampling param stop={stop!r}: give non-empty strings")
+    return tuple(stop)
 
 
 class ArcticRolloutServer:
