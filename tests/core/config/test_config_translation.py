@@ -562,6 +562,23 @@ def test_truncated_training_sampling_is_refused_where_the_logprobs_are_processed
     assert issues(cortex, 0.5, 4) == []
     cortex_processed = load_config(CONFIGS / "cortex.yaml", ["vllm.logprobs_mode=processed_logprobs"])
     assert [i.path for i in issues(cortex_processed, 0.5, -1)] == ["s.top_p"]
+    # a run that builds no weight from the rollout log-probs never reads them: its truncation stands,
+    # unless the core itself reads them (asynchronous: the truncated IS weights; Cortex: old log-probs)
+    assert (
+        truncated_sampling_issues(reference, top_p=0.95, top_k=40, reads_rollout_logprobs=False, **names)
+        == []
+    )
+    stale = load_config(CONFIGS / "reference-cpu.yaml", ["async.max_staleness=1"])
+    assert [
+        i.path
+        for i in truncated_sampling_issues(stale, top_p=0.95, top_k=-1, reads_rollout_logprobs=False, **names)
+    ] == ["s.top_p"]
+    assert [
+        i.path
+        for i in truncated_sampling_issues(
+            cortex_processed, top_p=0.5, top_k=-1, reads_rollout_logprobs=False, **names
+        )
+    ] == ["s.top_p"]
 
 
 def test_user_compilation_config_keeps_the_injected_workaround() -> None:
@@ -688,6 +705,34 @@ def test_cosine_schedule_horizon_counts_optimizer_steps() -> None:
             "warmup_type": "linear",
         },
     }
+
+
+def test_warmup_in_steps_needs_no_horizon() -> None:
+    """SkyRL counts its warmup in optimizer steps (num_warmup_steps): the DeepSpeed warmup is that many
+    steps whether or not the run's length is known, and with a horizon the cosine keeps it as given."""
+    cfg = load_config(CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml", ["optimizer.warmup_steps=160"])
+    assert cfg.optimizer.total_training_steps is None and cfg.shape.warmup_steps == 160
+    assert cfg.plan()["client"]["training"]["ds_config"]["scheduler"] == {
+        "type": "WarmupLR",
+        "params": {"warmup_min_lr": 0.0, "warmup_max_lr": cfg.optimizer.lr, "warmup_num_steps": 160,
+                   "warmup_type": "linear"},
+    }  # fmt: skip
+    cosine = load_config(
+        CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml",
+        ["optimizer.scheduler=cosine", "optimizer.total_training_steps=100", "optimizer.warmup_steps=7"],
+    )
+    params = cosine.plan()["client"]["training"]["ds_config"]["scheduler"]["params"]
+    assert (params["warmup_num_steps"], params["total_num_steps"]) == (7, cosine.shape.training_horizon)
+
+
+def test_warmup_given_twice_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml",
+            ["optimizer.warmup_steps=10", "optimizer.warmup_ratio=0.1", "optimizer.total_training_steps=100"],
+        )
+    (issue,) = info.value.issues
+    assert issue.path == "optimizer.warmup_steps" and "also warmup_ratio=0.1" in issue.problem
 
 
 def test_deepspeed_overrides_ulysses_and_autocast() -> None:
