@@ -277,3 +277,46 @@ def test_the_replica_batched_the_turns_and_reports_its_queue(runs):
     turns = sum(s.assistant_turns for s in SCENARIOS)
     assert queue.requests == turns and 1 <= queue.calls <= turns
     assert queue.in_flight_max >= 1 and 0 < queue.busy_fraction <= 1
+
+
+def test_verls_multi_turn_settings_run_or_are_refused_at_dry_run(root, model_dir):
+    """verl's GSM8K tool-agent example's settings pass the adapter's whole check; the multi-turn knobs
+    verl 0.9.1 never reads are refused, each naming its field and the fix."""
+    from adapter_verl.main import check
+
+    rollout = "actor_rollout_ref.rollout"
+    example = [
+        "algorithm.adv_estimator=grpo",
+        f"actor_rollout_ref.model.path={model_dir}",
+        "data.train_batch_size=4",
+        f"data.max_prompt_length={PROMPT_LENGTH}",
+        f"data.max_response_length={RESPONSE_LENGTH}",
+        f"{rollout}.n=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        f"{rollout}.log_prob_micro_batch_size_per_gpu=2",
+        "trainer.n_gpus_per_node=1",
+        f"{rollout}.tensor_model_parallel_size=1",
+        f"trainer.default_local_dir={root / 'dry'}",
+        "remote_backend.core.backend.kind=reference",
+        f"{rollout}.agent.default_agent_loop=tool_agent",
+        f"{rollout}.multi_turn.enable=true",
+        f"{rollout}.multi_turn.max_assistant_turns=5",
+        f"{rollout}.multi_turn.max_user_turns=5",
+        f"{rollout}.multi_turn.max_parallel_calls=2",
+        f"{rollout}.multi_turn.max_tool_response_length=512",
+        f"{rollout}.multi_turn.tool_response_truncate_side=left",
+        f"{rollout}.multi_turn.format=hermes",
+        f"{rollout}.multi_turn.tool_config_path={write_tool_config(root / 'dry_tools.yaml')}",
+        f"{rollout}.multi_turn.function_tool_path={LOOKUP_TOOL_FILE}",
+    ]
+    assert check(example).problems == []
+    dead = {
+        "use_inference_chat_template": "true",
+        "tokenization_sanity_check_mode": "disable",
+        "num_repeat_rollouts": "2",
+    }
+    problems = check([*example, *(f"{rollout}.multi_turn.{k}={v}" for k, v in dead.items())]).problems
+    assert len(problems) == len(dead), problems
+    for key, problem in zip(dead, problems, strict=True):
+        assert f"{rollout}.multi_turn.{key}" in problem and "remove it" in problem, problem

@@ -80,6 +80,8 @@ def run(workdir, server):
         "actor_rollout_ref.rollout.n=1",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.agent.num_workers=1",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
         f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={MAX_ASSISTANT_TURNS}",
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={workdir / 'tools.yaml'}",
         f"actor_rollout_ref.rollout.multi_turn.function_tool_path={LOOKUP_TOOL_FILE}",

@@ -7,8 +7,9 @@ Arctic path: the name `calc_gsm8k_reward`, one string argument `answer`, the gro
 row's `extra_info.tools_kwargs.calc_gsm8k_reward.create_kwargs.ground_truth`, the response text
 `Current parsed answer='<answer>' reward=<score>`, and a step reward of 0 for an answer that scores
 higher than the trajectory's previous one, -0.05 otherwise. Select it with
-`actor_rollout_ref.rollout.multi_turn.tool_config_path=pkg://adapter_verl/tool_configs/gsm8k_tool_config.yaml`
-(`TOOL_CONFIG`; the file itself: `TOOL_CONFIG_FILE`).
+`actor_rollout_ref.rollout.multi_turn.tool_config_path=adapter_verl/tool_configs/gsm8k_tool_config.yaml`
+(verl resolves a relative path against its installation's site-packages, where an installed adapter-verl
+is) or the absolute path, `TOOL_CONFIG_FILE`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 TOOL_NAME = "calc_gsm8k_reward"
-TOOL_CONFIG = "pkg://adapter_verl/tool_configs/gsm8k_tool_config.yaml"
 TOOL_CONFIG_FILE = Path(__file__).with_name("tool_configs") / "gsm8k_tool_config.yaml"
 NO_IMPROVEMENT_PENALTY = -0.05
 
