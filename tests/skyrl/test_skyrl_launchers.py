@@ -1,6 +1,9 @@
 """`python -m adapter_skyrl.main --dry-run` (and `--help`, and through SkyRL's main_base), fed the real
-command lines of SkyRL's stock GSM8K example and of the seed integration's five launchers, as recorded
-from them (launchers/README.md); only the entry point is changed."""
+command lines of every example launcher of SkyRL (the release tag's and the default branch's) and of the
+seed integration's five launchers, as recorded from them (launchers/README.md); only the entry point is
+changed. Each stock launcher ends as `launchers/expected_outcomes.json` says: a pass, or a refusal of
+exactly the named fields, each of a refused kind whose reason the README lists (~25 s for all, in
+process)."""
 
 from __future__ import annotations
 
@@ -42,6 +45,59 @@ def run_dry(args: list[str]) -> tuple[int, str, str]:
 
 def document_of(stdout: str) -> dict:
     return yaml.safe_load(stdout.split("Arctic RL run settings", 1)[0])
+
+
+EXPECTED = json.loads((LAUNCHERS / "expected_outcomes.json").read_text())
+NOT_TRAINERS = json.loads((LAUNCHERS / "not_trainer_launchers.json").read_text())
+
+
+def test_every_recorded_stock_launcher_has_an_expected_outcome():
+    from skyrl_launcher_data import stock_launchers
+
+    assert sorted(EXPECTED["launchers"]) == stock_launchers()
+    assert not set(EXPECTED["launchers"]) & set(NOT_TRAINERS["launchers"])
+    used = {
+        kind
+        for outcome in EXPECTED["launchers"].values()
+        if outcome != "pass"
+        for kind in outcome["refused"].values()
+    }
+    assert used == set(EXPECTED["kinds"])  # every kind listed is one a launcher meets, and only those
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED["launchers"]))
+def test_every_stock_launcher_ends_as_expected(name, tmp_path, monkeypatch):
+    """The launcher's own settings, only the entry point switched (adapter_skyrl.dapo for SkyRL's DAPO
+    example entry points, adapter_skyrl.main for every other), no data files: a pass, or exactly the
+    expected refusals, each naming its field, value and fix with its kind's reason."""
+    from skyrl_launcher_data import dry_run_launcher, problem_paths
+
+    monkeypatch.setenv("WANDB_API_KEY", "unused")  # SkyRL's validate_cfg wants one for logger=wandb
+    code, _, err = dry_run_launcher(name, tmp_path)
+    expected = EXPECTED["launchers"][name]
+    if expected == "pass":
+        assert code == 0, err
+        return
+    assert code == 2, "passed, expected refusals"
+    problems = [line for line in err.splitlines() if line.startswith("  - ")]
+    assert problem_paths(err) == list(expected["refused"]), err
+    for line, kind in zip(problems, expected["refused"].values(), strict=True):
+        assert EXPECTED["kinds"][kind]["says"] in line and ". Fix: " in line, (kind, line)
+
+
+def test_the_readme_states_the_launcher_figures():
+    """The README's figures are the expected outcomes' (launchers per source, passes, refusals by kind)."""
+    outcomes = EXPECTED["launchers"]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("#### SkyRL's example launchers") :]
+    section = section[: section.index("\n#### ", 10)]
+    for source in ("v0.4.0", "head"):
+        names = [n for n in outcomes if n.startswith(source + "/")]
+        passes = sum(outcomes[n] == "pass" for n in names)
+        assert f"| {source} | {len(names)} | {passes} | {len(names) - passes} |" in section
+    for kind, about in EXPECTED["kinds"].items():
+        count = sum(kind in o["refused"].values() for o in outcomes.values() if o != "pass")
+        assert f"| {kind} | {count} |" in section, kind
 
 
 def test_help_prints_usage(capsys):

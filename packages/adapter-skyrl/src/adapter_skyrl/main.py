@@ -103,13 +103,24 @@ def check(argv: Sequence[str], config_cls: type | None = None, *, read_data: boo
     return checked
 
 
-# A refused SkyRL setting -> the value its fix names, on the copy SkyRL's own validate_cfg checks, so
-# that SkyRL names a further problem instead of the same one again.
+# A refused SkyRL setting -> the settings as its fix names them, on the copy SkyRL's own validate_cfg
+# checks, so that SkyRL names a further problem instead of the same one again.
+_LOCAL_ENGINES = (
+    ("generator.inference_engine.run_engines_locally", True),
+    ("generator.inference_engine.external_proxy_url", None),
+    ("generator.inference_engine.external_server_urls", None),
+)
 _AS_FIXED = {
-    "trainer.algorithm.advantage_estimator": "grpo",
-    "trainer.critic.model.path": None,
-    "trainer.algorithm.policy_loss_type": "regular",
-    "trainer.strategy": "fsdp",
+    "trainer.algorithm.advantage_estimator": (
+        ("trainer.algorithm.advantage_estimator", "grpo"),
+        ("trainer.critic.model.path", None),
+    ),
+    "trainer.critic.model.path": (("trainer.critic.model.path", None),),
+    "trainer.algorithm.policy_loss_type": (("trainer.algorithm.policy_loss_type", "regular"),),
+    "trainer.strategy": (("trainer.strategy", "fsdp"),),
+    "generator.remote_inference_engine_urls": _LOCAL_ENGINES,
+    "generator.inference_engine.external_proxy_url": _LOCAL_ENGINES,
+    "generator.inference_engine.external_server_urls": _LOCAL_ENGINES,
 }
 
 
@@ -122,15 +133,13 @@ def _validate_cfg_issues(cfg: Any, arctic: Any, reported: Sequence[Any]) -> list
 
     paths = {part.split(" ", 1)[0] for issue in reported for part in issue.path.split(", ")}
     view = copy.deepcopy(cfg)
-    for path, value in _AS_FIXED.items():
-        if path in paths:
+    for reported_path in paths & set(_AS_FIXED):
+        for path, value in _AS_FIXED[reported_path]:
             parent_path, _, name = path.rpartition(".")
             parent = view
             for part in parent_path.split("."):
                 parent = getattr(parent, part)
             setattr(parent, name, value)
-    if "trainer.algorithm.advantage_estimator" in paths:
-        view.trainer.critic.model.path = None
     found = skyrl_validation_issues(view, arctic)
     names = {path.rsplit(".", 1)[-1] for path in paths}
     return [issue for issue in found if not any(name in issue.problem for name in names)]
