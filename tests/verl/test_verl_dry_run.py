@@ -247,3 +247,29 @@ def test_truncated_rollout_sampling_with_processed_logprobs_is_refused(capsys, t
     assert code == 0, err
     code, _, err = dry_run(capsys, *stock, f"{rollout}.val_kwargs.top_p=0.7", f"{rollout}.val_kwargs.top_k=5")
     assert code == 0, err
+
+
+# -- issue 32: messages, never a traceback ------------------------------------------------------
+
+
+def test_a_bare_dry_run_lists_what_verl_needs_set(capsys):
+    """Before: verl's config class raised inside Hydra's instantiate (a 60-line traceback)."""
+    code, out, err = dry_run(capsys)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert "ppo_micro_batch_size_per_gpu" in err and "(building actor_rollout_ref.actor)" in err
+
+
+def test_values_of_the_wrong_type_are_named_before_anything_reads_them(capsys, tmp_path):
+    """Before: `optim.weight_decay=1:2:3` and `trainer.n_gpus_per_node=two` were kept as text by Hydra
+    and failed in the first int()/float() (a traceback)."""
+    code, out, err = dry_run(
+        capsys,
+        *STOCK_QWEN2_7B,
+        f"trainer.default_local_dir={tmp_path}/ckpt",
+        "actor_rollout_ref.actor.optim.weight_decay=1:2:3",
+        "trainer.n_gpus_per_node=two",
+    )
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert "2 problems in the settings" in err
+    assert "actor_rollout_ref.actor.optim.weight_decay=1:2:3: YAML 1.1 reads 1:2:3 as the base-60" in err
+    assert "trainer.n_gpus_per_node=two: must be a number (its default is 8)" in err
