@@ -145,7 +145,9 @@ def _validate_cfg_issues(cfg: Any, arctic: Any, reported: Sequence[Any]) -> list
     return [issue for issue in found if not any(name in issue.problem for name in names)]
 
 
-def dry_run(argv: Sequence[str], out=None, err=None, *, config_cls: type | None = None) -> int:
+def dry_run(
+    argv: Sequence[str], out=None, err=None, *, config_cls: type | None = None, notices: Sequence[str] = ()
+) -> int:
     """The dry run: 0 with the document and the settings table on `out`, 2 with every problem on `err`.
     `config_cls`: SkyRL's config class to parse with (default the adapter's; `adapter_skyrl.dapo` its DAPO one)."""
     from arctic_rl_core.config.settings_table import render_settings_table
@@ -156,6 +158,7 @@ def dry_run(argv: Sequence[str], out=None, err=None, *, config_cls: type | None 
     out = out or sys.stdout
     err = err or sys.stderr
     checked = check(argv, config_cls)
+    checked.notices[:0] = notices
     arctic = checked.translation.arctic if checked.translation is not None else None
     if checked.issues or arctic is None:
         count = len(checked.issues)
@@ -177,7 +180,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def run_main(
-    args: list[str], *, config_cls: type | None = None, exp_cls: type | None = None, usage: str = USAGE
+    args: list[str],
+    *,
+    config_cls: type | None = None,
+    exp_cls: type | None = None,
+    usage: str = USAGE,
+    notices: Sequence[str] = (),
 ) -> None:
     """--help, --dry-run, or the run: SkyRL's config (`config_cls`) on the Arctic path, run by
     `exp_cls` (default `ArcticPPOExp`; `adapter_skyrl.dapo` passes its DAPO config and experiment)."""
@@ -185,7 +193,7 @@ def run_main(
         sys.stdout.write(usage)
         raise SystemExit(0)
     if "--dry-run" in args:
-        raise SystemExit(dry_run([a for a in args if a not in FLAGS], config_cls=config_cls))
+        raise SystemExit(dry_run([a for a in args if a not in FLAGS], config_cls=config_cls, notices=notices))
 
     from adapter_skyrl.config import UnsupportedSkyRLSettingError
     from adapter_skyrl.trainer import ArcticPPOExp
@@ -193,6 +201,7 @@ def run_main(
     # Every problem SkyRL's settings, the seed keys, the registries and core validation can show
     # without the data.
     checked = check(args, config_cls, read_data=False)
+    checked.notices[:0] = notices
     for notice in checked.notices:
         print(f"notice: {notice}", file=sys.stderr)
     if checked.issues or checked.translation is None or checked.translation.arctic is None:
