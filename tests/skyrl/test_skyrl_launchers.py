@@ -97,7 +97,7 @@ def test_the_readme_states_the_launcher_figures():
         assert f"| {source} | {len(names)} | {passes} | {len(names) - passes} |" in section
     for kind, about in EXPECTED["kinds"].items():
         count = sum(kind in o["refused"].values() for o in outcomes.values() if o != "pass")
-        assert f"| {kind} | {count} |" in section, kind
+        assert f"| {kind} | {count} | {about['why']} |" in section, kind
 
 
 def test_help_prints_usage(capsys):
