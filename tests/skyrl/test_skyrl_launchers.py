@@ -247,6 +247,14 @@ SEED_DIFFERENCES = {
         lambda o, s: (s, o) == (0, 2),
     ),
     "backend.colocate": ("`backend.colocate`", lambda ours, seed: (seed, ours) == (False, True)),
+    "training.ds_config.optimizer.params.torch_adam": (
+        "`optimizer.params.torch_adam`",
+        lambda ours, seed: (seed, ours) == (MISSING, True),
+    ),
+    "training.ds_worker_config.logits_compute_in_fp32": (
+        "`logits_compute_in_fp32`",
+        lambda ours, seed: (seed, ours) == (False, True),
+    ),
     "sampling.vllm.enforce_eager": ("`enforce_eager`", lambda ours, seed: (seed, ours) == (True, False)),
     "sampling.vllm.max_num_seqs": ("`max_num_seqs`", lambda ours, seed: (seed, ours) == (256, 1024)),
     "sampling.vllm.max_num_batched_tokens": (

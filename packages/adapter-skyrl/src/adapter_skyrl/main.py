@@ -212,6 +212,11 @@ def run_main(
         print(f"notice: {notice}", file=sys.stderr)
     if checked.issues or checked.translation is None or checked.translation.arctic is None:
         raise UnsupportedSkyRLSettingError(checked.issues)
+    from arctic_rl_core.ray_uv_hook import keep_ray_workers_off_uv_run
+
+    notice = keep_ray_workers_off_uv_run("adapter_skyrl")  # before SkyRL's ray.init
+    if notice:
+        print(f"notice: {notice}", file=sys.stderr)
     (exp_cls or ArcticPPOExp)(checked.cfg).run()
 
 

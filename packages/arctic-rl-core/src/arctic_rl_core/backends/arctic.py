@@ -137,6 +137,7 @@ class ArcticBackend(Backend):
         from arctic_rl_core.config.plan import worker_env
 
         client_config = cfg.to_client_config()
+        arctic_compat.require_attention_kernel(client_config, cfg.kernels.attn_implementation)
         arctic_compat.apply_worker_env(client_config, worker_env(cfg))
         backend = cls.create(client_config, state_ledger=state_ledger)
         if cfg.backend.kind == "http" and cfg.loss.loss_fn == "arctic_rl_core":
