@@ -410,22 +410,6 @@ def test_a_warmup_in_steps_needs_no_data_and_an_hf_schedule_is_served():
     )
     assert any(n.startswith("HF weights every 10 steps (trainer.hf_save_interval)") for n in result.notices)
     assert _arctic("trainer.hf_save_interval=0").notices == _arctic().notices  # SkyRL's 0: off
-    cortex = translate(
-        parse_cli(
-            [
-                "trainer.placement.colocate_all=false",
-                "trainer.arctic_rl.backend.kind=cortex",
-                "trainer.arctic_rl.backend.cortex.base_url=http://cortex.invalid",
-                "trainer.algorithm.policy_loss_type=dual_clip",
-                "trainer.algorithm.use_kl_loss=false",
-                "trainer.policy_mini_batch_size=1024",
-                "trainer.policy.model.path=Qwen/Qwen3-0.6B",
-                "trainer.hf_save_interval=10",
-            ]
-        ),
-        steps_per_epoch=None,
-    )
-    assert [i.path for i in cortex.issues] == ["trainer.hf_save_interval"]
 
 
 def test_engine_choices_reach_the_arctic_samplers_vllm():
