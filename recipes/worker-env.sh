@@ -7,7 +7,7 @@
 #                                         colocated branch only (without it FCA and Arctic speculative
 #                                         decoding silently fall back to plain vLLM)
 #   TORCHINDUCTOR_FORCE_DISABLE_CACHES=1  a stale on-disk inductor graph from an earlier run (e.g. one with
-#                                         a fused all-reduce) asserts at vLLM warm-up (seed launchers)
+#                                         a fused all-reduce) asserts at vLLM warm-up (legacy launchers)
 #   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  separate training GPUs only: less fragmentation with
 #                                         optimizer offload; colocated vLLM runs in sleep mode, whose
 #                                         CuMemAllocator refuses expandable segments at start-up
