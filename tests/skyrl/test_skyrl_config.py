@@ -446,8 +446,9 @@ def test_flash_attention_off_turns_our_default_zorro_off_with_the_reason():
 @pytest.mark.parametrize(
     ("overrides", "path"),
     [
+        # multi-turn and step-wise rows are SkyRL's generator's (issue 29); merging the step rows is refused
         (["generator.max_turns=3", "generator.step_wise_trajectories=true", "generator.merge_stepwise_output=true"],
-         "generator.max_turns"),
+         "generator.merge_stepwise_output"),
         (["generator.inference_engine.external_proxy_url=http://p:8000",
           "generator.inference_engine.external_server_urls=['http://s:8001']",
           "generator.inference_engine.run_engines_locally=false"], "generator.inference_engine.external_proxy_url"),
