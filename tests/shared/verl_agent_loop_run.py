@@ -4,6 +4,8 @@ replica's Ray actor runs) with `ArcticBackend` and the real arctic-platform 0.1.
 `arctic-rl serve --reference --fixed-rollouts`, and over a vLLM-free stand-in that answers the same
 scripted turns (test_verl_tool_agent, test_verl_bird_agent_loop).
 
+- `agent_loop_config(model_dir, *overrides)`: verl's config for the arctic rollout with multi-turn on
+  (`PROMPT_LENGTH`, `RESPONSE_LENGTH`).
 - `fixed_rollouts_server(root, document)`: the server answering with the scripted turns.
 - `run_agent_loops(...)`: both runs of the same rows, the server's record of the Arctic run's requests
   and the replica's queue stats (`AgentLoopRuns`).
@@ -25,6 +27,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+PROMPT_LENGTH, RESPONSE_LENGTH = 1024, 256
+
+
+def agent_loop_config(model_dir: Path, *overrides: str) -> Any:
+    """verl's composed config for its agent-loop worker on the arctic rollout, multi-turn on."""
+    from adapter_verl.main import compose
+
+    return compose(
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            "actor_rollout_ref.rollout.name=arctic",
+            f"actor_rollout_ref.rollout.prompt_length={PROMPT_LENGTH}",
+            f"actor_rollout_ref.rollout.response_length={RESPONSE_LENGTH}",
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            f"data.max_prompt_length={PROMPT_LENGTH}",
+            f"data.max_response_length={RESPONSE_LENGTH}",
+            *overrides,
+        ]
+    )
 
 
 @contextlib.contextmanager
@@ -109,8 +131,6 @@ def run_agent_loops(
     server: Any,
     model_dir: Path,
     root: Path,
-    prompt_length: int,
-    response_length: int,
 ) -> AgentLoopRuns:
     """verl's agent-loop worker over the rows, once through the Arctic replica (ArcticBackend, the real
     client, `server`) and once over `stand_in`."""
@@ -123,14 +143,14 @@ def run_agent_loops(
 
     cfg = server.core_config(
         f"model.name={model_dir}",
-        f"batch.max_prompt_length={prompt_length}",
-        f"batch.max_response_length={response_length}",
+        f"batch.max_prompt_length={PROMPT_LENGTH}",
+        f"batch.max_response_length={RESPONSE_LENGTH}",
         f"checkpoint.path={root / 'ckpt'}",
     )
     backend = ArcticBackend.from_config(cfg)
     try:
         replica = ArcticRolloutServer(
-            replica_rank=0, response_length=response_length, max_num_seqs=8, prompt_length=prompt_length
+            replica_rank=0, response_length=RESPONSE_LENGTH, max_num_seqs=8, prompt_length=PROMPT_LENGTH
         )
         settings = ArcticVerlSettings(
             core=cfg.model_dump(mode="json", exclude_unset=True),

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from verl_agent_loop_run import (
     ScriptedStandIn,
+    agent_loop_config,
     assert_rollout_log_probs_are_the_models,
     fixed_rollouts_server,
     run_agent_loops,
@@ -27,13 +28,9 @@ from verl_agent_loop_run import (
     unpadded_row,
 )
 from verl_bird_script import BIRD_SCENARIOS, MAX_TURNS, bird_fixed_rollouts, bird_rows, bird_turn_ids
-from verl_e2e_run import TINY_MODEL
 from verl_tool_script import sampled_turns
-from wire_server import tiny_model_dir
 
 pytest.importorskip("arctic_platform.client")
-
-PROMPT_LENGTH, RESPONSE_LENGTH = 1024, 256
 
 
 @pytest.fixture(scope="module")
@@ -42,59 +39,38 @@ def root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def model_dir(root) -> Path:
-    return tiny_model_dir(root / "model", 42, **TINY_MODEL)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(model_dir):
-    from verl.utils import hf_tokenizer
-
-    return hf_tokenizer(str(model_dir))
-
-
-@pytest.fixture(scope="module")
 def rows():
     return bird_rows()
 
 
-def _verl_config(model_dir: Path, *extra: str):
+def _verl_config(agent_loop_model_dir: Path, *extra: str):
     from adapter_verl.bird_agent_loop import AGENT_LOOP_CONFIG_FILE, AGENT_NAME
-    from adapter_verl.main import compose
 
-    return compose(
-        [
-            f"actor_rollout_ref.model.path={model_dir}",
-            "actor_rollout_ref.rollout.name=arctic",
-            f"actor_rollout_ref.rollout.prompt_length={PROMPT_LENGTH}",
-            f"actor_rollout_ref.rollout.response_length={RESPONSE_LENGTH}",
-            "actor_rollout_ref.rollout.multi_turn.enable=true",
-            f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOP_CONFIG_FILE}",
-            f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}",
-            f"data.max_prompt_length={PROMPT_LENGTH}",
-            f"data.max_response_length={RESPONSE_LENGTH}",
-            *extra,
-        ]
+    return agent_loop_config(
+        agent_loop_model_dir,
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOP_CONFIG_FILE}",
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}",
+        *extra,
     )
 
 
 @pytest.fixture(scope="module")
-def runs(root, model_dir, tokenizer, rows):
+def runs(root, agent_loop_model_dir, agent_loop_tokenizer, rows):
     turns = {
-        row["extra_info"]["question"]: [bird_turn_ids(tokenizer, t) for t in s.turns]
+        row["extra_info"]["question"]: [bird_turn_ids(agent_loop_tokenizer, t) for t in s.turns]
         for s, row in zip(BIRD_SCENARIOS, rows, strict=True)
     }
-    config = _verl_config(model_dir, f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={MAX_TURNS}")
-    with fixed_rollouts_server(root, bird_fixed_rollouts(tokenizer, rows)) as server:
+    config = _verl_config(
+        agent_loop_model_dir, f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={MAX_TURNS}"
+    )
+    with fixed_rollouts_server(root, bird_fixed_rollouts(agent_loop_tokenizer, rows)) as server:
         yield run_agent_loops(
             config,
             rows,
-            ScriptedStandIn(tokenizer, turns),
+            ScriptedStandIn(agent_loop_tokenizer, turns),
             server=server,
-            model_dir=model_dir,
+            model_dir=agent_loop_model_dir,
             root=root,
-            prompt_length=PROMPT_LENGTH,
-            response_length=RESPONSE_LENGTH,
         )
 
 
@@ -111,16 +87,18 @@ def _observation_runs(response: list[int], mask: list[int]) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("index", range(len(BIRD_SCENARIOS)), ids=[s.name for s in BIRD_SCENARIOS])
-def test_each_turn_is_the_sampled_turn_and_each_observation_the_episodes(runs, tokenizer, rows, index):
+def test_each_turn_is_the_sampled_turn_and_each_observation_the_episodes(
+    runs, agent_loop_tokenizer, rows, index
+):
     scenario, row = BIRD_SCENARIOS[index], rows[index]
     prompt, response, mask, _ = unpadded_row(runs.arctic, index)
-    assert row["extra_info"]["question"] in tokenizer.decode(prompt)
+    assert row["extra_info"]["question"] in agent_loop_tokenizer.decode(prompt)
     # every turn served was asked for and sits in the row as sampled (a query turn stopped at </sql>,
     # no EOS; the answer's EOS kept): ended at the answer, or at max_turns
-    assert sampled_turns(response, mask) == [bird_turn_ids(tokenizer, t) for t in scenario.turns]
+    assert sampled_turns(response, mask) == [bird_turn_ids(agent_loop_tokenizer, t) for t in scenario.turns]
     observations = _observations(row, scenario)
     assert _observation_runs(response, mask) == [
-        tokenizer.encode(text, add_special_tokens=False) for text in observations
+        agent_loop_tokenizer.encode(text, add_special_tokens=False) for text in observations
     ]
     for text, observed in zip(observations, scenario.observed, strict=True):
         assert observed in text
@@ -141,9 +119,11 @@ def test_the_sampler_conditioned_every_turn_on_verls_ids(runs):
     assert len(traced) == len(served) and all(r["sent_as"] == "text" and r["exact"] for r in traced)
 
 
-def test_rollout_log_probs_are_the_samplers_for_each_sampled_token(runs, model_dir, tokenizer):
-    scripted = sum(len(bird_turn_ids(tokenizer, t)) for s in BIRD_SCENARIOS for t in s.turns)
-    assert assert_rollout_log_probs_are_the_models(runs.arctic, model_dir) == scripted
+def test_rollout_log_probs_are_the_samplers_for_each_sampled_token(
+    runs, agent_loop_model_dir, agent_loop_tokenizer
+):
+    scripted = sum(len(bird_turn_ids(agent_loop_tokenizer, t)) for s in BIRD_SCENARIOS for t in s.turns)
+    assert assert_rollout_log_probs_are_the_models(runs.arctic, agent_loop_model_dir) == scripted
 
 
 def test_rewards_and_counts_are_the_episodes_and_equal_the_stand_ins(runs):
@@ -167,17 +147,17 @@ def test_each_row_carries_the_weights_version_it_was_sampled_with(runs):
     assert list(runs.arctic.non_tensor_batch[WEIGHTS_VERSION_KEY]) == [0] * len(BIRD_SCENARIOS)
 
 
-def test_the_loop_needs_the_episodes_turn_limit(model_dir, tokenizer):
+def test_the_loop_needs_the_episodes_turn_limit(agent_loop_model_dir, agent_loop_tokenizer):
     from adapter_verl.bird_agent_loop import BirdSQLAgentLoop
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 
-    config = _verl_config(model_dir)
+    config = _verl_config(agent_loop_model_dir)
     assert config.actor_rollout_ref.rollout.multi_turn.max_assistant_turns is None
     with pytest.raises(ValueError, match=r"multi_turn.max_assistant_turns=None.*--max-turns N"):
         BirdSQLAgentLoop(
             trainer_config=DictConfigWrap(config),
             server_manager=None,
-            tokenizer=tokenizer,
+            tokenizer=agent_loop_tokenizer,
             processor=None,
             dataset_cls=None,
             data_config=DictConfigWrap(config.data),

@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 from verl_agent_loop_run import (
+    PROMPT_LENGTH,
+    RESPONSE_LENGTH,
     ScriptedStandIn,
+    agent_loop_config,
     assert_rollout_log_probs_are_the_models,
     fixed_rollouts_server,
     run_agent_loops,
@@ -28,7 +31,6 @@ from verl_agent_loop_run import (
     turn_digests,
     unpadded_row,
 )
-from verl_e2e_run import TINY_MODEL
 from verl_tool_script import (
     LOOKUP_TOOL_FILE,
     MAX_ASSISTANT_TURNS,
@@ -38,11 +40,8 @@ from verl_tool_script import (
     turn_ids,
     write_tool_config,
 )
-from wire_server import tiny_model_dir
 
 pytest.importorskip("arctic_platform.client")
-
-PROMPT_LENGTH, RESPONSE_LENGTH = 1024, 256
 
 
 @pytest.fixture(scope="module")
@@ -51,58 +50,37 @@ def root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def model_dir(root) -> Path:
-    return tiny_model_dir(root / "model", 42, **TINY_MODEL)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(model_dir):
-    from verl.utils import hf_tokenizer
-
-    return hf_tokenizer(str(model_dir))
-
-
-@pytest.fixture(scope="module")
-def server(root, tokenizer):
-    with fixed_rollouts_server(root, fixed_rollouts(tokenizer)) as running:
+def server(root, agent_loop_tokenizer):
+    with fixed_rollouts_server(root, fixed_rollouts(agent_loop_tokenizer)) as running:
         yield running
 
 
-def _verl_config(root: Path, model_dir: Path):
-    from adapter_verl.main import compose
-
-    return compose(
-        [
-            f"actor_rollout_ref.model.path={model_dir}",
-            "actor_rollout_ref.rollout.name=arctic",
-            f"actor_rollout_ref.rollout.prompt_length={PROMPT_LENGTH}",
-            f"actor_rollout_ref.rollout.response_length={RESPONSE_LENGTH}",
-            "actor_rollout_ref.rollout.multi_turn.enable=true",
-            f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={MAX_ASSISTANT_TURNS}",
-            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={write_tool_config(root / 'tools.yaml')}",
-            f"actor_rollout_ref.rollout.multi_turn.function_tool_path={LOOKUP_TOOL_FILE}",
-            "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
-            f"data.max_prompt_length={PROMPT_LENGTH}",
-            f"data.max_response_length={RESPONSE_LENGTH}",
-        ]
+def _verl_config(root: Path, agent_loop_model_dir: Path):
+    return agent_loop_config(
+        agent_loop_model_dir,
+        f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={MAX_ASSISTANT_TURNS}",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={write_tool_config(root / 'tools.yaml')}",
+        f"actor_rollout_ref.rollout.multi_turn.function_tool_path={LOOKUP_TOOL_FILE}",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
     )
 
 
-async def _rewards(config, tokenizer, output) -> list[float]:
+async def _rewards(config, agent_loop_tokenizer, output) -> list[float]:
     """verl's reward manager (the naive one its reward loop runs for openai/gsm8k rows)."""
     from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 
-    manager = NaiveRewardManager(config, tokenizer, compute_score=None)
+    manager = NaiveRewardManager(config, agent_loop_tokenizer, compute_score=None)
     return [float((await manager.run_single(output[i : i + 1]))["reward_score"]) for i in range(len(output))]
 
 
 @pytest.fixture(scope="module")
-def runs(root, model_dir, tokenizer, server):
+def runs(root, agent_loop_model_dir, agent_loop_tokenizer, server):
     """The worker's output over the Arctic path and over the stand-in, the server's record of the
     Arctic run's requests, the replica server's queue stats, and verl's rewards of both outputs."""
-    config = _verl_config(root, model_dir)
+    config = _verl_config(root, agent_loop_model_dir)
     stand_in = ScriptedStandIn(
-        tokenizer, {s.question: [turn_ids(tokenizer, t) for t in s.turns] for s in SCENARIOS}
+        agent_loop_tokenizer,
+        {s.question: [turn_ids(agent_loop_tokenizer, t) for t in s.turns] for s in SCENARIOS},
     )
     rows = [s.row(i) for i, s in enumerate(SCENARIOS)]
     done = run_agent_loops(
@@ -110,31 +88,29 @@ def runs(root, model_dir, tokenizer, server):
         rows,
         stand_in,
         server=server,
-        model_dir=model_dir,
+        model_dir=agent_loop_model_dir,
         root=root,
-        prompt_length=PROMPT_LENGTH,
-        response_length=RESPONSE_LENGTH,
     )
 
     async def rewards():
-        return await _rewards(config, tokenizer, done.arctic), await _rewards(
-            config, tokenizer, done.stand_in
+        return await _rewards(config, agent_loop_tokenizer, done.arctic), await _rewards(
+            config, agent_loop_tokenizer, done.stand_in
         )
 
     return config, done.arctic, done.stand_in, done.requests, done.queue, asyncio.run(rewards())
 
 
 @pytest.mark.parametrize("index", range(len(SCENARIOS)), ids=[s.name for s in SCENARIOS])
-def test_each_turn_is_the_sampled_turn_and_each_tool_response_is_masked(runs, tokenizer, index):
+def test_each_turn_is_the_sampled_turn_and_each_tool_response_is_masked(runs, agent_loop_tokenizer, index):
     _, arctic, _, _, _, _ = runs
     scenario = SCENARIOS[index]
     prompt, response, mask, _ = unpadded_row(arctic, index)
-    assert scenario.question in tokenizer.decode(prompt)
+    assert scenario.question in agent_loop_tokenizer.decode(prompt)
     turns = sampled_turns(response, mask)
-    expected = [turn_ids(tokenizer, text) for text in scenario.turns[: scenario.assistant_turns]]
+    expected = [turn_ids(agent_loop_tokenizer, text) for text in scenario.turns[: scenario.assistant_turns]]
     assert turns == expected  # ended early / stopped at max_assistant_turns / went on after an error
     assert int(arctic.non_tensor_batch["__num_turns__"][index]) == 2 * scenario.assistant_turns
-    observations = tokenizer.decode([t for t, m in zip(response, mask, strict=True) if not m])
+    observations = agent_loop_tokenizer.decode([t for t, m in zip(response, mask, strict=True) if not m])
     for text in scenario.tool_texts:  # each executed call's answer, as the tool (or verl) wrote it
         assert text in observations
     assert observations.count("<|im_start|>tool") == len(scenario.tool_texts)
@@ -150,16 +126,20 @@ def test_the_sampler_conditioned_every_turn_on_verls_ids(runs):
     assert len(served) == sum(s.assistant_turns for s in SCENARIOS)
 
 
-def test_rollout_log_probs_are_the_samplers_for_each_sampled_token(runs, model_dir, tokenizer):
+def test_rollout_log_probs_are_the_samplers_for_each_sampled_token(
+    runs, agent_loop_model_dir, agent_loop_tokenizer
+):
     """With `calculate_log_probs` (verl's default) every sampled token carries the sampler's log-prob of
     it after verl's exact context (the fixed-rollouts server reports the tiny model's, teacher-forced);
     tool-response tokens carry 0."""
     _, arctic, _, _, _, _ = runs
-    scripted = sum(len(turn_ids(tokenizer, t)) for s in SCENARIOS for t in s.turns[: s.assistant_turns])
-    assert assert_rollout_log_probs_are_the_models(arctic, model_dir) == scripted
+    scripted = sum(
+        len(turn_ids(agent_loop_tokenizer, t)) for s in SCENARIOS for t in s.turns[: s.assistant_turns]
+    )
+    assert assert_rollout_log_probs_are_the_models(arctic, agent_loop_model_dir) == scripted
 
 
-def test_rewards_equal_verls_over_a_stand_in_for_the_same_turns(runs, tokenizer):
+def test_rewards_equal_verls_over_a_stand_in_for_the_same_turns(runs, agent_loop_tokenizer):
     _, arctic, stand_in, _, _, (rewards, stand_in_rewards) = runs
     for i in range(len(SCENARIOS)):
         assert (
@@ -181,7 +161,7 @@ def test_the_replica_batched_the_turns_and_reports_its_queue(runs):
     assert queue.in_flight_max >= 1 and 0 < queue.busy_fraction <= 1
 
 
-def test_verls_multi_turn_settings_run_or_are_refused_at_dry_run(root, model_dir):
+def test_verls_multi_turn_settings_run_or_are_refused_at_dry_run(root, agent_loop_model_dir):
     """verl's GSM8K tool-agent example's settings pass the adapter's whole check; the multi-turn knobs
     verl 0.9.1 never reads are refused, each naming its field and the fix."""
     from adapter_verl.main import check
@@ -189,7 +169,7 @@ def test_verls_multi_turn_settings_run_or_are_refused_at_dry_run(root, model_dir
     rollout = "actor_rollout_ref.rollout"
     example = [
         "algorithm.adv_estimator=grpo",
-        f"actor_rollout_ref.model.path={model_dir}",
+        f"actor_rollout_ref.model.path={agent_loop_model_dir}",
         "data.train_batch_size=4",
         f"data.max_prompt_length={PROMPT_LENGTH}",
         f"data.max_response_length={RESPONSE_LENGTH}",

@@ -70,12 +70,12 @@ def session(arctic_cfg, backend, run_dir):
     return SessionInfo(handle=backend.handle(), settings=settings)
 
 
-@pytest.fixture(scope="module")
-def worker(session):
+def _forwarder(session, port: int):
+    """The rank-0 forwarder worker of a one-rank world, attached to `session`."""
     from adapter_verl.worker import ArcticActorRolloutRefWorker
     from omegaconf import OmegaConf
 
-    env = {"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}
+    env = {"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
             mp.setenv(key, value)
@@ -85,6 +85,11 @@ def worker(session):
         )
     w.attach(session)
     return w
+
+
+@pytest.fixture(scope="module")
+def worker(session):
+    return _forwarder(session, 29555)
 
 
 def _batch(vocab: int, **extra):
@@ -193,21 +198,11 @@ def test_over_text_a_turn_the_server_read_otherwise_is_not_trained(session, back
     from dataclasses import replace
 
     from adapter_verl.trace import read_trace
-    from adapter_verl.worker import ArcticActorRolloutRefWorker
-    from omegaconf import OmegaConf
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import response_from_nested
 
     tokenizer = backend.tokenizer
-    env = {"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29557"}
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in env.items():
-            mp.setenv(key, value)
-        text_worker = ArcticActorRolloutRefWorker(
-            config=OmegaConf.create({"model": {"path": session.settings.model_path}}),
-            role="actor_rollout_ref",
-        )
-    text_worker.attach(replace(session, handle=_TextOnlyHandle(backend)))
+    text_worker = _forwarder(replace(session, handle=_TextOnlyHandle(backend)), 29557)
 
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
