@@ -137,7 +137,8 @@ def test_rewards_and_counts_are_the_episodes_and_equal_the_stand_ins(runs):
     assert list(extra["well_formed"]) == [1.0, 1.0, 0.0, 1.0]
     assert list(extra["turns"]) == [float(s.assistant_turns) for s in BIRD_SCENARIOS]
     assert list(extra["sql_calls"]) == [1.0, 0.0, float(MAX_TURNS - 1), 1.0]  # the last action runs nothing
-    for key in ("acc", "well_formed", "turns", "sql_calls"):
+    assert list(extra["env_error"]) == [0.0] * len(BIRD_SCENARIOS)
+    for key in ("acc", "well_formed", "turns", "sql_calls", "env_error"):
         assert list(extra[key]) == list(stand_in.non_tensor_batch[key])
 
 
@@ -145,6 +146,51 @@ def test_each_row_carries_the_weights_version_it_was_sampled_with(runs):
     from adapter_verl.verl_internals import WEIGHTS_VERSION_KEY
 
     assert list(runs.arctic.non_tensor_batch[WEIGHTS_VERSION_KEY]) == [0] * len(BIRD_SCENARIOS)
+
+
+def test_an_episode_that_raises_keeps_its_row_untrained_and_the_batch_goes_on(
+    agent_loop_model_dir, agent_loop_tokenizer, rows, monkeypatch, caplog
+):
+    """The episode of the first question raises at its second step (after its query ran): that row ends
+    there, whole turns kept but none trained (mask 0), reward 0, env_error 1, the error logged with its
+    request id; the other episodes run as scripted (vLLM-free stand-in, no server)."""
+    import asyncio
+
+    from arctic_rl_core.envs.bird.multi_turn import BirdSQLEpisode
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl_agent_loop_run import agent_loop_batch
+
+    step = BirdSQLEpisode.step
+
+    def flaky(self, action):
+        if self.turns == 1 and "charter" in self.gold_sql:
+            raise RuntimeError("the SQL sandbox went away")
+        return step(self, action)
+
+    monkeypatch.setattr(BirdSQLEpisode, "step", flaky)
+    turns = {
+        row["extra_info"]["question"]: [bird_turn_ids(agent_loop_tokenizer, t) for t in s.turns]
+        for s, row in zip(BIRD_SCENARIOS, rows, strict=True)
+    }
+    config = _verl_config(
+        agent_loop_model_dir, f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={MAX_TURNS}"
+    )
+    worker = AgentLoopWorker(config, ScriptedStandIn(agent_loop_tokenizer, turns))
+    with caplog.at_level("ERROR", logger="adapter_verl.bird_agent_loop"):
+        output = asyncio.run(worker.generate_sequences(agent_loop_batch(rows)))
+    assert (
+        "raised at turn 2; its row is kept untrained" in caplog.text
+        and "the SQL sandbox went away" in caplog.text
+    )
+    _, response, mask, _ = unpadded_row(output, 0)
+    query, answer = turns[rows[0]["extra_info"]["question"]]
+    assert (
+        response[: len(query)] == query and response[-len(answer) :] == answer
+    )  # both turns kept as sampled
+    assert set(mask) == {0}  # none trained
+    rewards = output.batch["rm_scores"].sum(-1).tolist()
+    assert rewards == [0.0] + [s.reward for s in BIRD_SCENARIOS[1:]]
+    assert list(output.non_tensor_batch["env_error"]) == [1.0, 0.0, 0.0, 0.0]
 
 
 def test_the_loop_needs_the_episodes_turn_limit(agent_loop_model_dir, agent_loop_tokenizer):

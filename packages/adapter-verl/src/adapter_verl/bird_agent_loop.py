@@ -12,7 +12,9 @@ when the response reaches `rollout.response_length`; its reward (1 correct, 0 wr
 the final answer's execution) is the trajectory's reward score, and its counts (turns, sql_calls,
 well_formed, correct; `acc` = correct) go to verl's reward extra info. The weights version of the turns
 travels in the row's extra fields as verl's tool agent carries it (the first turn's, the last turn's as
-`max_global_steps`).
+`max_global_steps`). An episode whose step raises is logged with its request id and ends there, its row
+kept untrained (mask 0, reward 0, `env_error` 1 in the reward extra info), so the rest of the batch
+trains (as SkyRL's generator keeps a raising environment's row).
 
 Select it with `actor_rollout_ref.rollout.agent.agent_loop_config_path=<AGENT_LOOP_CONFIG_FILE>` (verl's
 registry of custom agent loops) and `agent.default_agent_loop=bird_sql_agent` (or the rows'
@@ -22,12 +24,15 @@ registry of custom agent loops) and `agent.default_agent_loop=bird_sql_agent` (o
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 from verl.utils.profiler import simple_timer
+
+logger = logging.getLogger(__name__)
 
 AGENT_NAME = "bird_sql_agent"
 AGENT_LOOP_CONFIG_FILE = Path(__file__).with_name("agent_loops.yaml")
@@ -65,35 +70,50 @@ class BirdSQLAgentLoop(AgentLoopBase):
         with_logprobs = True
         metrics: dict[str, Any] = {}
         extra_fields: dict[str, Any] = {}  # the first turn's (its weights version), then the latest maximum
-        reward = 0.0
-        observations = 0
+        step = None  # the episode's last step
+        sampled = observations = 0
+        env_error = False
         while len(response_ids) < self.response_length:
             with simple_timer("generate_sequences", metrics):
                 out = await self.server_manager.generate(
                     request_id=request_id, prompt_ids=prompt_ids + response_ids, sampling_params=dict(params)
                 )
             ids = [int(t) for t in out.token_ids]
+            sampled += 1
             if not extra_fields:
                 extra_fields.update(out.extra_fields)
             elif out.extra_fields.get("max_global_steps"):
                 extra_fields["max_global_steps"] = out.extra_fields["max_global_steps"]
             with_logprobs = with_logprobs and out.log_probs is not None
-            with simple_timer("tool_calls", metrics):
-                step = await loop.run_in_executor(None, episode.step, text.response_text(ids, STOP_STRINGS))
-            reward = float(step.reward)
-            if not step.done and ids and ids[-1] == eos:  # the message goes on after the observation
+            try:
+                with simple_timer("tool_calls", metrics):
+                    step = await loop.run_in_executor(
+                        None, episode.step, text.response_text(ids, STOP_STRINGS)
+                    )
+            except Exception:
+                logger.exception(
+                    "%s: the episode of request %s raised at turn %d; its row is kept untrained (mask 0, reward 0)",
+                    AGENT_NAME,
+                    request_id,
+                    sampled,
+                )
+                env_error, step = True, None
+            if step is not None and not step.done and ids and ids[-1] == eos:  # the message goes on
                 ids = ids[:-1]
             response_ids += ids
             mask += [1] * len(ids)
             if with_logprobs:
                 logprobs += [float(x) for x in out.log_probs[: len(ids)]]
-            if step.done:
+            if step is None or step.done:
                 break
             observation = self.tokenizer.encode(step.observation, add_special_tokens=False)
             observations += 1
             response_ids += observation
             mask += [0] * len(observation)
             logprobs += [0.0] * len(observation)
+        reward = 0.0 if step is None else float(step.reward)  # a raising episode: 0, and nothing trained
+        if env_error:
+            mask = [0] * len(mask)
         counts = episode.metrics()
         cut = self.response_length
         return AgentLoopOutput(
@@ -108,6 +128,6 @@ class BirdSQLAgentLoop(AgentLoopBase):
                 **extra_fields,
                 "turn_scores": [],
                 "tool_rewards": [],
-                "reward_extra_info": {"acc": counts["correct"], **counts},
+                "reward_extra_info": {"acc": counts["correct"], **counts, "env_error": float(env_error)},
             },
         )
