@@ -302,6 +302,10 @@ class DeepSpeedReferenceBackend(ReferenceBackend):
                 "save_checkpoint with gradients accumulated since the last step: they are not saved; step() first"
             )
         answer = self.server_jobs.save(self._training(), **request)
+        if answer.get("hf_path"):
+            # 0.1.4's HF export writes the model only; the tokenizer makes the folder loadable as a model
+            # (what the demo's warm start hands to the framework), as the torch engine's export is
+            self.tokenizer.save_pretrained(answer["hf_path"])
         torch.save(
             {"sampler_rng": self._sampler_rng_state(), "global_step": self._global_step, "extra": extra},
             Path(answer["path"]) / SAMPLER_RNG_FILE,
