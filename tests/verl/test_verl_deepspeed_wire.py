@@ -19,20 +19,12 @@ import math
 import time
 
 import pytest
-from verl_e2e_run import prepare_workdir, run_overrides, run_verl_main, step_metrics
+from verl_e2e_run import SYNC_COLOCATED, prepare_workdir, run_overrides, run_verl_main, step_metrics
 from wire_server import serve_reference
 
 pytest.importorskip("arctic_platform.client")
 
 TRAIN_BATCH, ROLLOUT_N, MAX_RESPONSE = 2, 2, 8
-SYNC_COLOCATED = [
-    "sleep-training(non_lp)",
-    "wake-inference(['weights'])",
-    "weight-sync",
-    "wake-inference(['kv_cache'])",
-    "reset-prefix-cache",
-    "sleep-training(all)",
-]
 
 
 @pytest.fixture(scope="module")
