@@ -77,6 +77,8 @@ def _spec(engine: ReferenceBackend) -> PayloadSpec:
         kl_loss_coef=0.1,
         entropy_coeff=0.01,
         calculate_entropy=True,
+        # sdpa without ZoRRo: what PayloadSpec.from_config sends on ray/http (meta.cu_seqlens: rows unpacked)
+        rows_unpacked=True,
     )
 
 
@@ -264,14 +266,11 @@ def test_reference_job_forward_of_one_row_matches_the_training_job(scenario):
         assert (values[0].float() - before[row])[mask[0]].abs().max() < BF16_LOGPROB_NOISE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 28 item 3 (s5-serverfix): the 0.1.4 pipeline packs a micro-batch's rows into one [1, T] "
-    "sequence (pack_with_unpad), and without flash-attention's varlen kernel (sdpa here, ZoRRo off) the rows "
-    "attend to each other; the log-prob job has no gradient accumulation, so every row of a forward shares "
-    "one micro-batch",
-)
 def test_reference_job_rows_of_one_forward_do_not_see_each_other(scenario):
+    """The log-prob job has no gradient accumulation: every row of a forward shares one micro-batch, which
+    0.1.4's pipeline packs into one [1, T] sequence that sdpa attends across (0.16-0.38 nats off, issue 28)
+    unless the payload says the rows are already laid out (meta.cu_seqlens, `PayloadSpec.rows_unpacked`)."""
+    assert "cu_seqlens" in scenario.fwd.meta
     batched, mask = _response(scenario, scenario.ds_reference)
     per_row = torch.stack(
         [
