@@ -29,7 +29,7 @@ def test_bird_multi_turn_rows_and_warm_start_pairs():
     prompts, answers = task.warm_start_pairs(tokenizer)
     n = len(task.train_rows)
     looks = n // 2  # every other question also learns a first look, then the answer after its observation
-    assert len(prompts) == len(answers) == n + 2 * looks
+    assert len(prompts) == len(answers) == n + 2 * looks == task.warm_start_size  # the deepspeed batch's rows
     for k in range(looks):
         look_prompt, look, after_prompt, after = (
             prompts[n + 2 * k],
@@ -46,6 +46,7 @@ def test_bird_multi_turn_rows_and_warm_start_pairs():
         assert "Error executing SQL" not in context  # the look ran on the question's database
     single = load_task("bird")
     assert single.max_turns == 1 and len(single.warm_start_pairs(tokenizer)[0]) == len(single.train_rows)
+    assert single.warm_start_size == len(single.train_rows)
 
 
 def test_a_driver_without_multi_turn_is_refused(tmp_path):

@@ -72,11 +72,8 @@ class DemoTask:
 
         prompts = [prompt_ids(tokenizer, row["prompt"]) for row in self.train_rows]
         answers = [response_ids(tokenizer, text) for text in self.train_targets]
-        if self.max_turns == 1:
-            return prompts, answers
-        for i, row in enumerate(self.train_rows):
-            if i % 2 == 0:
-                continue
+        for i in self._looking_rows():
+            row = self.train_rows[i]
             look = bird_look(row["reward_model"]["ground_truth"])
             observation = _observation(row, look, self.max_turns)
             look_ids = tokenizer.encode(look, add_special_tokens=False)  # no EOS: the episode goes on
@@ -85,6 +82,15 @@ class DemoTask:
             prompts.append([*prompts[i], *look_ids, *tokenizer.encode(observation, add_special_tokens=False)])
             answers.append(answers[i])
         return prompts, answers
+
+    def _looking_rows(self) -> range:
+        """The training rows whose warm start also looks at the data first (multi-turn: every other one)."""
+        return range(1, len(self.train_rows), 2) if self.max_turns > 1 else range(0)
+
+    @property
+    def warm_start_size(self) -> int:
+        """How many (prompt, answer) pairs `warm_start_pairs` gives: a row, and two more per looking row."""
+        return len(self.train_rows) + 2 * len(self._looking_rows())
 
     def steps_per_epoch(self, prompts_per_step: int) -> int:
         """GRPO steps per pass over the training rows (the last partial batch is dropped)."""
