@@ -49,7 +49,9 @@ def test_no_task_waits_behind_a_runaway_while_another_worker_is_free(small_db: P
 def test_runaways_hold_only_their_own_workers(small_db: Path) -> None:
     # One persistent worker: two runaways would hold it twice over and the fast task would wait for
     # both. With straggler workers each runaway gets its own, and the fast task is not held.
-    settings = ExecutorSettings(num_workers=1, max_workers=3, timeout_s=3.0, straggler_after_s=0.2)
+    settings = ExecutorSettings(
+        num_workers=1, max_workers=3, timeout_s=3.0, straggler_after_s=0.2, spare_idle_s=0.0
+    )
     with SQLExecutor(settings) as executor:
         executor.execute(small_db, "SELECT 1")
         (persistent,) = executor.worker_pids()
@@ -59,12 +61,24 @@ def test_runaways_hold_only_their_own_workers(small_db: Path) -> None:
         assert [r.error_kind for r in results[:2]] == ["timeout", "timeout"]
         assert results[2].rows == frozenset({(200,)})
         assert order[0] == 2  # the fast task before either runaway
-        # the pool is back to num_workers; the extra workers stopped and were reaped
+        assert executor.replaced_workers == 0
+        executor.execute(small_db, "SELECT 1")  # the spares idle past spare_idle_s stop here
         pids = executor.worker_pids()
-        assert len(pids) == 1 and pids != [] and executor.replaced_workers == 0
+        assert len(pids) == 1
     for pid in {*pids, persistent}:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_spares_stay_warm_for_the_next_batch(small_db: Path) -> None:
+    settings = ExecutorSettings(num_workers=1, max_workers=3, timeout_s=1.0, straggler_after_s=0.1)
+    with SQLExecutor(settings) as executor:
+        tasks = [SQLTask(str(small_db), RUNAWAY), SQLTask(str(small_db), "SELECT count(*) FROM t")]
+        executor.run(tasks)
+        spares = set(executor.worker_pids())
+        assert len(spares) == 2  # the runaway's and its stand-in's, idle until spare_idle_s (60 s)
+        _, order = _run_in_order(executor, tasks)
+        assert order == [1, 0] and set(executor.worker_pids()) == spares  # no new process started
 
 
 def test_without_room_for_extra_workers_runaways_share_the_pool(small_db: Path) -> None:

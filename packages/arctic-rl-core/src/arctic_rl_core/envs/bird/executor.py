@@ -12,12 +12,13 @@ progress handler); a query that does not yield to the progress handler (one huge
 operation, one huge sort) is ended by killing the worker at `timeout_s + kill_grace_s`. A
 killed, crashed or hung worker is replaced; the other queries of the batch are unaffected.
 
-Scheduling: a batch's tasks wait in one queue and each goes to a worker when that worker frees
-up (one task per worker at a time), so no task waits behind a slow query while another worker is
-idle. A query that has run for `straggler_after_s` stops counting against `num_workers`: while
-tasks wait, a new worker starts beside it (up to `max_workers` in all), so a few runaway queries
-on a slow database hold only their own workers, each until its own time limit; the extra workers
-stop when the pool has more than `num_workers` idle.
+Scheduling: a batch's tasks wait in one queue and each goes to a worker when a slot frees up
+(one task per worker at a time), so no task waits behind a slow query while it could run. There
+are `num_workers` slots; a query that has run for `straggler_after_s` (default a tenth of
+`timeout_s`, at most 1 s) gives its slot up, and the next task runs on another worker process (an
+idle spare, or a new one: at most `max_workers` processes in all), so runaway queries on a slow
+database hold only their own processes, each until its own time limit. Spares above
+`num_workers` stop after `spare_idle_s` idle.
 
 Connections are never leaked: after a successful query a worker may keep the connection for the
 next query on the same file (up to `kept_connections`, least recently used closed first), which
@@ -84,17 +85,20 @@ class ExecutorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     num_workers: int = Field(default=2, ge=1, le=256, description="persistent worker processes")
-    straggler_after_s: float = Field(
-        default=0.5,
+    straggler_after_s: float | None = Field(
+        default=None,
         gt=0,
         description="a query running this long no longer holds the batch: while tasks wait, a new worker "
-        "starts beside it (up to max_workers)",
+        "starts beside it (up to max_workers); None = timeout_s / 10, at most 1 s",
     )
     max_workers: int | None = Field(
         default=None,
         ge=1,
         le=256,
         description="most worker processes at once, stragglers' included; None = 4 x num_workers",
+    )
+    spare_idle_s: float = Field(
+        default=60.0, ge=0, description="an idle worker above num_workers stops after this long"
     )
     timeout_s: float = Field(default=30.0, gt=0, description="per-query time limit, seconds")
     kill_grace_s: float = Field(
@@ -124,6 +128,10 @@ class ExecutorSettings(BaseModel):
         description="read-only connections a worker keeps open between queries; 0 = none",
     )
     page_cache_mb: int = Field(default=16, ge=1, le=1024, description="SQLite page cache per connection")
+
+    @property
+    def effective_straggler_after_s(self) -> float:
+        return min(1.0, self.timeout_s / 10) if self.straggler_after_s is None else self.straggler_after_s
 
     @property
     def effective_max_workers(self) -> int:
@@ -235,6 +243,7 @@ class _Worker:
         finally:
             child_sock.close()
         self.channel = Connection(parent_sock.detach())
+        self.idle_since = time.monotonic()
         self.ready = False
         self.started_at = time.monotonic()
 
@@ -272,6 +281,7 @@ class SQLExecutor:
         self._cond = threading.Condition()
         self._idle: list[_Worker] = []
         self._busy = 0
+        self._straggling = 0  # busy workers whose query has run past straggler_after_s
         self._started = False
         self._closed = False
         self._owner_pid = os.getpid()
@@ -284,6 +294,8 @@ class SQLExecutor:
         self.close()
 
     # -- pool -------------------------------------------------------------------------------
+    # Slots: at most num_workers busy workers whose query has not yet run past straggler_after_s.
+    # Processes: at most max_workers; idle ones above num_workers stop after spare_idle_s.
 
     def _ensure_started(self) -> None:
         if self._closed:
@@ -296,18 +308,52 @@ class SQLExecutor:
             self._idle = [_Worker(self.settings) for _ in range(self.settings.num_workers)]
             self._started = True
 
+    def _slot_free(self) -> bool:
+        return self._busy - self._straggling < self.settings.num_workers
+
+    def _stale_spares(self) -> list[_Worker]:
+        """Idle workers above num_workers that have been idle for spare_idle_s (taken off the list)."""
+        surplus = len(self._idle) + self._busy - self.settings.num_workers
+        if surplus <= 0:
+            return []
+        cutoff = time.monotonic() - self.settings.spare_idle_s
+        stale = [worker for worker in self._idle if worker.idle_since <= cutoff][:surplus]
+        for worker in stale:
+            self._idle.remove(worker)
+        return stale
+
     def _checkout(self, block: bool) -> _Worker | None:
-        """An idle worker of the pool (None: none idle and `block` is False)."""
+        """A worker for one task when a slot is free: an idle one, else a new one while the pool has
+        fewer than max_workers (None: no slot or no worker, and `block` is False)."""
+        start_new, worker = False, None
         with self._cond:
             self._ensure_started()
-            while not self._idle:
+            stale = self._stale_spares()
+            while True:
+                if self._slot_free():
+                    if self._idle:
+                        worker = self._idle.pop()
+                        break
+                    if self._busy < self.settings.effective_max_workers:
+                        start_new = True
+                        break
                 if not block:
-                    return None
+                    break
                 self._cond.wait()
                 self._ensure_started()
-            worker = self._idle.pop()
-            self._busy += 1
-        if not worker.alive:
+            if worker is not None or start_new:
+                self._busy += 1
+        for spare in stale:
+            spare.stop()
+        if start_new:
+            try:
+                return _Worker(self.settings)
+            except BaseException:
+                with self._cond:
+                    self._busy -= 1
+                    self._cond.notify_all()
+                raise
+        if worker is not None and not worker.alive:
             logger.warning(
                 "sql worker %d exited while idle (code %s); replacing it",
                 worker.process.pid,
@@ -318,32 +364,29 @@ class SQLExecutor:
             self.replaced_workers += 1
         return worker
 
-    def _start_extra(self) -> _Worker | None:
-        """A new worker beside the `num_workers` (one in place of a worker held by a straggler),
-        or None when the pool already has `max_workers`."""
+    def _mark_straggling(self, delta: int) -> None:
+        """A busy worker's query has run past straggler_after_s (+1), or that query ended (-1)."""
         with self._cond:
-            self._ensure_started()
-            if len(self._idle) + self._busy >= self.settings.effective_max_workers:
-                return None
-            self._busy += 1
-        try:
-            return _Worker(self.settings)
-        except BaseException:
-            with self._cond:
-                self._busy -= 1
-            raise
+            self._straggling += delta
+            self._cond.notify_all()
+
+    def _keep(self) -> bool:
+        """Whether a busy worker whose query just ended may take another task (its slot is its own)."""
+        with self._cond:
+            return self._busy - self._straggling <= self.settings.num_workers and not self._closed
 
     def _checkin(self, worker: _Worker) -> None:
-        """Back to the pool; stopped instead when the pool is closed or has more than
-        `num_workers` without it (the extra workers started beside stragglers)."""
         with self._cond:
             self._busy -= 1
-            surplus = self._closed or len(self._idle) + self._busy >= self.settings.num_workers
-            if not surplus:
+            if not self._closed:
+                worker.idle_since = time.monotonic()
                 self._idle.append(worker)
-            self._cond.notify()
-        if surplus:
+            stale = self._stale_spares()
+            self._cond.notify_all()
+        if self._closed:
             worker.stop()
+        for spare in stale:
+            spare.stop()
 
     def _retire(self, worker: _Worker) -> None:
         """Kill a dead, hung or killed worker; start one in its place if the pool is short."""
@@ -354,6 +397,7 @@ class SQLExecutor:
             short = not self._closed and len(self._idle) + self._busy < self.settings.num_workers
             if short:
                 self._busy += 1  # held while it starts
+            self._cond.notify_all()
         if short:
             self._checkin(_Worker(self.settings))
 
@@ -413,11 +457,10 @@ class SQLExecutor:
 
 
 class _BatchRun:
-    """One `SQLExecutor.run`: hands each task to a worker as the worker frees up (one task per
-    worker at a time, so nothing waits in a busy worker's queue), kills the worker of a query past
-    its hard limit, and, while tasks wait, starts a new worker for each query of this batch that has
-    run longer than `straggler_after_s` (up to the pool's `max_workers`), so that slow queries hold
-    their own workers and not the rest of the batch."""
+    """One `SQLExecutor.run`: hands each task to a worker as a slot frees up (one task per worker at
+    a time, so nothing waits in a busy worker's queue), marks a query past `straggler_after_s` as
+    straggling (its slot goes to the next task, on another worker), and kills the worker of a query
+    past its hard limit."""
 
     def __init__(
         self,
@@ -428,12 +471,12 @@ class _BatchRun:
         self.pool, self.tasks, self.on_result = pool, tasks, on_result
         self.settings = pool.settings
         self.hard_limit_s = self.settings.timeout_s + self.settings.kill_grace_s
+        self.straggler_after_s = self.settings.effective_straggler_after_s
         self.results: list[ExecutionResult | None] = [None] * len(tasks)
         self.pending: deque[int] = deque()
-        # worker -> [task index, when it was sent, deadline]: the hard-kill time, or the startup
-        # deadline until the worker has said hello
+        # worker -> [task index, when it was sent (or the worker said hello), deadline, straggling]:
+        # the deadline is the hard-kill time, or the startup deadline until the worker says hello
         self.running: dict[_Worker, list] = {}
-        self.extras = 0  # workers this run started beside its stragglers and still holds
         self.send_failures: dict[int, int] = {}
 
     def run(self) -> list[ExecutionResult]:
@@ -453,6 +496,7 @@ class _BatchRun:
                 if self.running:
                     self.wait_for_replies()
                     self.kill_overdue()
+                    self.mark_stragglers()
         finally:
             # Only reached with work in flight if this thread was interrupted: those workers are
             # in an unknown state, so they are replaced, never reused.
@@ -470,24 +514,27 @@ class _BatchRun:
         if self.on_result is not None:
             self.on_result(index, result)
 
-    def stragglers(self, now: float) -> int:
-        after = self.settings.straggler_after_s
-        return sum(1 for _, sent, _ in self.running.values() if now - sent >= after)
-
-    def give_back(self, worker: _Worker) -> None:
-        if self.extras:
-            self.extras -= 1
-        self.pool._checkin(worker)
+    def done_with(self, worker: _Worker) -> list:
+        """The worker's task ended: its entry, its straggler mark taken back."""
+        entry = self.running.pop(worker)
+        if entry[3]:
+            self.pool._mark_straggling(-1)
+        return entry
 
     def retire(self, worker: _Worker, result: ExecutionResult | None = None) -> None:
-        """The worker died or was killed: its task (if any) gets `result`, and a new worker takes
-        its place in the pool when the pool is short of `num_workers`."""
-        entry = self.running.pop(worker, None)
-        if entry is not None and result is not None:
-            self.finish(entry[0], result)
-        if self.extras:
-            self.extras -= 1
+        """The worker died or was killed: its task (if any) gets `result`; the pool replaces it."""
+        if worker in self.running:
+            index = self.done_with(worker)[0]
+            if result is not None:
+                self.finish(index, result)
         self.pool._retire(worker)
+
+    def mark_stragglers(self) -> None:
+        now = time.monotonic()
+        for worker, entry in self.running.items():
+            if worker.ready and not entry[3] and now - entry[1] >= self.straggler_after_s:
+                entry[3] = True
+                self.pool._mark_straggling(+1)
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -509,20 +556,8 @@ class _BatchRun:
             return False
         now = time.monotonic()
         deadline = now + self.hard_limit_s if worker.ready else worker.started_at + settings.startup_timeout_s
-        self.running[worker] = [index, now, deadline]
+        self.running[worker] = [index, now, deadline, False]
         return True
-
-    def next_worker(self) -> _Worker | None:
-        """A worker for the next pending task: an idle one of the pool, else a new one beside a
-        straggler of this run, else (nothing of this run in flight) the next one to free up."""
-        worker = self.pool._checkout(block=False)
-        if worker is None and self.stragglers(time.monotonic()) > self.extras:
-            worker = self.pool._start_extra()
-            if worker is not None:
-                self.extras += 1
-        if worker is None and not self.running:
-            worker = self.pool._checkout(block=True)
-        return worker
 
     def send_or_retry(self, worker: _Worker, index: int) -> None:
         """Send task `index` to `worker`; a worker that died before taking it is replaced and the
@@ -540,17 +575,17 @@ class _BatchRun:
 
     def hand_out(self) -> None:
         while self.pending:
-            worker = self.next_worker()
+            # block only when nothing of this run is in flight (else a reply may free a slot)
+            worker = self.pool._checkout(block=not self.running)
             if worker is None:
                 return
             self.send_or_retry(worker, self.pending.popleft())
 
     def wait_for_replies(self) -> None:
         now = time.monotonic()
-        wake = min(deadline for _, _, deadline in self.running.values())
-        if self.pending:  # a query turning straggler may earn a new worker for the waiting tasks
-            after = self.settings.straggler_after_s
-            young = [sent + after for _, sent, _ in self.running.values() if now - sent < after]
+        wake = min(entry[2] for entry in self.running.values())
+        if self.pending:  # a query turning straggler frees a slot for the waiting tasks
+            young = [e[1] + self.straggler_after_s for w, e in self.running.items() if w.ready and not e[3]]
             if young:
                 wake = min(wake, min(young))
         by_channel = {worker.channel: worker for worker in self.running}
@@ -572,25 +607,24 @@ class _BatchRun:
             _, reply_index, outcome = reply
             if reply_index != entry[0]:
                 raise RuntimeError(f"sql worker answered task {reply_index}, expected {entry[0]}")
-            del self.running[worker]
+            self.done_with(worker)
             self.finish(
                 entry[0], _within_limit(ExecutionResult.from_outcome(outcome), self.settings.timeout_s)
             )
-            # this worker takes the next task now, unless this run holds more extra workers than
-            # it has stragglers left
-            if self.pending and self.extras <= self.stragglers(time.monotonic()):
+            # the next task goes to this worker now, unless its slot went to another worker meanwhile
+            if self.pending and self.pool._keep():
                 self.send_or_retry(worker, self.pending.popleft())
             else:
-                self.give_back(worker)
+                self.pool._checkin(worker)
 
     def kill_overdue(self) -> None:
         now = time.monotonic()
-        for worker, (_, sent, deadline) in list(self.running.items()):
-            if now < deadline:
+        for worker, entry in list(self.running.items()):
+            if now < entry[2]:
                 continue
             if worker.ready:
                 message = f"killed after {self.hard_limit_s:.2f} s (did not yield to the time limit)"
-                self.retire(worker, ExecutionResult.failure("timeout", message, now - sent))
+                self.retire(worker, ExecutionResult.failure("timeout", message, now - entry[1]))
             else:
                 message = f"sql worker did not start within {self.settings.startup_timeout_s} s"
                 self.retire(worker, ExecutionResult.failure("worker_start_failed", message))
