@@ -49,4 +49,4 @@ def test_verdicts_agree_with_skyrl_sqls_on_both_batches(monkeypatch: pytest.Monk
     # SkyRL-SQL's scorer also waits out each runaway's limit: the hostile batch takes it at least that
     assert hostile.baseline_value >= 0.3
     assert result.notes[0].startswith("verdicts agree with SkyRL-SQL's for all 18 + 20 rollouts")
-    assert limit.baseline_value == pytest.approx(0.3)
+    assert limit.baseline_value == pytest.approx(max(0.3, result.ours_seconds))  # nor before its own work

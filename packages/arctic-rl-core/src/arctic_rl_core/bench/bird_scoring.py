@@ -20,7 +20,7 @@ the same SQL. The verdicts must agree (SkyRL-SQL's reward 1 exactly where ours i
 run fails; a rollout whose verdicts differ (on a loaded machine a query can pass a short limit on
 either side) is rescored alone by both with the GRPO batch's limit, and they must agree then. A third comparison puts the hostile batch against its physical limit: with equal time
 limits it cannot end before its runaway queries' limits, spread over the most workers the scorer
-runs at once.
+runs at once, nor before the rest of its work (the GRPO batch alone, as ours scored it).
 
 Both scorers run queries in parallel (worker processes; threads): the ratios need two free cores,
 checked before and after (`bench.conditions`); without them the command says so instead of a ratio.
@@ -295,18 +295,18 @@ def _disagreements(verdicts: list, rewards: list[float]) -> list[int]:
     return [i for i, (v, r) in enumerate(zip(verdicts, rewards, strict=True)) if v.correct != (r == 1.0)]
 
 
-def _recheck(
-    batch: Batch, indices: list[int], label: str, executor, skyrl: SkyRLScorer, timeout_s: float
-) -> str:
+def _recheck(batch: Batch, first: dict, label: str, executor, skyrl: SkyRLScorer, timeout_s: float) -> str:
     """Rescore the rollouts whose verdicts differed, alone, with the GRPO batch's limit: a query that
     ran past a short limit on a loaded machine (on either side) then finishes, and both must agree.
-    Returns the note saying which side had timed out; exits when they still differ."""
+    Returns the note saying on which side the verdicts changed; exits when they still differ."""
     from arctic_rl_core.envs.bird.reward import BirdScorer, GoldCache
 
+    indices = sorted(first)  # the rollouts that differed, each with our verdict when it first did
     requests = [batch.requests[i] for i in indices]
     verdicts = BirdScorer(executor=executor, gold_cache=GoldCache()).score(requests).verdicts
     _, rewards = skyrl.score([batch.skyrl[i] for i in indices], timeout_s)
     still = [indices[k] for k in _disagreements(verdicts, rewards)]
+    ours_changed = sum(1 for k, i in enumerate(indices) if verdicts[k].correct != first[i].correct)
     if still:
         raise SystemExit(
             f"arctic-rl bench {NAME}: {len(still)} {label} verdict(s) differ from SkyRL-SQL's "
@@ -314,7 +314,8 @@ def _recheck(
         )
     return (
         f"{label}: {len(indices)} verdict(s) differed under the short limit on this machine and agree when "
-        f"rescored alone with a {timeout_s:g} s limit (rollouts {indices[:10]}: a query past the limit under load)"
+        f"rescored alone with a {timeout_s:g} s limit (rollouts {indices[:10]}: a query past the limit under load; "
+        f"ours had changed {ours_changed}, SkyRL-SQL's {len(indices) - ours_changed})"
     )
 
 
@@ -348,7 +349,7 @@ def run(args: argparse.Namespace) -> BenchResult:
         "ours_hostile": math.inf,
         "skyrl_hostile": math.inf,
     }
-    differ: dict[str, set[int]] = {"GRPO batch": set(), "hostile batch": set()}
+    differ: dict[str, dict] = {"GRPO batch": {}, "hostile batch": {}}  # rollout -> our verdict then
     rechecked: list[str] = []
     with tempfile.TemporaryDirectory(prefix="arctic-rl-bird-bench-") as tmp, ParallelConditions() as machine:
         db_path = str(Path(tmp) / "sales.sqlite")
@@ -374,16 +375,16 @@ def run(args: argparse.Namespace) -> BenchResult:
                 if skyrl is not None:
                     seconds, rewards = skyrl.score(batch.skyrl, args.timeout)
                     best["skyrl"] = min(best["skyrl"], seconds)
-                    differ["GRPO batch"].update(_disagreements(ours_batch.verdicts, rewards))
+                    for i in _disagreements(ours_batch.verdicts, rewards):
+                        differ["GRPO batch"].setdefault(i, ours_batch.verdicts[i])
                     seconds, hostile_rewards = skyrl.score(hostile.skyrl, args.hostile_timeout)
                     best["skyrl_hostile"] = min(best["skyrl_hostile"], seconds)
-                    differ["hostile batch"].update(_disagreements(ours_hostile.verdicts, hostile_rewards))
+                    for i in _disagreements(ours_hostile.verdicts, hostile_rewards):
+                        differ["hostile batch"].setdefault(i, ours_hostile.verdicts[i])
             if skyrl is not None:
                 for label, which in (("GRPO batch", batch), ("hostile batch", hostile)):
                     if differ[label]:
-                        rechecked.append(
-                            _recheck(which, sorted(differ[label]), label, executor, skyrl, args.timeout)
-                        )
+                        rechecked.append(_recheck(which, differ[label], label, executor, skyrl, args.timeout))
         finally:
             executor.close()
             hostile_executor.close()
@@ -398,7 +399,9 @@ def run(args: argparse.Namespace) -> BenchResult:
         "--extra cpu) or pass --skyrl-python"
     )
     most_workers = hostile_settings.effective_max_workers
-    limit = math.ceil(args.runaways / most_workers) * args.hostile_timeout
+    runaway_limit = math.ceil(args.runaways / most_workers) * args.hostile_timeout
+    # nor before the rest of its work: the GRPO batch alone, as fast as ours ran it
+    limit = max(runaway_limit, best["ours"])
     limit_pool = math.ceil(args.runaways / args.workers) * args.hostile_timeout
     with_sql = sum(1 for v in ours_batch.verdicts if v.error != "no_sql")
     ours_label = f"score_batch ({args.workers} workers; distinct SQL once, gold once)"
@@ -418,8 +421,9 @@ def run(args: argparse.Namespace) -> BenchResult:
             (f"{skyrl_label}, hostile batch", f"{best['skyrl_hostile']:.6g}"),
             (f"{ours_label}, hostile batch", f"{best['ours_hostile']:.6g}"),
             (
-                f"physical limit of the hostile batch: {args.runaways} runaways x {args.hostile_timeout:g} s over "
-                f"at most {most_workers} workers (over {args.workers}: {limit_pool:g} s)",
+                f"physical limit of the hostile batch: the larger of {args.runaways} runaways x "
+                f"{args.hostile_timeout:g} s over at most {most_workers} workers ({runaway_limit:g} s; over "
+                f"{args.workers}: {limit_pool:g} s) and the GRPO batch alone",
                 f"{limit:.6g}",
             ),
             (
@@ -449,7 +453,8 @@ def run(args: argparse.Namespace) -> BenchResult:
                 unmet=no_skyrl or unmet,
             ),
             Comparison(
-                f"physical limit of the hostile batch ({args.runaways} x {args.hostile_timeout:g} s over {most_workers} workers)",
+                f"physical limit of the hostile batch (the larger of {args.runaways} x {args.hostile_timeout:g} s over "
+                f"{most_workers} workers and the GRPO batch alone)",
                 limit,
                 f"{ours_label}, hostile batch",
                 best["ours_hostile"],

@@ -5,7 +5,7 @@ row). Baselines, measured in the same run (interleaved rounds, the best of each 
 
 - the strongest simple alternative: numpy buffers of the payload's own dtypes, filled row by row
   with slice assignment from the lists (SkyRL 0.4's preprocessing style);
-- the per-sample loop the seed integrations used (per sample and field: a tensor from the sample's
+- the per-sample loop the legacy integrations used (per sample and field: a tensor from the sample's
   list, pad/concatenate to the full row; then stack the rows).
 
 Inputs are what SkyRL hands over: Python lists of ids, masks and log-probs, scalar GRPO advantages.
@@ -222,7 +222,7 @@ def run(args: argparse.Namespace) -> BenchResult:
         goal="> 1x",
         more=[
             Comparison(
-                "per-sample torch loop (the seed integrations')",
+                "per-sample torch loop (the legacy integrations')",
                 min(baseline),
                 ours_label,
                 min(ours),
