@@ -32,6 +32,7 @@ from arctic_rl_core.demo.run_log import (
 
 WARM_START_DIR = "warm_start"
 LOG_FILE = "run.log"
+SERVER_LOG_FILE = "server.log"  # --trainer deepspeed: the local server's output
 EVAL_SPLITS = ("heldout", "train")
 INTERRUPTED_EXIT = 130
 # Flags that a resumed run may change (the rest of a run's settings are fixed by its config.yaml).
@@ -86,6 +87,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="colocated GRPO: training and sampling share the devices, with sleep/wake every step",
     )
     parser.add_argument(
+        "--trainer",
+        choices=("torch", "deepspeed"),
+        default=None,
+        help="who trains: the reference engine's torch trainer (default), or 'deepspeed': arctic-platform "
+        "0.1.4's own server code and DeepSpeedWorker on the CPU (warm start in process; GRPO through a local "
+        "`arctic-rl serve --reference --trainer deepspeed` and the real client); not with --server",
+    )
+    parser.add_argument(
         "--async",
         dest="max_staleness",
         type=int,
@@ -112,6 +121,7 @@ def _explicit(args: argparse.Namespace) -> dict[str, Any]:
         "server": "server",
         "backend": "backend",
         "colocate": "colocate",
+        "trainer": "trainer",
         "max_staleness": "max_staleness",
     }
     return {field: getattr(args, flag) for flag, field in names.items() if getattr(args, flag) is not None}
@@ -193,6 +203,7 @@ def run_demo(options: DemoOptions) -> int:
 
     from arctic_rl_core.demo.backend import reference_backend, synced
     from arctic_rl_core.demo.drivers import load_driver, require_async_support
+    from arctic_rl_core.demo.local_server import local_reference_server
     from arctic_rl_core.demo.prompts import prompt_ids, prompt_text, response_ids
     from arctic_rl_core.demo.tasks import load_task
     from arctic_rl_core.demo.warm_start import warm_start
@@ -229,12 +240,16 @@ def run_demo(options: DemoOptions) -> int:
         with (
             output_to(run_dir / LOG_FILE),
             Progress(*columns, console=console, redirect_stdout=False, redirect_stderr=False) as progress,
+            contextlib.ExitStack() as stack,
         ):
             t0 = time.perf_counter()
             task = load_task(options.task)
             warm_started = (hf_dir / "config.json").is_file()
             backend = reference_backend(
-                options, model_path=hf_dir if warm_started else None, lr=options.warm_start_lr
+                options,
+                model_path=hf_dir if warm_started else None,
+                lr=options.warm_start_lr,
+                rows_per_step=min(options.warm_start_batch, len(task.train_rows)),
             )
             tokenizer = backend.tokenizer
             train_prompts = [prompt_ids(tokenizer, row["prompt"]) for row in task.train_rows]
@@ -314,8 +329,22 @@ def run_demo(options: DemoOptions) -> int:
                 progress.console.print(f"backend: {where}; driver pid {os.getpid()}")
 
             run_grpo = load_driver(options.framework)  # the adapter's driver (entry point)
+            grpo_options = options
+            if options.trainer == "deepspeed":  # a local server whose jobs are arctic-platform 0.1.4's own
+                server = stack.enter_context(
+                    local_reference_server(run_dir, run_dir / SERVER_LOG_FILE, ["--trainer", "deepspeed"])
+                )
+                grpo_options = options.model_copy(update={"server": server})
+                progress.console.print(
+                    f"GRPO server: {server} (--trainer deepspeed; log {run_dir / SERVER_LOG_FILE})"
+                )
             backend = run_grpo(
-                options, task, model_path=hf_dir, on_step=on_step, on_ready=on_ready, on_backend=on_backend
+                grpo_options,
+                task,
+                model_path=hf_dir,
+                on_step=on_step,
+                on_ready=on_ready,
+                on_backend=on_backend,
             )
             seconds["grpo"] = time.perf_counter() - t0
 
@@ -363,6 +392,8 @@ def run_demo(options: DemoOptions) -> int:
 def _grpo_backend(options: DemoOptions) -> str:
     api = "Cortex API" if options.backend == "cortex" else "Arctic server"
     where = f"the {api} at {options.server}" if options.server else "the CPU reference backend"
+    if options.trainer == "deepspeed":
+        where = "a local Arctic server with arctic-platform 0.1.4's own DeepSpeed training code (CPU)"
     where += ", colocated" if options.colocate else ""
     return where + (
         f", asynchronous (max_staleness {options.max_staleness})" if options.max_staleness else ""
