@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +38,28 @@ class CheckpointDamaged(RuntimeError):
         self.path, self.problem, self.fix = Path(path), problem, fix
 
 
-def _digest(path: Path) -> str:
+def file_record(path: Path) -> dict[str, object]:
+    """`{"bytes", "sha256"}` of a file, what a save records of it."""
     sha = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             sha.update(block)
-    return sha.hexdigest()
+    return {"bytes": path.stat().st_size, "sha256": sha.hexdigest()}
+
+
+def check_file(path: Path, saved: dict[str, object], fix: str, *, listed_in: str) -> None:
+    """CheckpointDamaged unless `path` is there with the size and digest its save recorded
+    (`saved`, a `file_record`); `listed_in` names the record that lists it."""
+    if not path.is_file():
+        raise CheckpointDamaged(path, f"missing ({listed_in} lists it)", fix)
+    size = int(saved["bytes"])
+    actual = path.stat().st_size
+    if actual != size:
+        raise CheckpointDamaged(
+            path, f"{actual:,} bytes, but {size:,} were saved (truncated or overwritten)", fix
+        )
+    if file_record(path)["sha256"] != saved["sha256"]:
+        raise CheckpointDamaged(path, "its contents differ from what was saved (SHA-256)", fix)
 
 
 def _files(folder: Path) -> list[Path]:
@@ -53,25 +70,30 @@ def write_manifest(folder: str | Path) -> dict[str, dict[str, object]]:
     """Record every file under `folder` (size, SHA-256) in `folder/arctic_manifest.json`, written
     atomically (a reader sees no manifest or the whole one); returns the file table."""
     folder = Path(folder)
-    files = {
-        str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _digest(p)} for p in _files(folder)
-    }
-    _write_atomic(
+    files = {str(p.relative_to(folder)): file_record(p) for p in _files(folder)}
+    write_text_atomic(
         folder / MANIFEST, json.dumps({"format": FORMAT, "files": files}, indent=1, sort_keys=True) + "\n"
     )
     return files
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` in one rename: a reader sees the old text or the new, whole (also
+    after a crash: the file and its folder are synced)."""
+    temporary = path.with_name(f".{path.stem}.{time.time_ns():x}-{os.getpid()}.tmp")
     try:
-        with temporary.open("w", encoding="utf-8") as handle:
+        with open(temporary, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+    descriptor = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def verify(folder: str | Path, *, earlier: str = "") -> None:
@@ -89,28 +111,17 @@ def verify(folder: str | Path, *, earlier: str = "") -> None:
         )
     try:
         files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
-        entries = [(name, int(e["bytes"]), str(e["sha256"])) for name, e in files.items()]
+        entries = [
+            (name, {"bytes": int(e["bytes"]), "sha256": str(e["sha256"])}) for name, e in files.items()
+        ]
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise CheckpointDamaged(
             manifest, f"unreadable ({type(error).__name__}: {error})", f"Restore it from a copy.{instead}"
         ) from None
-    for name, size, sha in entries:
-        path = folder / name
-        if not path.is_file():
-            raise CheckpointDamaged(
-                path, "missing (the checkpoint's manifest lists it)", f"Restore it.{instead}"
-            )
-        actual = path.stat().st_size
-        if actual != size:
-            raise CheckpointDamaged(
-                path,
-                f"{actual:,} bytes, but {size:,} were saved (truncated or overwritten)",
-                f"Restore it from a copy.{instead}",
-            )
-        if _digest(path) != sha:
-            raise CheckpointDamaged(
-                path, "its contents differ from what was saved (SHA-256)", f"Restore it from a copy.{instead}"
-            )
+    for name, saved in entries:
+        check_file(
+            folder / name, saved, f"Restore it from a copy.{instead}", listed_in="the checkpoint's manifest"
+        )
 
 
 @dataclass(frozen=True)
@@ -162,7 +173,7 @@ class CheckpointFolder:
         if step is None:
             self.latest.unlink(missing_ok=True)
         else:
-            _write_atomic(self.latest, f"{step}")
+            write_text_atomic(self.latest, f"{step}")
         removed = [s for s in self.steps() if step is None or s > step]
         for later in removed:
             folder = self.step_folder(later)

@@ -21,7 +21,6 @@ file's size and SHA-256; a load checks them before it uses anything and names th
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import re
@@ -30,6 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from arctic_rl_core.checkpoint_manifest import write_text_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -73,6 +74,8 @@ def save_checkpoint(
     import torch
     from safetensors.torch import save_file
 
+    from arctic_rl_core.checkpoint_manifest import file_record
+
     created = not directory.exists()
     generation = f"{time.time_ns():x}-{os.getpid()}"
     files = {role: f"{stem}.{generation}{suffix}" for role, stem, suffix in _DATA_FILES}
@@ -92,7 +95,7 @@ def save_checkpoint(
             "global_step": global_step,
             "model_fingerprint": {name: list(t.shape) for name, t in weights.items()},
             "files": files,
-            "digests": {name: _file_digest(directory / name) for name in files.values()},
+            "digests": {name: file_record(directory / name) for name in files.values()},
             "extra": extra or {},
         }
         write_text_atomic(directory / STATE_FILE, json.dumps(state, indent=2, sort_keys=True) + "\n")
@@ -130,20 +133,6 @@ class CheckpointWriteError(OSError):
         return str(self.args[1])
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` in one rename: a reader sees the old text or the new, whole."""
-    temporary = path.with_name(f".{path.stem}.{time.time_ns():x}-{os.getpid()}.tmp")
-    try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    _fsync(path.parent)
-
-
 def write_latest(root: Path, step: int) -> None:
     """`root/latest` names checkpoint-<step> (0.1.4's pointer), or CheckpointWriteError."""
     try:
@@ -152,31 +141,12 @@ def write_latest(root: Path, step: int) -> None:
         raise CheckpointWriteError(root, error) from None
 
 
-def _file_digest(path: Path) -> dict[str, object]:
-    sha = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            sha.update(block)
-    return {"bytes": path.stat().st_size, "sha256": sha.hexdigest()}
-
-
 def _check_digests(directory: Path, digests: dict[str, Any], fix: str) -> None:
     """CheckpointDamaged naming the first data file that is not what the save wrote."""
-    from arctic_rl_core.checkpoint_manifest import CheckpointDamaged
+    from arctic_rl_core.checkpoint_manifest import check_file
 
     for name, saved in digests.items():
-        path = directory / name
-        if not path.is_file():
-            raise CheckpointDamaged(path, "missing (the checkpoint's trainer_state.json names it)", fix)
-        actual = _file_digest(path)
-        if actual["bytes"] != saved["bytes"]:
-            raise CheckpointDamaged(
-                path,
-                f"{actual['bytes']:,} bytes, but {saved['bytes']:,} were saved (truncated or overwritten)",
-                fix,
-            )
-        if actual["sha256"] != saved["sha256"]:
-            raise CheckpointDamaged(path, "its contents differ from what was saved (SHA-256)", fix)
+        check_file(directory / name, saved, fix, listed_in=f"the checkpoint's {STATE_FILE}")
 
 
 def remove_tree_atomic(path: Path) -> None:
@@ -220,7 +190,7 @@ def _read(path: Path, reader: Any, fix: str) -> Any:
     from arctic_rl_core.checkpoint_manifest import CheckpointDamaged
 
     if not path.is_file():
-        raise CheckpointDamaged(path, "missing (the checkpoint's trainer_state.json names it)", fix)
+        raise CheckpointDamaged(path, f"missing (the checkpoint's {STATE_FILE} names it)", fix)
     try:
         return reader(path)
     except (
