@@ -1,7 +1,7 @@
 """`python -m adapter_verl.main [--dry-run] <verl overrides>`: verl's `main_ppo` V1 path on Arctic RL.
 
 Before anything starts: rewrites the overrides of Arctic-Platform's verl launchers
-(`adapter_verl.incumbent`), merges the user's `hydra.searchpath` with the adapter's, accepts
+(`adapter_verl.legacy_keys`), merges the user's `hydra.searchpath` with the adapter's, accepts
 `actor_rollout_ref.rollout.name=vllm` as the Arctic server's vLLM, adds the overrides that select the
 Arctic path (printed, never silent), composes the config and checks it completely (the mapping
 table's rejections, verl's own `validate_config`, the Arctic path's rules and the core validation:
@@ -21,22 +21,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from adapter_verl.field_table import ASYNC_TRAINER_MODE, VERL_SEPARATE_ASYNC
+from arctic_rl_core.config.override_values import value_problem
+from arctic_rl_core.config.settings_table import render_settings_table
+from arctic_rl_core.config.show import render_config_document
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from adapter_verl.compose import compose, merge_searchpath, override_key, with_arctic_defaults
+from adapter_verl.config import Resolution, default_leaves, resolve
+from adapter_verl.legacy_keys import LegacyOverrides, check_gpu_counts, translate
+from adapter_verl.modes import ASYNC_TRAINER_MODE, ROLLOUT_NAME, VERL_SEPARATE_ASYNC
 from adapter_verl.verl_internals import turn_off_ray_uv_hook_constant
 
 RAY_UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
 EXIT_BAD_SETTINGS = 2
-
-SEARCHPATH_ENTRY = "pkg://adapter_verl.hydra_config"
-SEARCHPATH = f"hydra.searchpath=[{SEARCHPATH_ENTRY}]"
-# key -> the override the adapter adds when the user did not set that key
-ARCTIC_DEFAULTS: dict[str, str] = {
-    "hydra.searchpath": SEARCHPATH,
-    "remote_backend": "+remote_backend=arctic",
-    "trainer.use_v1": "trainer.use_v1=true",
-    "trainer.v1.trainer_mode": "trainer.v1.trainer_mode=arctic",
-    "actor_rollout_ref.rollout.name": "actor_rollout_ref.rollout.name=arctic",
-}
 
 USAGE = """\
 usage: python -m adapter_verl.main [--dry-run] [--help] <verl Hydra overrides>
@@ -61,35 +61,6 @@ translated, each with a notice.
 """
 
 
-def _override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def with_arctic_defaults(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
-    """`overrides` plus the Arctic selection overrides the user did not give; returns (all, added)."""
-    given = {_override_key(o) for o in overrides}
-    added = [value for key, value in ARCTIC_DEFAULTS.items() if key not in given]
-    return [*added, *overrides], added
-
-
-def merge_searchpath(override: str) -> tuple[str, str | None]:
-    """A user's `hydra.searchpath=[...]` with the adapter's entry first (its `remote_backend/arctic`
-    group must win over a same-named group elsewhere); returns (override, notice)."""
-    key, _, raw = override.partition("=")
-    entries = [
-        e.strip().strip("'\"")
-        for e in raw.strip().removeprefix("[").removesuffix("]").split(",")
-        if e.strip()
-    ]
-    if SEARCHPATH_ENTRY in entries:
-        return override, None
-    merged = [SEARCHPATH_ENTRY, *entries]
-    return (
-        f"{key}=[{','.join(merged)}]",
-        f"hydra.searchpath: {SEARCHPATH_ENTRY} added before yours ({','.join(entries)})",
-    )
-
-
 @dataclass
 class Prepared:
     """The overrides verl composes, and what the adapter said and found on the way."""
@@ -98,21 +69,18 @@ class Prepared:
     added: list[str]
     notices: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    translation: object | None = None
+    translation: LegacyOverrides | None = None
 
 
 def prepare(argv: Sequence[str]) -> Prepared:
     """Rewrite the user's overrides into what verl composes (no Hydra yet)."""
-    from adapter_verl.config import default_leaves
-    from adapter_verl.incumbent import translate
-
     translation = translate(argv)
     notices = list(translation.notices)
     problems = list(translation.problems)
     existing = default_leaves()
     out: list[str] = []
     for override in translation.overrides:
-        key = _override_key(override)
+        key = override_key(override)
         value = override.partition("=")[2]
         if key == "hydra.searchpath":
             override, notice = merge_searchpath(override)
@@ -128,9 +96,9 @@ def prepare(argv: Sequence[str]) -> Prepared:
                 "trainer with the Arctic forwarders and rollout replicas)"
             )
         elif key == "actor_rollout_ref.rollout.name" and value == "vllm":
-            override = "actor_rollout_ref.rollout.name=arctic"
+            override = f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}"
             notices.append(
-                "actor_rollout_ref.rollout.name=vllm: now arctic (the Arctic server's vLLM engines)"
+                f"actor_rollout_ref.rollout.name=vllm: now {ROLLOUT_NAME} (the Arctic server's vLLM engines)"
             )
         elif re.match(r"^\+[^+]", override) and key in existing:
             override = override[1:]
@@ -166,27 +134,10 @@ def keep_ray_off_uv_run() -> str | None:
     )
 
 
-def compose(overrides: Sequence[str]):
-    """verl's `ppo_trainer` config composed with `overrides` (Hydra compose API, no run)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=list(overrides))
-
-
 def override_type_problems(overrides: Sequence[str]) -> list[str]:
     """Each `key=value` override whose value, as Hydra parses it, does not have the type of verl's
     default for that key (Hydra keeps `two` and `1:2:3` as text where verl wants a number: a
     traceback later)."""
-    from arctic_rl_core.config.override_values import value_problem
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    from adapter_verl.config import default_leaves
-
     defaults = default_leaves()
     parser = OverridesParser.create()
     problems = []
@@ -206,7 +157,6 @@ def override_type_problems(overrides: Sequence[str]) -> list[str]:
 
 def verl_validation_problems(config) -> list[str]:
     """verl's own startup check (`verl.utils.config.validate_config`, as `main_ppo` runs it)."""
-    from hydra.errors import HydraException
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
@@ -238,20 +188,14 @@ class Check:
     """One complete check of a command line."""
 
     prepared: Prepared
-    config: object | None  # the composed verl config
-    resolution: object | None  # adapter_verl.config.Resolution
+    config: DictConfig | None  # the composed verl config
+    resolution: Resolution | None
     problems: list[str]
     notices: list[str]
 
 
 def check(argv: Sequence[str]) -> Check:
     """Everything `main` checks before Ray starts, every problem at once."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from adapter_verl.config import resolve
-    from adapter_verl.incumbent import check_gpu_counts
-
     prepared = prepare(argv)
     problems = list(prepared.problems)
     notices = list(prepared.notices)
@@ -270,27 +214,12 @@ def check(argv: Sequence[str]) -> Check:
     steps = config.trainer.get("total_training_steps")
     resolution = resolve(config, int(steps) if steps else None)
     problems.extend(resolution.problems)
-    notices.extend(async_notices(config))
+    notices.extend(resolution.notices)
     return Check(prepared, config, resolution, problems, notices)
-
-
-def async_notices(config) -> list[str]:
-    """What verl's separate-async settings mean on the Arctic path beyond the core's `async` group."""
-    from adapter_verl.config import is_separate_async
-
-    if not is_separate_async(config) or config.trainer.v1.sampler.get("max_off_policy_strategy") != "wait":
-        return []
-    return [
-        "trainer.v1.sampler.max_off_policy_strategy=wait: verl's replay buffer holds each step until the prompts "
-        "in flight that reached max_off_policy_threshold finish, so no trained rollout exceeds the bound and "
-        "async.stale_policy is never applied (the core's StalenessGate still checks every trained row)"
-    ]
 
 
 def settings_table(result: Check) -> str:
     """The startup table: backend, model, GPUs, colocation, optimisations, settings not applied."""
-    from arctic_rl_core.config.settings_table import render_settings_table
-
     return render_settings_table(
         result.resolution.config, framework="verl 0.9.1", not_applied=result.resolution.not_applicable
     )
@@ -298,8 +227,6 @@ def settings_table(result: Check) -> str:
 
 def dump_document(cfg) -> str:
     """The resolved core config exactly as `arctic-rl config show` prints it."""
-    from arctic_rl_core.config.show import render_config_document
-
     return render_config_document(cfg)
 
 
