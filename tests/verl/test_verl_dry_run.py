@@ -289,5 +289,8 @@ def test_a_damaged_checkpoint_is_named_before_ray_starts(capsys, tmp_path, monke
     err = capsys.readouterr().err
     assert info.value.code == 1 and not ray.is_initialized() and "Traceback" not in err
     latest = checkpoints / "latest_checkpointed_iteration.txt"
-    assert f"adapter_verl: cannot resume: {latest}: missing, but {checkpoints} holds checkpoints of steps 3" in err
+    assert (
+        f"adapter_verl: cannot resume: {latest}: missing, but {checkpoints} holds checkpoints of steps 3"
+        in err
+    )
     assert "silently start again at step 1" in err
