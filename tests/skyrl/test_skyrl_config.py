@@ -47,7 +47,7 @@ def test_default_backend_is_the_arctic_server_on_ray_and_the_reference_engine_on
     arctic = to_arctic_config(parse_cli(SUPPORTED), steps_per_epoch=4)
     assert arctic.backend.kind == "ray" and arctic.is_arctic
     assert arctic.model.name == "Qwen/Qwen2.5-1.5B-Instruct"  # SkyRL's trainer.policy.model.path
-    # the seed's optimisations are on with the Arctic backend
+    # the legacy integrations' optimisations are on with the Arctic backend
     assert (arctic.zorro.enable, arctic.kernels.use_liger, arctic.arctic_inference.fca) == (True, True, True)
     reference = to_arctic_config(parse_cli(REFERENCE), steps_per_epoch=4)
     assert reference.backend.kind == "reference" and reference.model.name is None
@@ -125,7 +125,7 @@ def test_every_problem_at_once():
             "trainer.policy.model.lora.rank=8",  # a SkyRL setting
             "trainer.arctic_rl.zorro.enabel=true",  # a core key typo
             "trainer.arctic_rl.deepspeed.offload_param=true",  # core validation: needs ZeRO-3
-            "trainer.arctic_rl.arctic_inference_config={zorro_inference:{enable:true}}",  # a changed seed key
+            "trainer.arctic_rl.arctic_inference_config={zorro_inference:{enable:true}}",  # a changed legacy key
         ]
     )
     with pytest.raises(UnsupportedSkyRLSettingError) as info:

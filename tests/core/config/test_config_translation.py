@@ -52,7 +52,7 @@ GSM8K_CLIENT: dict[str, Any] = {
             **PRECISION,
             "zero_optimization": {"stage": 2},
         },
-        # ZoRRo with memory-lean logits: the seed's default on the Arctic backends
+        # ZoRRo with memory-lean logits: the legacy integrations' default on the Arctic backends
         "ds_worker_config": {
             "attn_implementation": "flash_attention_2",
             "use_liger": True,
@@ -73,7 +73,7 @@ GSM8K_CLIENT: dict[str, Any] = {
         "low_memory": False,
     },
     "sampling": {
-        # Arctic Inference with FCA: the seed's default on the Arctic backends
+        # Arctic Inference with FCA: the legacy integrations' default on the Arctic backends
         "vllm": {
             "tensor_parallel_size": 1,
             "gpu_memory_utilization": 0.85,

@@ -39,14 +39,14 @@ def test_byte_counts_follow_each_documented_layout():
         rows=32, rollouts=8, max_prompt_len=300, max_response_len=200, prompt_median=80, response_median=40
     )
     samples = wire_bytes.make_samples(args)
-    (seed, previous, lean), trained = wire_bytes.measure(args)
+    (legacy, previous, lean), trained = wire_bytes.measure(args)
     assert trained == sum(len(s.response_ids) for s in samples)
     B, header = args.rows, 16_384  # the DSSST1 header (structure + meta JSON) is a few KB
     longest_prompt = max(len(s.prompt_ids) for s in samples)
-    S_seed = longest_prompt + args.max_response_len  # ZoRRo: the response region stays at the maximum
-    # seed: 3 x int64 [B, S] + prompts int64 [B, P]; train adds responses [B, R], 2 masks int64, 2 floats
-    assert 0 < seed.forward - B * (24 * S_seed + 8 * longest_prompt) < header
-    assert 0 < seed.forward_backward - B * (48 * S_seed + 8 * S_seed) < header
+    S_legacy = longest_prompt + args.max_response_len  # ZoRRo: the response region stays at the maximum
+    # legacy: 3 x int64 [B, S] + prompts int64 [B, P]; train adds responses [B, R], 2 masks int64, 2 floats
+    assert 0 < legacy.forward - B * (24 * S_legacy + 8 * longest_prompt) < header
+    assert 0 < legacy.forward_backward - B * (48 * S_legacy + 8 * S_legacy) < header
     S_full = args.max_prompt_len + args.max_response_len
     assert 0 < previous.forward - B * (24 * S_full + 8 * args.max_prompt_len) < header
     assert 0 < previous.forward_backward - B * (48 * S_full + 8 * args.max_prompt_len) < header

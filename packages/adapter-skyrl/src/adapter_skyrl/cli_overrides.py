@@ -137,7 +137,7 @@ def read_overrides(
     argv: Sequence[str], defaults: Any, *, sft_fields: Sequence[str] = (), also_known: Sequence[str] = ()
 ) -> ReadOverrides:
     """`argv` as SkyRL 0.4.0's strict parse of `defaults`' class takes it (see the module doc).
-    `also_known`: keys read before SkyRL's parse (the seed's dropped keys)."""
+    `also_known`: keys read before SkyRL's parse (the legacy integration's dropped keys)."""
     groups, leaves = config_paths(defaults)
     leaves |= set(also_known)
     known = sorted(groups | leaves)

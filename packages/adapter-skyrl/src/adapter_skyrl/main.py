@@ -21,7 +21,7 @@ usage: python -m adapter_skyrl.main [--dry-run] [--help] <SkyRL overrides> [trai
 Runs a SkyRL 0.4.0 GRPO recipe on the Arctic RL stack. SkyRL's own fields drive the run (GPUs and
 nodes, engines x TP, colocate_all, vLLM knobs, batch sizes, optimizer, loss, KL, seeds, checkpoints);
 trainer.arctic_rl.* holds the core groups SkyRL has no field for (backend, deepspeed, zorro,
-arctic_inference, vllm.max_model_len, ...) and accepts the seed integration's flat knobs.
+arctic_inference, vllm.max_model_len, ...) and accepts the legacy integration's flat knobs.
 The backend is the Arctic server on the local Ray cluster unless trainer.arctic_rl.backend.kind says
 otherwise (http, cortex, or reference: the CPU test engine).
 
@@ -59,7 +59,7 @@ def _count_rows(files: Sequence[str]) -> int | None:
 @dataclass
 class Checked:
     """Every problem of a launcher's overrides in one round: SkyRL's parse (unknown keys named, the
-    rest still checked), the field table, the seed keys, core validation, SkyRL's registries and
+    rest still checked), the field table, the legacy keys, core validation, SkyRL's registries and
     SkyRL's own `validate_cfg`; the run's config, translation and notices."""
 
     cfg: Any
@@ -204,7 +204,7 @@ def run_main(
     from adapter_skyrl.config import UnsupportedSkyRLSettingError
     from adapter_skyrl.trainer import ArcticPPOExp
 
-    # Every problem SkyRL's settings, the seed keys, the registries and core validation can show
+    # Every problem SkyRL's settings, the legacy keys, the registries and core validation can show
     # without the data.
     checked = check(args, config_cls, read_data=False)
     checked.notices[:0] = notices

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from arctic_rl_core.seams import Internal
+from arctic_rl_core.framework_internals import Internal
 
 WORKER_DISPATCH = "skyrl.backends.skyrl_train.workers.worker_dispatch:WorkerDispatch"
 TRAINER = "skyrl.train.trainer:RayPPOTrainer"

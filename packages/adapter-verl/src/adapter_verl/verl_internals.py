@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from arctic_rl_core.seams import Internal
+from arctic_rl_core.framework_internals import Internal
 
 # verl modules whose import triggers a registration (plugin.py's import hook): verl registers V1
 # trainer modes with a decorator in this package, and rollout replicas in this module.

@@ -7,7 +7,7 @@ response without SQL (weights 5:3:3:2:2:1), each laid out in one of four ways (o
 lines, a trailing semicolon, a leading comment): the duplicate rate of a policy that has
 started to converge, with the textual noise of sampling.
 
-Baseline (the seed's shape): for every rollout, the gold query and the predicted query are each
+Baseline (the legacy integration's shape): for every rollout, the gold query and the predicted query are each
 executed on a new connection in a new thread. Ours: `BirdScorer.score`, which executes each
 distinct (database, SQL) once, golds once, on a warm pool of worker processes. Both use the
 same read-only execution and verdict code; the verdicts must be identical or the run fails.
@@ -167,7 +167,7 @@ def _build_batch(db_path: str, prompts: int, rollouts: int, rng: random.Random):
 
 
 def _baseline_execute(db_path: str, sql: str, max_rows: int, timeout_s: float):
-    """One query on a new connection in a new thread (the seed's per-query pattern)."""
+    """One query on a new connection in a new thread (the legacy integration's per-query pattern)."""
     from arctic_rl_core.envs.bird import sql_worker
     from arctic_rl_core.envs.bird.executor import ExecutionResult
 

@@ -4,7 +4,7 @@ One GRPO step of the BIRD-32B recipe sends two payloads to the server: the old-l
 and the forward-backward. Each is encoded with the real DSSST1 codec (`arctic_platform.wire`,
 which copies every tensor into the safetensors blob, shared storage included) in three formats:
 
-- the seed integration's (SkyRL `integrations/arctic_rl/trainer.py`, as its docstrings document
+- the legacy integration's (SkyRL `integrations/arctic_rl/trainer.py`, as its docstrings document
   it): rows padded to the batch's longest prompt and response (the response region stays at the
   configured maximum under ZoRRo), everything int64 but the float tensors; the forward sends
   `input_ids`, `attention_mask`, `prompts` [B, P], `position_ids`; the forward-backward adds
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 NAME = "wire-bytes"
 HELP = (
     "Bytes on the wire per trained token of a BIRD-shaped GRPO step (forward + forward-backward): "
-    "the seed integration's payload, the previous builder, the lean builder (target >= 3x vs seed)."
+    "the legacy integration's payload, the previous builder, the lean builder (target >= 3x vs legacy)."
 )
 
 # The BIRD-32B recipe's maxima (recipes/configs/bird-qwen3-32b-32gpu.yaml; a test keeps them equal).
@@ -145,8 +145,8 @@ def _positions(attention: np.ndarray) -> np.ndarray:
     return (attention.cumsum(axis=1) - 1).clip(min=0) * attention
 
 
-def seed_payloads(samples: list[RolloutSample], args: argparse.Namespace) -> tuple[dict, dict]:
-    """The seed integration's forward and forward-backward batches (see the module docstring)."""
+def legacy_payloads(samples: list[RolloutSample], args: argparse.Namespace) -> tuple[dict, dict]:
+    """The legacy integration's forward and forward-backward batches (see the module docstring)."""
     import torch
 
     P = max(len(s.prompt_ids) for s in samples)
@@ -243,7 +243,7 @@ def measure(args: argparse.Namespace) -> tuple[list[StepBytes], int]:
     results = []
     # every format is encoded with the same meta/processing (a few KB): the batches differ
     for label, build in (
-        ("seed integration (SkyRL integrations/arctic_rl)", seed_payloads),
+        ("legacy integration (SkyRL integrations/arctic_rl)", legacy_payloads),
         ("previous builder (configured maxima, int64 masks)", previous_builder_payloads),
     ):
         fwd_batch, train_batch = build(samples, args)
@@ -278,7 +278,7 @@ def run(args: argparse.Namespace) -> BenchResult:
             f"--rows={args.rows} is not a multiple of --rollouts={args.rollouts}: send whole groups"
         )
     results, trained = measure(args)
-    seed, _previous, lean = results
+    legacy, _previous, lean = results
 
     def per_token(n: int) -> str:
         return f"{n / trained:,.0f} B/token"
@@ -296,8 +296,8 @@ def run(args: argparse.Namespace) -> BenchResult:
             f"bytes on the wire, one GRPO step: {args.rows} rows, {args.rollouts} rollouts/prompt, "
             f"maxima P={args.max_prompt_len} R={args.max_response_len}, ZoRRo {zorro}"
         ),
-        baseline_label=f"{seed.label}: both",
-        baseline_seconds=float(seed.total),
+        baseline_label=f"{legacy.label}: both",
+        baseline_seconds=float(legacy.total),
         ours_label=f"{lean.label}: both",
         ours_seconds=float(lean.total),
         unit="bytes",
@@ -305,7 +305,7 @@ def run(args: argparse.Namespace) -> BenchResult:
         extra_rows=rows,
         notes=[
             f"{trained:,} trained (response) tokens; every payload encoded with arctic_platform.wire (DSSST1).",
-            f"forward ratio {seed.forward / lean.forward:.2f}x, forward-backward ratio "
-            f"{seed.forward_backward / lean.forward_backward:.2f}x (seed / lean). Target: >= 3x.",
+            f"forward ratio {legacy.forward / lean.forward:.2f}x, forward-backward ratio "
+            f"{legacy.forward_backward / lean.forward_backward:.2f}x (legacy / lean). Target: >= 3x.",
         ],
     )

@@ -33,7 +33,7 @@ with `arctic-rl config show FILE [k=v ...] [--json]`.
 
 How the translation works:
 
-- Defaults of the Arctic backends are the seed integration's: ZoRRo with memory-lean logits and
+- Defaults of the Arctic backends are the legacy integrations': ZoRRo with memory-lean logits and
   micro-batches of whole prompt groups, Liger kernels, Arctic Inference with FCA (the fields whose
   default is `null`). Each can be turned off (`zorro.enable=false`, `kernels.use_liger=false`,
   `arctic_inference.enable=false`, `arctic_inference.fca=false`, `zorro.logits_optimization=none`); an

@@ -430,7 +430,7 @@ class KernelSettings(_Group):
         default=None,
         description=(
             "Liger fused kernels (RMSNorm, MLP, ...) in training; null = on with the Arctic backends "
-            "(the seed integration's default), off on the reference backend (no CPU meaning)."
+            "(the legacy integrations' default), off on the reference backend (no CPU meaning)."
         ),
     )
     gradient_checkpointing: bool = Field(default=True, description="Activation checkpointing in training.")
@@ -443,7 +443,7 @@ class ZorroSettings(_Group):
         default=None,
         description=(
             "Compute each prompt once per group in training (ZoRRo); null = on with the ray/http backends "
-            "(the seed integration's default), off on cortex (its forward-backward body has no ZoRRo switch) and "
+            "(the legacy integrations' default), off on cortex (its forward-backward body has no ZoRRo switch) and "
             "the reference backend (no CPU meaning)."
         ),
     )
@@ -485,7 +485,7 @@ class ArcticInferenceSettings(_Group):
         default=None,
         description=(
             "Load the plugin on sampling workers (ARCTIC_INFERENCE_ENABLED=1); null = on with the ray/http "
-            "backends (the seed integration's default), off on cortex (0.1.4's create-job body carries no Arctic "
+            "backends (the legacy integrations' default), off on cortex (0.1.4's create-job body carries no Arctic "
             "Inference config) and the reference backend (no CPU meaning)."
         ),
     )
@@ -547,7 +547,7 @@ class WeightSyncSettings(_Group):
         default=None,
         description=(
             "Colocated: the vLLM sleep level while training runs. 1 copies the weights to pinned host memory "
-            "and back on wake (only for the sync to overwrite them; out of memory at 32B in the seed), 2 "
+            "and back on wake (only for the sync to overwrite them; out of memory at 32B with the legacy integration), 2 "
             "discards them; null = 2. Not colocated: the sampler never sleeps (leave null)."
         ),
     )
@@ -725,9 +725,9 @@ def _without_paths(data: Any, paths: set[str]) -> Any:
     return copy
 
 
-# The seed integration's optimisations: on by default with the Arctic backends, off on the reference
+# The legacy integrations' optimisations: on by default with the Arctic backends, off on the reference
 # backend, where they have no CPU meaning (`plan()` lists them there).
-SEED_OPTIMISATIONS: tuple[str, ...] = (
+LEGACY_OPTIMISATIONS: tuple[str, ...] = (
     "zorro.enable",
     "zorro.logits_optimization",
     "kernels.use_liger",
@@ -746,7 +746,7 @@ def _set_resolved(cfg: BaseModel, group: str, values: dict[str, Any]) -> None:
 
 
 def _resolve_backend_defaults(cfg: ArcticRLConfig) -> None:
-    """Null knobs take the backend's default: the seed's optimisations on the Arctic backends (ZoRRo
+    """Null knobs take the backend's default: the legacy integrations' optimisations on the Arctic backends (ZoRRo
     with memory-lean logits and micro-batches of whole prompt groups, Liger, Arctic Inference with
     FCA), all off on the reference backend. Cortex takes Liger (its `model_provider`) but neither ZoRRo
     nor Arctic Inference: its forward-backward body and 0.1.4's create-job body have no place for them.

@@ -1,6 +1,6 @@
-"""Checks of an adapter's seam module (`adapter_*/<framework>_internals.py`), shared by the SkyRL
+"""Checks of an adapter's list of framework internals (`adapter_*/<framework>_internals.py`), shared by the SkyRL
 and verl suites: each listed framework internal still exists with the shape the adapter uses, and
-the adapter's other modules touch no private framework symbol the seam does not list."""
+the adapter's other modules touch no private framework symbol that list does not name."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import inspect
 import pkgutil
 from pathlib import Path
 
-from arctic_rl_core.seams import Internal
+from arctic_rl_core.framework_internals import Internal
 
 
 def resolve_owner(owner: str) -> object:
@@ -95,10 +95,10 @@ def _framework_bases(cls: type, frameworks: tuple[str, ...]) -> list[type]:
 
 
 def unlisted_internals(
-    package: str, seam_module: str, internals: tuple[Internal, ...], frameworks: tuple[str, ...]
+    package: str, internals_module: str, internals: tuple[Internal, ...], frameworks: tuple[str, ...]
 ) -> list[str]:
-    """Private framework symbols the adapter's modules (other than the seam) touch without the
-    seam listing them: overrides of / accesses to a framework base class's private members, and
+    """Private framework symbols the adapter's modules (other than the list's own) touch without the
+    list naming them: overrides of / accesses to a framework base class's private members, and
     private attributes of other objects or modules that the adapter itself does not define."""
     listed = {(entry.owner, entry.name) for entry in internals}
     root = importlib.import_module(package)
@@ -118,7 +118,7 @@ def unlisted_internals(
                 own_names.add(node.id)
     found: list[str] = []
     for name in modules:
-        if name == seam_module:
+        if name == internals_module:
             continue
         module = importlib.import_module(name)
         tree = trees[name]

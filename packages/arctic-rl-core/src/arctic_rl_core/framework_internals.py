@@ -1,6 +1,6 @@
-"""The record of one framework internal that an adapter touches.
+"""The record of one framework internal (a private symbol of SkyRL or verl) that an adapter touches.
 
-Each adapter keeps every private symbol of its framework that it relies on in one seam module
+Each adapter lists every private symbol of its framework that it relies on in one module
 (`skyrl_internals`, `verl_internals` in each adapter package) as a tuple of `Internal`s; the
 adapter's test suite checks each still exists with the shape used, so a framework release that
 moves one fails there, loudly, with the list. This module only defines the record (the core
