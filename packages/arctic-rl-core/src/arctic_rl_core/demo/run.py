@@ -34,6 +34,7 @@ from arctic_rl_core.run_lock import RunFolderLock
 
 WARM_START_DIR = "warm_start"
 LOG_FILE = "run.log"
+SERVER_LOG_FILE = "server.log"  # --trainer deepspeed: the local server's output
 EVAL_SPLITS = ("heldout", "train")
 INTERRUPTED_EXIT = 130
 FAILED_EXIT = 1
@@ -89,6 +90,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="colocated GRPO: training and sampling share the devices, with sleep/wake every step",
     )
     parser.add_argument(
+        "--trainer",
+        choices=("torch", "deepspeed"),
+        default=None,
+        help="who trains: the reference engine's torch trainer (default), or 'deepspeed': arctic-platform "
+        "0.1.4's own server code and DeepSpeedWorker on the CPU (warm start in process; GRPO through a local "
+        "`arctic-rl serve --reference --trainer deepspeed` and the real client); not with --server",
+    )
+    parser.add_argument(
         "--async",
         dest="max_staleness",
         type=int,
@@ -115,6 +124,7 @@ def _explicit(args: argparse.Namespace) -> dict[str, Any]:
         "server": "server",
         "backend": "backend",
         "colocate": "colocate",
+        "trainer": "trainer",
         "max_staleness": "max_staleness",
     }
     return {field: getattr(args, flag) for flag, field in names.items() if getattr(args, flag) is not None}
@@ -210,6 +220,7 @@ def _run_locked(options: DemoOptions, console: Any) -> int:
 
     from arctic_rl_core.demo.backend import reference_backend, synced
     from arctic_rl_core.demo.drivers import checkpoint_folder, load_driver
+    from arctic_rl_core.demo.local_server import local_reference_server
     from arctic_rl_core.demo.prompts import prompt_ids, prompt_text, response_ids
     from arctic_rl_core.demo.tasks import load_task
     from arctic_rl_core.demo.warm_start import warm_start
@@ -241,12 +252,16 @@ def _run_locked(options: DemoOptions, console: Any) -> int:
         with (
             output_to(run_dir / LOG_FILE),
             Progress(*columns, console=console, redirect_stdout=False, redirect_stderr=False) as progress,
+            contextlib.ExitStack() as stack,
         ):
             t0 = time.perf_counter()
             task = load_task(options.task)
             warm_started = (hf_dir / "config.json").is_file()
             backend = reference_backend(
-                options, model_path=hf_dir if warm_started else None, lr=options.warm_start_lr
+                options,
+                model_path=hf_dir if warm_started else None,
+                lr=options.warm_start_lr,
+                rows_per_step=min(options.warm_start_batch, len(task.train_rows)),
             )
             tokenizer = backend.tokenizer
             train_prompts = [prompt_ids(tokenizer, row["prompt"]) for row in task.train_rows]
@@ -330,10 +345,19 @@ def _run_locked(options: DemoOptions, console: Any) -> int:
             if folder is not None:
                 for notice in rewind_unrecorded(folder, {int(r["step"]) for r in log.grpo_steps()}):
                     progress.console.print(f"[yellow]{notice}[/]")
+            grpo_options = options
+            if options.trainer == "deepspeed":  # a local server whose jobs are arctic-platform 0.1.4's own
+                server = stack.enter_context(
+                    local_reference_server(run_dir, run_dir / SERVER_LOG_FILE, ["--trainer", "deepspeed"])
+                )
+                grpo_options = options.model_copy(update={"server": server})
+                progress.console.print(
+                    f"GRPO server: {server} (--trainer deepspeed; log {run_dir / SERVER_LOG_FILE})"
+                )
             # what the run does to the server's jobs is said on the console too (not only in the log)
             with _warnings_on(progress.console, "arctic_rl_core.backends.arctic_leftovers"):
                 backend = run_grpo(
-                    options,
+                    grpo_options,
                     task,
                     model_path=hf_dir,
                     on_step=on_step,
@@ -424,6 +448,8 @@ def rewind_unrecorded(folder: CheckpointFolder, recorded: set[int]) -> list[str]
 def _grpo_backend(options: DemoOptions) -> str:
     api = "Cortex API" if options.backend == "cortex" else "Arctic server"
     where = f"the {api} at {options.server}" if options.server else "the CPU reference backend"
+    if options.trainer == "deepspeed":
+        where = "a local Arctic server with arctic-platform 0.1.4's own DeepSpeed training code (CPU)"
     where += ", colocated" if options.colocate else ""
     return where + (
         f", asynchronous (max_staleness {options.max_staleness})" if options.max_staleness else ""
