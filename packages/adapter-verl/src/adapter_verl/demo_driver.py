@@ -293,8 +293,10 @@ def _backend_location(options: DemoOptions) -> dict[str, Any]:
 
 
 def _first_step(checkpoints: Path) -> int:
-    latest = checkpoints / LATEST_FILE
-    return int(latest.read_text().strip()) + 1 if latest.is_file() else 1
+    """The step after the run's latest checkpoint, every file of it checked (`CheckpointDamaged`)."""
+    from arctic_rl_core.checkpoint_manifest import CheckpointFolder
+
+    return (CheckpointFolder(checkpoints, LATEST_FILE).resume_point() or 0) + 1
 
 
 def run_grpo(
@@ -398,3 +400,5 @@ async def _restored_backend(options: DemoOptions, model_path: Path, checkpoints:
 
 # `arctic-rl demo --framework verl --async K` runs verl's separate-async trainer (separate_async_overrides)
 run_grpo.supports_async = True
+# the demo checks (and rewinds) the run's verl checkpoints before a resume
+run_grpo.checkpoint_layout = (CHECKPOINT_DIR, LATEST_FILE)
