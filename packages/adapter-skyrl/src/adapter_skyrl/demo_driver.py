@@ -52,8 +52,9 @@ def skyrl_overrides(
     rows_per_step = options.prompts_per_step * options.rollouts_per_prompt
     use_kl = options.kl_loss_coef > 0
     use_entropy = options.entropy_loss_coef > 0
-    # --trainer deepspeed: the 0.1.4 worker packs a micro-batch's rows into one sequence, which sdpa (the
-    # CPU's attention) cannot keep apart: one row per micro-batch
+    # --trainer deepspeed: the 0.1.4 worker packs a training micro-batch's rows into one sequence, which
+    # sdpa (the CPU's attention) cannot keep apart, and the demo's built-in loss reads that packed layout:
+    # one row per training micro-batch (forwards go unpacked: all rows at once)
     micro = 1 if options.trainer == "deepspeed" else rows_per_step
     return [
         f"data.train_data=['{train_file.resolve()}']",
@@ -75,7 +76,7 @@ def skyrl_overrides(
         "trainer.update_epochs_per_batch=1",
         f"generator.n_samples_per_prompt={options.rollouts_per_prompt}",
         f"trainer.micro_train_batch_size_per_gpu={micro}",
-        f"trainer.micro_forward_batch_size_per_gpu={micro}",
+        f"trainer.micro_forward_batch_size_per_gpu={rows_per_step}",
         *(["trainer.flash_attn=false"] if options.trainer == "deepspeed" else []),  # sdpa: no GPU kernel
         f"trainer.max_prompt_length={options.max_prompt_length}",
         f"generator.sampling_params.max_generate_length={options.max_response_length}",
