@@ -155,12 +155,6 @@ class DemoOptions(BaseModel):
                 f"--trainer deepspeed with --server {self.server}: the demo starts its own `arctic-rl serve "
                 "--reference --trainer deepspeed`; a given server decides who trains (drop one of the two)"
             )
-        if self.colocate and self.kl_loss_coef > 0:
-            raise ValueError(
-                "--trainer deepspeed with --colocate and a KL loss: the 0.1.4 log-prob job needs ZeRO-3, and "
-                "DeepSpeed offloads a ZeRO-3 job (sleep-training) only with its FusedAdam, a C++ op it would "
-                "compile on a CPU; drop --colocate or set kl_loss_coef=0"
-            )
         return self
 
     @field_validator("server")

@@ -653,13 +653,13 @@ class ReferenceBackend(Backend):
         from arctic_rl_core.backends.reference.checkpoint import (
             check_save_total_limit,
             prune_checkpoint_dirs,
-            write_text_atomic,
+            write_latest,
         )
 
         check_save_total_limit(save_total_limit)
         directory = Path(path) / f"checkpoint-{int(step)}"
         await self.save_to(directory, export_hf=export_hf)
-        write_text_atomic(Path(path) / "latest", str(int(step)))
+        write_latest(Path(path), step)
         if save_total_limit:
             prune_checkpoint_dirs(Path(path), save_total_limit)
         return str(directory)
@@ -674,7 +674,9 @@ class ReferenceBackend(Backend):
         return await self._run(self._with_sampler_lock, self._save, Path(directory), export_hf, extra)
 
     def _save(self, directory: Path, export_hf: bool, extra: dict[str, Any] | None) -> int:
-        from arctic_rl_core.backends.reference.checkpoint import save_checkpoint
+        import shutil
+
+        from arctic_rl_core.backends.reference.checkpoint import CheckpointWriteError, save_checkpoint
 
         self._state.check_training("save_checkpoint")
         if self._has_grads:
@@ -691,8 +693,12 @@ class ReferenceBackend(Backend):
             extra=extra,
         )
         if export_hf:
-            self._trainer.save_pretrained(str(directory / "hf"))
-            self.tokenizer.save_pretrained(str(directory / "hf"))
+            try:
+                self._trainer.save_pretrained(str(directory / "hf"))
+                self.tokenizer.save_pretrained(str(directory / "hf"))
+            except OSError as error:  # no partial copy left behind
+                shutil.rmtree(directory / "hf", ignore_errors=True)
+                raise CheckpointWriteError(directory / "hf", error) from None
         return self._global_step
 
     async def load_from(self, directory: str | Path) -> int:
