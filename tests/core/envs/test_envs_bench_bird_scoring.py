@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from arctic_rl_core.bench import bird_scoring
+from arctic_rl_testbed.bench import bird_scoring
 
 
 def test_benchmark_compares_identical_verdicts_on_a_tiny_batch() -> None:

@@ -11,9 +11,9 @@ import math
 import re
 
 import pytest
-from arctic_rl_core.bench import multi_turn
-from arctic_rl_core.bench.report import BenchResult, print_result
 from arctic_rl_core.cli import main as cli_main
+from arctic_rl_testbed.bench import multi_turn
+from arctic_rl_testbed.bench.report import BenchResult, print_result
 
 SMALL = [
     "--trajectories", "12", "--max-turns", "4", "--max-batch", "4", "--prompt-len", "5",

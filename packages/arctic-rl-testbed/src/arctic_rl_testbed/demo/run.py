@@ -1,0 +1,502 @@
+"""The demo driver: `python -m arctic_rl_testbed.demo.run [--task bird] [--steps N] [--out DIR] [--resume DIR]`,
+run inside the framework's environment (`arctic-rl demo` starts it there).
+
+Phases: bundled sample -> supervised warm start of the tiny model (backend forward-backward with
+the `sft` loss) -> greedy accuracy on the held-out and training splits -> GRPO steps through the
+framework's trainer on the reference backend -> the same accuracy again. Everything lands in the
+run directory; Ctrl-C leaves the warm-start and per-step checkpoints, and `--resume DIR` continues.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from arctic_rl_testbed.demo.options import CONFIG_FILE, DemoOptions
+from arctic_rl_testbed.demo.run_log import (
+    PLOT_FILE,
+    SUMMARY_FILE,
+    MetricsLog,
+    step_line,
+    step_table,
+    write_plot,
+)
+
+WARM_START_DIR = "warm_start"
+LOG_FILE = "run.log"
+EVAL_SPLITS = ("heldout", "train")
+INTERRUPTED_EXIT = 130
+# Flags that a resumed run may change (the rest of a run's settings are fixed by its config.yaml).
+RESUMABLE_FLAGS = ("steps",)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags shared by `arctic-rl demo` and this driver (None = the default / the resumed run's)."""
+    parser.add_argument(
+        "--framework", choices=("skyrl", "verl"), default=None, help="RL framework (default skyrl)"
+    )
+    parser.add_argument(
+        "--task", choices=("bird", "gsm8k"), default=None, help="bundled sample (default bird)"
+    )
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default 24)")
+    parser.add_argument("--out", default=None, help="run directory (default runs/demo-<UTC timestamp>)")
+    parser.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seeds the model, sampling and data order (default 42)"
+    )
+    parser.add_argument("--warm-start-steps", type=int, default=None, help="supervised steps (default 80)")
+    parser.add_argument(
+        "--prompts-per-step", type=int, default=None, help="prompts per GRPO step (default 4)"
+    )
+    parser.add_argument("--rollouts-per-prompt", type=int, default=None, help="GRPO group size (default 8)")
+    parser.add_argument("--lr", type=float, default=None, help="GRPO learning rate (default 1e-4)")
+    parser.add_argument(
+        "--eval-samples",
+        type=int,
+        default=None,
+        help="sampled answers per question in the accuracy (default 8)",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    parser.add_argument(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="run GRPO against the Arctic on-prem HTTP API at URL (e.g. `arctic-rl serve --reference`'s "
+        "http://127.0.0.1:8000) through the real client (default: the in-process reference engine)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("http", "cortex"),
+        default=None,
+        help="the API at --server: the Arctic on-prem HTTP API (default) or Snowflake Cortex's (e.g. "
+        "`arctic-rl serve --reference --api cortex`'s; the token is read from ARCTIC_CORTEX_PAT)",
+    )
+    parser.add_argument(
+        "--colocate",
+        action="store_true",
+        default=None,
+        help="colocated GRPO: training and sampling share the devices, with sleep/wake every step",
+    )
+    parser.add_argument(
+        "--async",
+        dest="max_staleness",
+        type=int,
+        default=None,
+        metavar="K",
+        help="asynchronous GRPO through the framework's own asynchronous trainer: the next batches are "
+        "generated while the current one trains, no rollout older than K steps is trained "
+        "(async.max_staleness; default 0 = synchronous; not with --colocate)",
+    )
+
+
+def _explicit(args: argparse.Namespace) -> dict[str, Any]:
+    names = {
+        "framework": "framework",
+        "task": "task",
+        "steps": "steps",
+        "seed": "seed",
+        "warm_start_steps": "warm_start_steps",
+        "prompts_per_step": "prompts_per_step",
+        "rollouts_per_prompt": "rollouts_per_prompt",
+        "lr": "lr",
+        "eval_samples": "eval_samples",
+        "threads": "num_threads",
+        "server": "server",
+        "backend": "backend",
+        "colocate": "colocate",
+        "max_staleness": "max_staleness",
+    }
+    return {field: getattr(args, flag) for flag, field in names.items() if getattr(args, flag) is not None}
+
+
+def default_out(now: datetime | None = None) -> str:
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+    return str(Path("runs") / f"demo-{stamp}")
+
+
+def resolve_options(args: argparse.Namespace) -> DemoOptions:
+    """New run: defaults + flags. `--resume DIR`: DIR's config.yaml, plus `--steps` (to extend it);
+    any other flag that differs from the saved run is an error naming it."""
+    import yaml
+
+    explicit = _explicit(args)
+    if args.resume is None:
+        return DemoOptions(**{"out": args.out or default_out(), **explicit})
+    run_dir = Path(args.resume)
+    config_path = run_dir / CONFIG_FILE
+    if not config_path.is_file():
+        raise SystemExit(f"--resume {run_dir}: no {CONFIG_FILE} there; give the directory of a demo run")
+    if args.out is not None and Path(args.out).resolve() != run_dir.resolve():
+        raise SystemExit(
+            f"--out {args.out} with --resume {run_dir}: a resumed run writes to its own directory"
+        )
+    saved = yaml.safe_load(config_path.read_text(encoding="utf-8"))["demo"]
+    saved["out"] = str(run_dir)
+    for field, value in explicit.items():
+        if field not in RESUMABLE_FLAGS and saved.get(field) != value:
+            raise SystemExit(
+                f"--resume {run_dir}: {field}={value!r} differs from the run's {field}={saved.get(field)!r}; "
+                f"only {', '.join(RESUMABLE_FLAGS)} can change on resume (start a new run for the rest)"
+            )
+    saved.update({k: v for k, v in explicit.items() if k in RESUMABLE_FLAGS})
+    return DemoOptions(**saved)
+
+
+def write_config(options: DemoOptions, extra: dict[str, Any] | None = None) -> Path:
+    import yaml
+
+    path = options.run_dir / CONFIG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {"demo": options.model_dump(mode="json"), **(extra or {})}
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@contextlib.contextmanager
+def output_to(path: Path) -> Iterator[None]:
+    """Send this process's stdout and stderr (file descriptors 1 and 2: framework logs, library
+    progress bars, warnings) to `path`; the demo's console writes to a copy of the original stdout."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    with path.open("ab") as sink:
+        for fd in saved:
+            os.dup2(sink.fileno(), fd)
+        try:
+            yield
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+def run_demo(options: DemoOptions) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from arctic_rl_testbed.demo.backend import reference_backend, synced
+    from arctic_rl_testbed.demo.drivers import load_driver, require_async_support
+    from arctic_rl_testbed.demo.prompts import prompt_ids, prompt_text, response_ids
+    from arctic_rl_testbed.demo.tasks import load_task
+    from arctic_rl_testbed.demo.warm_start import warm_start
+
+    if options.max_staleness:  # before the warm start: a driver without an asynchronous mode fails now
+        require_async_support(load_driver(options.framework), options)
+    # The demo's own output goes to a copy of stdout: fds 1 and 2 go to the run log meanwhile.
+    console = Console(file=os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, closefd=True))
+    run_dir = options.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = MetricsLog(run_dir)
+    resumed = (run_dir / CONFIG_FILE).is_file()
+    if not resumed:
+        write_config(options)
+    started = time.perf_counter()
+    seconds: dict[str, float] = {}
+    console.print(
+        f"[bold]arctic-rl demo[/]: {options.task} GRPO through {options.framework} on {_grpo_backend(options)}"
+        f" -> {run_dir}" + (" (resumed)" if resumed else "")
+    )
+    columns = (
+        TextColumn("{task.description:<20}"),
+        BarColumn(bar_width=20),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(compact=True),
+        TextColumn("{task.fields[info]}"),
+    )
+    hf_dir = run_dir / WARM_START_DIR / "hf"
+    os.environ.setdefault("TQDM_DISABLE", "1")  # library progress bars; read when tqdm is imported
+    console.print(f"framework and library logs: {run_dir / LOG_FILE}")
+    try:
+        with (
+            output_to(run_dir / LOG_FILE),
+            Progress(*columns, console=console, redirect_stdout=False, redirect_stderr=False) as progress,
+        ):
+            t0 = time.perf_counter()
+            task = load_task(options.task)
+            warm_started = (hf_dir / "config.json").is_file()
+            backend = reference_backend(
+                options, model_path=hf_dir if warm_started else None, lr=options.warm_start_lr
+            )
+            tokenizer = backend.tokenizer
+            train_prompts = [prompt_ids(tokenizer, row["prompt"]) for row in task.train_rows]
+            heldout_prompts = [prompt_ids(tokenizer, row["prompt"]) for row in task.heldout_rows]
+            seconds["setup"] = time.perf_counter() - t0
+
+            # 1. Supervised warm start (skipped when the run already has its checkpoint).
+            if not warm_started:
+                t0 = time.perf_counter()
+                bar = progress.add_task("warm start (sft)", total=options.warm_start_steps, info="")
+
+                def on_sft(record) -> None:
+                    log.append(
+                        "warm_start",
+                        step=record.step,
+                        loss=record.loss,
+                        grad_norm=record.grad_norm,
+                        seconds=record.seconds,
+                    )
+                    progress.update(bar, advance=1, info=f"loss {record.loss:.3f}")
+
+                answers = [response_ids(tokenizer, text) for text in task.train_targets]
+                asyncio.run(
+                    warm_start(
+                        backend,
+                        train_prompts,
+                        answers,
+                        steps=options.warm_start_steps,
+                        batch_size=options.warm_start_batch,
+                        pad_token_id=backend.pad_token_id,
+                        max_prompt_len=options.max_prompt_length,
+                        max_response_len=options.max_response_length,
+                        seed=options.seed,
+                        on_step=on_sft,
+                    )
+                )
+                asyncio.run(backend.save_to(run_dir / WARM_START_DIR, export_hf=True))
+                seconds["warm_start"] = time.perf_counter() - t0
+
+            # 2. Accuracy before GRPO (greedy), unless a resumed run has it.
+            before = {r["split"]: r for r in log.records("eval") if r["phase"] == "before"}
+            if set(before) != set(EVAL_SPLITS):
+                t0 = time.perf_counter()
+                asyncio.run(synced(backend))
+                before = _evaluate(
+                    progress, log, backend, task, "before", train_prompts, heldout_prompts, options
+                )
+                seconds["eval_before"] = time.perf_counter() - t0
+            asyncio.run(backend.shutdown())
+
+            # 3. GRPO through the framework's trainer.
+            t0 = time.perf_counter()
+            grpo_bar = progress.add_task("GRPO steps", total=options.steps, info="")
+
+            def on_ready(first_step: int, overrides: list[str], arctic_config: dict[str, Any]) -> None:
+                write_config(
+                    options, {f"{options.framework}_overrides": overrides, "arctic_rl": arctic_config}
+                )
+                progress.update(grpo_bar, completed=first_step - 1)
+
+            def on_step(step: int, record: dict[str, Any]) -> None:
+                log.append("grpo_step", step=step, **record)
+                progress.console.print(step_line(step, options.steps, record))
+                progress.update(
+                    grpo_bar,
+                    completed=step,
+                    info=f"reward {record['reward_mean']:.3f} loss {record['loss']:+.4f} v{record['weights_version']}",
+                )
+
+            def on_backend(location: dict[str, Any]) -> None:
+                log.append("backend", **location, driver_pid=os.getpid())
+                node = f", node {location['node_id'][:12]}" if location.get("node_id") else ""
+                if location.get("pid") is None:  # an Arctic server: no engine process of ours
+                    where = location["where"]
+                else:
+                    where = f"reference engine {location['where']} (pid {location['pid']}{node})"
+                progress.console.print(f"backend: {where}; driver pid {os.getpid()}")
+
+            run_grpo = load_driver(options.framework)  # the adapter's driver (entry point)
+            backend = run_grpo(
+                options, task, model_path=hf_dir, on_step=on_step, on_ready=on_ready, on_backend=on_backend
+            )
+            seconds["grpo"] = time.perf_counter() - t0
+
+            # 4. Accuracy after GRPO, on the sampler's final weights (text prompts for a server). None:
+            # the driver has no backend holding them (verl on Cortex: its jobs end with verl's trainer,
+            # and the 0.1.4 client cannot load a Cortex checkpoint into new ones).
+            after = None
+            if backend is None:
+                progress.console.print(
+                    "accuracy after GRPO: not measured (the run's Cortex jobs ended with verl's trainer; "
+                    "arctic-platform 0.1.4 cannot load a Cortex checkpoint into new jobs)"
+                )
+            else:
+                t0 = time.perf_counter()
+                if _takes_text(backend):
+                    train_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.train_rows]
+                    heldout_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.heldout_rows]
+                after = _evaluate(
+                    progress, log, backend, task, "after", train_prompts, heldout_prompts, options
+                )
+                asyncio.run(backend.shutdown())
+                seconds["eval_after"] = time.perf_counter() - t0
+    except KeyboardInterrupt:
+        console.print(
+            f"\n[yellow]Interrupted.[/] Checkpoints are in {run_dir}; continue with: "
+            f"[bold]arctic-rl demo --resume {run_dir}[/]"
+        )
+        return INTERRUPTED_EXIT
+    seconds["total"] = time.perf_counter() - started
+    steps = log.grpo_steps()
+    console.print(step_table(steps))
+    plot = write_plot(
+        steps, run_dir / PLOT_FILE, f"{options.task} GRPO via {options.framework} ({_grpo_backend(options)})"
+    )
+    summary = _summary(options, before, after, steps, seconds)
+    import json
+
+    (run_dir / SUMMARY_FILE).write_text(
+        json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+    _print_summary(console, summary, plot)
+    return 0
+
+
+def _grpo_backend(options: DemoOptions) -> str:
+    api = "Cortex API" if options.backend == "cortex" else "Arctic server"
+    where = f"the {api} at {options.server}" if options.server else "the CPU reference backend"
+    where += ", colocated" if options.colocate else ""
+    return where + (
+        f", asynchronous (max_staleness {options.max_staleness})" if options.max_staleness else ""
+    )
+
+
+def _takes_text(backend: Any) -> bool:
+    """The Arctic on-prem server takes text prompts only (through `ArcticBackend`)."""
+    from arctic_rl_core.backends.arctic import ArcticBackend
+    from arctic_rl_core.backends.forwarding import ForwardingBackend
+
+    while isinstance(backend, ForwardingBackend):
+        backend = backend.target
+    return isinstance(backend, ArcticBackend)
+
+
+def _evaluate(progress, log: MetricsLog, backend, task, phase: str, train_prompts, heldout_prompts, options):
+    from arctic_rl_testbed.demo.evaluation import evaluate_rows, evaluate_sampled
+
+    bar = progress.add_task(f"accuracy {phase} GRPO", total=len(EVAL_SPLITS), info="")
+    results: dict[str, dict[str, Any]] = {}
+    # the trainer step whose weights the sampler serves (after GRPO: the final step's)
+    weights_version = asyncio.run(backend.state()).weights_version
+    for split, rows, prompts in (
+        ("heldout", task.heldout_rows, heldout_prompts),
+        ("train", task.train_rows, train_prompts),
+    ):
+        score, answers = asyncio.run(
+            evaluate_rows(backend, task, rows, prompts, max_tokens=options.max_response_length)
+        )
+        sampled = None
+        if options.eval_samples:
+            sampled = asyncio.run(
+                evaluate_sampled(
+                    backend,
+                    task,
+                    rows,
+                    prompts,
+                    samples_per_prompt=options.eval_samples,
+                    temperature=options.temperature,
+                    max_tokens=options.max_response_length,
+                )
+            ).to_json()
+        results[split] = log.append(
+            "eval",
+            phase=phase,
+            split=split,
+            weights_version=weights_version,
+            **score.to_json(),
+            answers=answers,
+            sampled=sampled,
+        )
+        info = f"{split} {score.metric} {score.percent:.1f}%"
+        if sampled is not None:
+            info += f", sampled {sampled['percent']:.1f}%"
+        progress.update(bar, advance=1, info=info)
+    return results
+
+
+def _summary(options: DemoOptions, before, after, steps, seconds) -> dict[str, Any]:
+    def pick(record: dict[str, Any]) -> dict[str, Any]:
+        keys = ("metric", "correct", "total", "percent", "well_formatted", "errors", "sampled")
+        return {k: record.get(k) for k in keys}
+
+    return {
+        "framework": options.framework,
+        "task": options.task,
+        "steps": [s["step"] for s in steps],
+        "reward_mean": [s["reward_mean"] for s in steps],
+        "loss": [s["loss"] for s in steps],
+        "weights_version": [s["weights_version"] for s in steps],
+        "rollout_weights_version": [s["rollout_weights_version"] for s in steps],
+        "server": options.server,
+        "backend": options.backend if options.server else "reference",
+        "colocate": options.colocate,
+        "max_staleness": options.max_staleness,
+        "before": {split: pick(before[split]) for split in EVAL_SPLITS},
+        "after": None if after is None else {split: pick(after[split]) for split in EVAL_SPLITS},
+        "seconds": seconds,
+    }
+
+
+def _print_summary(console, summary: dict[str, Any], plot: Path) -> None:
+    from rich.table import Table
+
+    def share(score: dict[str, Any] | None) -> str:
+        return "-" if score is None else f"{score['correct']}/{score['total']} ({score['percent']:.1f}%)"
+
+    table = Table(title="Accuracy before -> after GRPO")
+    columns = (
+        "split",
+        "metric",
+        "greedy before",
+        "greedy after",
+        "sampled before",
+        "sampled after",
+        "formatted",
+    )
+    for column in columns:
+        table.add_column(column)
+    for split in EVAL_SPLITS:
+        b = summary["before"][split]
+        a = (summary["after"] or {}).get(split) or {"well_formatted": "-"}
+        name = "held-out" if split == "heldout" else "train"
+        table.add_row(
+            name,
+            b["metric"],
+            share(b),
+            share(a if "metric" in a else None),
+            share(b.get("sampled")),
+            share(a.get("sampled")),
+            f"{b['well_formatted']} -> {a['well_formatted']}",
+        )
+    console.print(table)
+    console.print(
+        "greedy: one answer per question at temperature 0; sampled: several answers per question at the "
+        "rollout temperature, the expected reward GRPO optimises"
+    )
+    rewards = summary["reward_mean"]
+    if rewards:
+        console.print(
+            f"reward mean: step {summary['steps'][0]} {rewards[0]:.3f} -> step {summary['steps'][-1]} {rewards[-1]:.3f}"
+        )
+    timing = ", ".join(f"{k} {v:.0f}s" for k, v in summary["seconds"].items())
+    console.print(f"time: {timing}")
+    console.print(f"plot: {plot}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m arctic_rl_testbed.demo.run", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    return run_demo(resolve_options(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
