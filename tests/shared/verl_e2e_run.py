@@ -14,6 +14,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+# the weight-sync policy's sequence around a colocated sync (arctic_rl_core.weight_sync): the trainer
+# gives the devices back after it
+SYNC_COLOCATED = [
+    "sleep-training(non_lp)",
+    "wake-inference(['weights'])",
+    "weight-sync",
+    "wake-inference(['kv_cache'])",
+    "reset-prefix-cache",
+    "sleep-training(all)",
+]
 TINY_MODEL = {"num_layers": 1, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
 # a random tiny model writes no valid SQL (every BIRD reward is 0, every GRPO advantage 0): the graded
 # vowel-share reward differs within groups, so the policy term has a signal

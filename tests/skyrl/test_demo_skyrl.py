@@ -49,7 +49,12 @@ def test_run_directory_holds_config_metrics_plot_checkpoints_and_summary(interru
     )
     # the run's backend checkpoints share one folder; the server keeps trainer.max_ckpts_to_keep=2 of them
     backend = run_dir / "checkpoints" / "arctic_backend"
-    assert marker["backend_path"] == str(backend) and (backend / f"checkpoint-{marker['step']}").is_dir()
+    policy = run_dir / "checkpoints" / "global_step_2" / "policy"
+    assert (
+        marker["backend_path"] == "../../arctic_backend"
+        and (policy / marker["backend_path"]).resolve() == backend.resolve()
+    )
+    assert (backend / f"checkpoint-{marker['step']}").is_dir()
     assert len([p for p in backend.iterdir() if p.name.startswith("checkpoint-")]) <= 2
 
 

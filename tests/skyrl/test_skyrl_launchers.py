@@ -18,6 +18,9 @@ from adapter_skyrl.main import USAGE, dry_run, main
 
 LAUNCHERS = Path(__file__).parent / "launchers"
 REPO = Path(__file__).resolve().parents[2]
+README = (
+    REPO / "packages" / "adapter-skyrl" / "README.md"
+)  # its launcher figures and the legacy integration's table
 RECORDED = json.loads((LAUNCHERS / "recorded_commands.json").read_text())  # see launchers/README.md
 LEGACY = sorted(name for name in RECORDED if name.startswith("legacy_"))
 
@@ -89,9 +92,9 @@ def test_every_stock_launcher_ends_as_expected(name, tmp_path, monkeypatch):
 def test_the_readme_states_the_launcher_figures():
     """The README's figures are the expected outcomes' (launchers per source, passes, refusals by kind)."""
     outcomes = EXPECTED["launchers"]
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("#### SkyRL's example launchers") :]
-    section = section[: section.index("\n#### ", 10)]
+    readme = README.read_text(encoding="utf-8")
+    section = readme[readme.index("### SkyRL's example launchers") :]
+    section = section[: section.index("\n### ", 10)]
     for source in ("v0.4.0", "head"):
         names = [n for n in outcomes if n.startswith(source + "/")]
         passes = sum(outcomes[n] == "pass" for n in names)
@@ -402,8 +405,8 @@ def test_legacy_launchers_send_what_the_legacy_integration_sent_but_where_the_re
     knobs = {a.split("=")[0]: a.split("=")[1] for a in args if a.startswith("trainer.arctic_rl.")}
     for knob, field in (("cuda_ipc_weight_sync", "cuda_ipc"), ("low_memory_weight_sync", "low_memory")):
         assert client["training"][field] is (knobs.get(f"trainer.arctic_rl.{knob}", "false") == "true")
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    table = readme[readme.index("#### Coming from the SkyRL integration") :]
+    readme = README.read_text(encoding="utf-8")
+    table = readme[readme.index("### Coming from the SkyRL integration") :]
     table = table[table.index("Field by field") : table.index("<!-- skyrl-legacy-keys:start -->")]
     for path in differing:
         assert f"| {LEGACY_DIFFERENCES[path][0]} |" in table, path

@@ -273,3 +273,24 @@ def test_values_of_the_wrong_type_are_named_before_anything_reads_them(capsys, t
     assert "2 problems in the settings" in err
     assert "actor_rollout_ref.actor.optim.weight_decay=1:2:3: YAML 1.1 reads 1:2:3 as the base-60" in err
     assert "trainer.n_gpus_per_node=two: must be a number (its default is 8)" in err
+
+
+def test_a_damaged_checkpoint_is_named_before_ray_starts(capsys, tmp_path, monkeypatch):
+    """verl 0.9.1 starts from scratch without latest_checkpointed_iteration.txt (and from the dataloader's
+    start without a readable data.pt); the adapter's entry point checks the folder first: one message."""
+    import ray
+    from adapter_verl.main import main
+
+    monkeypatch.setenv("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    checkpoints = tmp_path / "ckpt"
+    (checkpoints / "global_step_3").mkdir(parents=True)  # saved, but the latest-step file is gone
+    with pytest.raises(SystemExit) as info:
+        main([*STOCK_QWEN2_7B, f"trainer.default_local_dir={checkpoints}"])
+    err = capsys.readouterr().err
+    assert info.value.code == 1 and not ray.is_initialized() and "Traceback" not in err
+    latest = checkpoints / "latest_checkpointed_iteration.txt"
+    assert (
+        f"adapter_verl: cannot resume: {latest}: missing, but {checkpoints} holds checkpoints of steps 3"
+        in err
+    )
+    assert "silently start again at step 1" in err

@@ -392,9 +392,9 @@ def test_legacy_launcher_dry_run(launcher, capsys, config_dir, monkeypatch, tmp_
     assert not unexplained, unexplained
     for path, (ours, theirs) in differing.items():
         assert DIFFERENCES[path][1](ours, theirs), (path, ours, theirs)
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### Coming from Arctic's verl integration") :]
-    section = section[: section.index("### The verl mapping table")]
+    readme = (REPO / "packages" / "adapter-verl" / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Coming from Arctic's verl integration") :]
+    section = section[: section.index("## The verl mapping table")]
     for path in differing:
         assert f"| {DIFFERENCES[path][0]} |" in section, path
 

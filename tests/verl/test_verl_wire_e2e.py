@@ -29,21 +29,12 @@ import time
 from pathlib import Path
 
 import pytest
-from verl_e2e_run import prepare_workdir, run_overrides, step_metrics
+from verl_e2e_run import SYNC_COLOCATED, prepare_workdir, run_overrides, step_metrics
 
 pytest.importorskip("arctic_platform.client")
 
 TRAIN_BATCH, ROLLOUT_N, MAX_RESPONSE, VAL_ROWS = 2, 2, 8, 10
-# the weight-sync policy's sequences (arctic_rl_core.weight_sync): colocated, the trainer gives the
-# devices back after the sync; separate, nothing sleeps
-SYNC_COLOCATED = [
-    "sleep-training(non_lp)",
-    "wake-inference(['weights'])",
-    "weight-sync",
-    "wake-inference(['kv_cache'])",
-    "reset-prefix-cache",
-    "sleep-training(all)",
-]
+# the weight-sync policy's sequence when separate (nothing sleeps; colocated: verl_e2e_run.SYNC_COLOCATED)
 SYNC_SEPARATE = ["weight-sync", "reset-prefix-cache"]
 # verl's per-step order on the forwarder: the replica hands the devices to training after sampling,
 # old log-probs on the training job, reference log-probs on the log-prob job (woken for it)

@@ -1,7 +1,7 @@
 """`arctic-rl bench learning`: the orchestration (each seed's async run starts from its sync run's warm
 start, finished runs reused, a folder with other settings refused), the statistics and the ratio line.
 The demo itself is replaced by a small script writing what a finished demo writes (the real comparison is
-measured with the real demo; see the README's benchmark row)."""
+measured with the real demo; see docs/benchmarks.md)."""
 
 from __future__ import annotations
 

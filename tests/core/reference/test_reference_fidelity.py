@@ -1,6 +1,6 @@
 """The reference HTTP server's default profile answers as arctic-platform 0.1.4's server does where
 a stricter double would refuse, and its state guard (separate, on by default) refuses what 0.1.4
-would do silently wrong. Each test is a row of the README's fidelity table. In-process (aiohttp test
+would do silently wrong. Each test is a row of the fidelity table (docs/reference-backend.md). In-process (aiohttp test
 client, one engine per test); the same profile behind `arctic-rl serve --reference` is what every
 wire run drives."""
 

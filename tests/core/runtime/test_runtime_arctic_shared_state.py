@@ -158,6 +158,7 @@ def _control_routes(server, since: int) -> list[str]:
         if route == "operation":
             route = entry["operation_type"]
         if route.startswith("job/") or route in (
+            "status",  # job creation first reads the server's jobs (arctic_leftovers)
             "initialize",
             "destroy",
             "forward",

@@ -21,7 +21,7 @@ def _tracked_top_level() -> set[str]:
 
 def test_top_level_entries_are_exactly_the_documented_ones():
     entries = {name for name in _tracked_top_level() if not name.startswith(".")}
-    assert entries == {"packages", "recipes", "tests", "pyproject.toml", "uv.lock", "README.md"}
+    assert entries == {"packages", "recipes", "docs", "tests", "pyproject.toml", "uv.lock", "README.md"}
     assert (ROOT / ".python-version").read_text().strip() == "3.12"
 
 

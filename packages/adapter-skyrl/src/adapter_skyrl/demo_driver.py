@@ -52,6 +52,9 @@ def skyrl_overrides(
     rows_per_step = options.prompts_per_step * options.rollouts_per_prompt
     use_kl = options.kl_loss_coef > 0
     use_entropy = options.entropy_loss_coef > 0
+    # --trainer deepspeed: the 0.1.4 worker packs a micro-batch's rows into one sequence, which sdpa (the
+    # CPU's attention) cannot keep apart: one row per micro-batch
+    micro = 1 if options.trainer == "deepspeed" else rows_per_step
     return [
         f"data.train_data=['{train_file.resolve()}']",
         "data.val_data=[]",
@@ -70,8 +73,9 @@ def skyrl_overrides(
         f"trainer.policy_mini_batch_size={options.prompts_per_step}",
         "trainer.update_epochs_per_batch=1",
         f"generator.n_samples_per_prompt={options.rollouts_per_prompt}",
-        f"trainer.micro_train_batch_size_per_gpu={rows_per_step}",
-        f"trainer.micro_forward_batch_size_per_gpu={rows_per_step}",
+        f"trainer.micro_train_batch_size_per_gpu={micro}",
+        f"trainer.micro_forward_batch_size_per_gpu={micro}",
+        *(["trainer.flash_attn=false"] if options.trainer == "deepspeed" else []),  # sdpa: no GPU kernel
         f"trainer.max_prompt_length={options.max_prompt_length}",
         f"generator.sampling_params.max_generate_length={options.max_response_length}",
         f"generator.sampling_params.temperature={options.temperature}",
@@ -163,10 +167,11 @@ def run_grpo(
     from arctic_rl_testbed.reference.ray_actor import process_location
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # the demo shows its own progress
+    from arctic_rl_core.checkpoint_manifest import CheckpointFolder
     from loguru import logger
 
     from adapter_skyrl.config import parse_cli, to_arctic_config
-    from adapter_skyrl.trainer import ArcticPPOExp, build_backend
+    from adapter_skyrl.trainer import SKYRL_LATEST_FILE, ArcticPPOExp, build_backend
 
     run_dir = options.run_dir
     log_file = run_dir / "skyrl.log"
@@ -220,6 +225,8 @@ def run_grpo(
             return DemoTrainer
 
     cfg = parse_cli(overrides)
+    # a damaged checkpoint stops the resume here, before any backend or job starts
+    CheckpointFolder(run_dir / CHECKPOINT_DIR, SKYRL_LATEST_FILE).resume_point()
     # The demo builds the backend itself (so it stays up for the accuracy after GRPO; an
     # experiment shuts down only a backend it created), from the adapter's own config mapping.
     backend = build_backend(to_arctic_config(cfg, steps_per_epoch=steps_per_epoch))
@@ -229,11 +236,12 @@ def run_grpo(
         api = "Cortex API" if options.backend == "cortex" else "Arctic on-prem server"
         on_backend({"where": f"{api} at {options.server} (arctic-platform client)"})
     exp = DemoExp(cfg, backend=backend)
-    latest = run_dir / CHECKPOINT_DIR / "latest_ckpt_global_step.txt"
-    first_step = int(latest.read_text().strip()) + 1 if latest.is_file() else 1
-    on_ready(first_step, overrides, exp.arctic_cfg.model_dump(mode="json"))
+    done = CheckpointFolder(run_dir / CHECKPOINT_DIR, SKYRL_LATEST_FILE).resume_point()  # every file checked
+    on_ready((done or 0) + 1, overrides, exp.arctic_cfg.model_dump(mode="json"))
     exp.run()  # SkyRL's own entry: build the trainer, resume from the latest checkpoint, train
     return exp.backend
 
 
 run_grpo.supports_async = True  # `arctic-rl demo --async K`: SkyRL's FullyAsyncRayPPOTrainer
+# the demo checks (and rewinds) the run's SkyRL checkpoints before a resume
+run_grpo.checkpoint_layout = (CHECKPOINT_DIR, "latest_ckpt_global_step.txt")

@@ -5,7 +5,8 @@ SkyRL's own fields are the source of truth for everything SkyRL has a field for:
 engines x TP, colocation, the vLLM engine knobs, attention, gradient checkpointing, offload,
 sequence parallelism, token budgets, seeds, checkpoints, batch shape, optimizer, loss and KL. The
 table drives the translation (`adapter_skyrl.config`), the startup report (settings that do not
-apply, notices) and the README's tables (`python -m adapter_skyrl.field_table --write README.md`);
+apply, notices) and the tables of adapter-skyrl's README (`python -m adapter_skyrl.field_table --write
+packages/adapter-skyrl/README.md`);
 `tests/skyrl/test_skyrl_field_table.py` walks the installed dataclass tree and fails on any
 unclassified leaf. The transforms, rule checks and notices are `adapter_skyrl.field_transforms`.
 """
@@ -543,5 +544,5 @@ def reader(config: Any, extra: dict[str, Any] | None = None) -> Reader:
 README_SECTIONS = {"skyrl-fields": TABLE.markdown, "skyrl-legacy-keys": LEGACY_KEYS.markdown}
 
 
-if __name__ == "__main__":  # python -m adapter_skyrl.field_table [--write README.md]
+if __name__ == "__main__":  # python -m adapter_skyrl.field_table [--write packages/adapter-skyrl/README.md]
     raise SystemExit(readme_command({name: make() for name, make in README_SECTIONS.items()}))

@@ -220,15 +220,27 @@ def run_main(
     (exp_cls or ArcticPPOExp)(checked.cfg).run()
 
 
+RESUME_HINT = "the same command (trainer.resume_mode=latest, the default, resumes from the last checkpoint)"
+
+
 def cli(entry: Callable[[], None]) -> None:
-    """A `python -m` entry point: a refused configuration prints its problems and exits 2."""
+    """A `python -m` entry point: a refused configuration prints its problems and exits 2; a failure
+    a user can cause or meet (a damaged checkpoint, a folder another run holds, the server gone, a
+    full disk: `arctic_rl_core.failure_messages`) prints one message and exits 1."""
     from arctic_rl_core.config import ConfigError
+    from arctic_rl_core.failure_messages import explain
 
     try:
         entry()
     except ConfigError as error:
         print(error, file=sys.stderr)
         raise SystemExit(2) from None
+    except Exception as error:
+        message = explain(error, resume=RESUME_HINT)
+        if message is None:
+            raise
+        print(f"adapter_skyrl: {message}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from arctic_rl_core.checkpoint_manifest import CheckpointFolder, discard_unfinished, verify, write_manifest
+from arctic_rl_core.run_lock import RunFolderLock
 from loguru import logger
 from skyrl.train.dataset import PromptDataset
 from skyrl.train.entrypoints.main_base import BasePPOExp
 from skyrl.train.trainer import RayPPOTrainer
-from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
+from skyrl.train.utils.trainer_utils import ResumeMode, cleanup_old_checkpoints
 
 from adapter_skyrl.config import DEFAULT_BACKEND, align_with_arctic, translate
 from adapter_skyrl.dispatch import ArcticWorkerDispatch
@@ -31,6 +34,9 @@ if TYPE_CHECKING:
     from skyrl.train.generators.base import GeneratorOutput
 
     from adapter_skyrl.trace import PayloadTrace
+
+
+SKYRL_LATEST_FILE = "latest_ckpt_global_step.txt"  # SkyRL's record of its latest checkpoint
 
 
 class BackendReferenceModel:
@@ -173,6 +179,50 @@ class ArcticPPOTrainer(RayPPOTrainer):
         """Checkpoints live where this process writes them (no SkyRL worker nodes to visit)."""
         cleanup_old_checkpoints(self.cfg.trainer.ckpt_path, self.cfg.trainer.max_ckpts_to_keep)
 
+    # -- checkpoints: checked before any state is used (arctic_rl_core.checkpoint_manifest) -------
+    def checkpoint_folder(self) -> CheckpointFolder:
+        return CheckpointFolder(Path(self.cfg.trainer.ckpt_path), SKYRL_LATEST_FILE)
+
+    def save_checkpoints(self) -> str:
+        """SkyRL's save (and the fully async trainer's state file), then the step folder's manifest:
+        every file with its size and SHA-256, which a resume checks first."""
+        step_folder = self.checkpoint_folder().step_folder(self.global_step)
+        try:
+            folder = super().save_checkpoints()
+            data = Path(folder) / "data.pt"
+            if not data.is_file() or data.stat().st_size == 0:  # SkyRL logs this failure and goes on
+                raise OSError(f"{data}: SkyRL could not save the dataloader state (its log says why)")
+            write_manifest(folder)
+        except OSError:
+            # a full disk: no partial step folder is left (the latest file names the last whole one)
+            discard_unfinished(self.checkpoint_folder(), step_folder)
+            raise
+        return folder
+
+    def load_checkpoints(self) -> Any:
+        """Every file of the checkpoint checked before SkyRL reads any: SkyRL 0.4.0 restarts at step 1
+        without `latest_ckpt_global_step.txt` and trains on after a warning when `data.pt` is damaged
+        (the data order then differs); here both stop with `CheckpointDamaged` naming the file."""
+        if self.resume_mode == ResumeMode.LATEST:
+            self.checkpoint_folder().resume_point()
+        elif self.resume_mode == ResumeMode.FROM_PATH:
+            verify(self.cfg.trainer.resume_path)
+        return super().load_checkpoints()
+
+    async def train(self) -> None:
+        """SkyRL's loop, except after a resume from the checkpoint of the last step: SkyRL 0.4.0 would
+        train one step past `total_training_steps` (it checks the limit only after a step). The
+        checkpoint is loaded and synced to the sampler, as the loop would leave them, and nothing is
+        trained."""
+        done = self.checkpoint_folder().resume_point() if self.resume_mode == ResumeMode.LATEST else None
+        if done is not None and self.total_training_steps is not None and done >= self.total_training_steps:
+            logger.info(f"step {done} of {self.total_training_steps} is checkpointed: nothing left to train")
+            self.init_weight_sync_state()
+            self.global_step = int(self.load_checkpoints()[0])
+            await self.dispatch.save_weights_for_sampler()
+            return
+        await super().train()
+
     def train_critic_and_policy(self, data: TrainingInputBatch) -> dict[str, float]:
         status = super().train_critic_and_policy(data)
         for key, value in self.dispatch.pop_metrics().items():
@@ -233,6 +283,9 @@ class ArcticPPOExp(BasePPOExp):
         )
         if backend is not None and backend_factory is not None:
             raise ValueError("pass either backend or backend_factory, not both")
+        # One writer per checkpoint folder, from before the backend starts (it may clean up jobs a
+        # stopped run of this folder left on the server) to the end of `run`
+        self.run_lock = RunFolderLock(cfg.trainer.ckpt_path).acquire()
         self.backend = backend if backend is not None else (backend_factory or build_backend)(self.arctic_cfg)
         self._owns_backend = backend is None  # a backend passed in stays the caller's to shut down
         trace_path = getattr(cfg.trainer, "arctic_trace_path", None)
@@ -252,10 +305,13 @@ class ArcticPPOExp(BasePPOExp):
         try:
             super().run()
         finally:
-            if self._owns_backend:
-                from arctic_rl_core.dispatch import run as run_coroutine
+            try:
+                if self._owns_backend:
+                    from arctic_rl_core.dispatch import run as run_coroutine
 
-                run_coroutine(self.backend.shutdown())
+                    run_coroutine(self.backend.shutdown())
+            finally:
+                self.run_lock.release()
 
     # -- hooks ----------------------------------------------------------------------------------
     def _build_tokenizer(self) -> Any:

@@ -70,6 +70,9 @@ def verl_overrides(
     run_dir = options.run_dir.resolve()
     rows_per_step = options.prompts_per_step * options.rollouts_per_prompt
     use_kl = options.kl_loss_coef > 0
+    # --trainer deepspeed: the 0.1.4 worker packs a micro-batch's rows into one sequence, which sdpa (the
+    # CPU's attention) cannot keep apart: one row per micro-batch
+    micro = 1 if options.trainer == "deepspeed" else rows_per_step
     return [
         "algorithm.adv_estimator=grpo",
         f"data.train_files={train_file.resolve()}",
@@ -85,11 +88,16 @@ def verl_overrides(
         # the rollout log-probs in the trainer's distribution: Cortex's training body has no temperature
         f"actor_rollout_ref.rollout.logprobs_mode={'raw' if options.backend == 'cortex' else 'processed'}_logprobs",
         "actor_rollout_ref.rollout.agent.num_workers=1",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={rows_per_step}",
-        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={rows_per_step}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
         # one optimizer step per GRPO step, the whole batch in one micro batch (as the SkyRL demo)
         f"actor_rollout_ref.actor.ppo_mini_batch_size={options.prompts_per_step}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rows_per_step}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        *(
+            ["+actor_rollout_ref.model.override_config.attn_implementation=sdpa"]  # no GPU kernel
+            if options.trainer == "deepspeed"
+            else []
+        ),
         f"actor_rollout_ref.actor.optim.lr={options.lr}",
         f"actor_rollout_ref.actor.use_kl_loss={str(use_kl).lower()}",
         *([f"actor_rollout_ref.actor.kl_loss_coef={options.kl_loss_coef}"] if use_kl else []),
@@ -284,8 +292,10 @@ def _backend_location(options: DemoOptions) -> dict[str, Any]:
 
 
 def _first_step(checkpoints: Path) -> int:
-    latest = checkpoints / LATEST_FILE
-    return int(latest.read_text().strip()) + 1 if latest.is_file() else 1
+    """The step after the run's latest checkpoint, every file of it checked (`CheckpointDamaged`)."""
+    from arctic_rl_core.checkpoint_manifest import CheckpointFolder
+
+    return (CheckpointFolder(checkpoints, LATEST_FILE).resume_point() or 0) + 1
 
 
 def run_grpo(
@@ -389,3 +399,5 @@ async def _restored_backend(options: DemoOptions, model_path: Path, checkpoints:
 
 # `arctic-rl demo --framework verl --async K` runs verl's separate-async trainer (separate_async_overrides)
 run_grpo.supports_async = True
+# the demo checks (and rewinds) the run's verl checkpoints before a resume
+run_grpo.checkpoint_layout = (CHECKPOINT_DIR, LATEST_FILE)

@@ -87,6 +87,24 @@ INTERNALS: tuple[Internal, ...] = (
     ),
     Internal(
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
+        "_save_checkpoint",
+        "override",
+        "trainer._ArcticForwarding._save_checkpoint (the step folder's manifest)",
+        "verl's save of a step's folder; verl offers no hook after it (its callbacks run after the "
+        "sync), and the manifest must be written by the save it describes",
+        ("self",),
+    ),
+    Internal(
+        "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
+        "_load_checkpoint",
+        "override",
+        "trainer._ArcticForwarding._load_checkpoint (the checkpoint checked before it is read)",
+        "verl's resume (it reads latest_checkpointed_iteration.txt and data.pt, starting from scratch "
+        "when either is missing or damaged); no public hook runs before it",
+        ("self",),
+    ),
+    Internal(
+        "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
         "_init_resource_pool_mgr",
         "override",
         "trainer.ArcticTrainer._init_resource_pool_mgr",

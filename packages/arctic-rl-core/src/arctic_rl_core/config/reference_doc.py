@@ -1,7 +1,7 @@
-"""The README's configuration reference, generated from the schema.
+"""The configuration reference in arctic-rl-core's README, generated from the schema.
 
 arctic-rl config reference                                    # print the Markdown
-python -m arctic_rl_core.config.reference_doc --write README.md  # replace it between the markers
+python -m arctic_rl_core.config.reference_doc --write packages/arctic-rl-core/README.md  # replace it between the markers
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ END_MARKER = "<!-- config-reference:end -->"
 
 _INTRO = """\
 Generated from the schema (`arctic_rl_core.config.ArcticRLConfig`); regenerate with
-`python -m arctic_rl_core.config.reference_doc --write README.md`. A config file is YAML or TOML
-with these groups at the top level; every group forbids unknown keys (the error names the closest
-valid key). Override any key on the command line with Hydra syntax (`batch.epochs=2`,
+`python -m arctic_rl_core.config.reference_doc --write packages/arctic-rl-core/README.md`. A config
+file is YAML or TOML with these groups at the top level; every group forbids unknown keys (the
+error names the closest valid key). Override any key on the command line with Hydra syntax (`batch.epochs=2`,
 `+key=value`, `++key=value`, `~key`). Check a file with `arctic-rl config validate FILE [k=v ...]`
 (exit 1, every problem listed with field, value and fix) and see what the Arctic stack receives
 with `arctic-rl config show FILE [k=v ...] [--json]`.

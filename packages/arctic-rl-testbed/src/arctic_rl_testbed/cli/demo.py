@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
         "--server": args.server,
         "--backend": args.backend,
         "--colocate": args.colocate,
+        "--trainer": args.trainer,
         "--async": args.max_staleness,
     }
     forwarded = launch.driver_args(

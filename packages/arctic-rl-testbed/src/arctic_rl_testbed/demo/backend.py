@@ -13,10 +13,15 @@ if TYPE_CHECKING:
     from arctic_rl_testbed.reference.engine import ReferenceBackend
 
 
-def reference_backend(options: DemoOptions, *, model_path: Path | None, lr: float) -> ReferenceBackend:
+def reference_backend(
+    options: DemoOptions, *, model_path: Path | None, lr: float, rows_per_step: int = 1
+) -> ReferenceBackend:
+    """`rows_per_step`: the warm start's rows per payload; the `deepspeed` trainer splits them into one
+    micro-batch per row (gradient accumulation), so its pipeline never packs two rows together (its
+    attention here is sdpa, without flash-attention's variable-length kernel)."""
     from arctic_rl_core.config.reference_model import ReferenceModelConfig
 
-    from arctic_rl_testbed.reference.engine import ReferenceBackend
+    from arctic_rl_testbed.reference.deepspeed_backend import create_reference_backend
     from arctic_rl_testbed.reference.settings import OptimizerSettings, ReferenceEngineSettings
 
     model = ReferenceModelConfig(
@@ -28,8 +33,10 @@ def reference_backend(options: DemoOptions, *, model_path: Path | None, lr: floa
         optimizer=OptimizerSettings(lr=lr),
         colocated=False,
         num_threads=options.num_threads,
+        trainer=options.trainer,
+        grad_accum_steps=rows_per_step if options.trainer == "deepspeed" else 1,
     )
-    return ReferenceBackend(settings)
+    return create_reference_backend(settings)
 
 
 async def synced(backend: ReferenceBackend) -> int:
@@ -76,6 +83,14 @@ def grpo_backend_settings(options: DemoOptions, *, model_path: Path) -> dict[str
         # the KL penalty's reference log-probs come from the server's log-prob job
         "placement.log_prob_gpus": 1 if options.kl_loss_coef > 0 else 0,
     }
+    if options.trainer == "deepspeed":
+        # the real worker on a CPU: no GPU kernels (the attention is each framework's own setting: its
+        # driver sets sdpa); ZeRO-3 when the 0.1.4 log-prob job runs (it does not start on 1 or 2)
+        settings |= {
+            "kernels.use_liger": False,
+            "zorro.enable": False,
+            "deepspeed.zero_stage": 3 if options.kl_loss_coef > 0 else 2,
+        }
     return settings
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
+    from arctic_rl_core.checkpoint_manifest import CheckpointFolder
 
     from arctic_rl_testbed.demo.options import DemoOptions
     from arctic_rl_testbed.demo.tasks import DemoTask
@@ -61,6 +62,22 @@ def require_async_support(driver: DemoDriver, options: DemoOptions) -> None:
             f"--async {options.max_staleness}: the {options.framework} adapter's demo driver has no asynchronous "
             f"mode (it does not declare run_grpo.{ASYNC_SUPPORT_ATTRIBUTE} = True); run without --async"
         )
+
+
+CHECKPOINT_LAYOUT_ATTRIBUTE = "checkpoint_layout"
+
+
+def checkpoint_folder(driver: DemoDriver, run_dir: Path) -> CheckpointFolder | None:
+    """The framework's checkpoint folder of a run, from the driver's declaration
+    `run_grpo.checkpoint_layout = (folder under the run directory, the framework's latest-step file)`;
+    None when the driver declares none (its resumes are then not checked by the demo)."""
+    from arctic_rl_core.checkpoint_manifest import CheckpointFolder
+
+    layout = getattr(driver, CHECKPOINT_LAYOUT_ATTRIBUTE, None)
+    if layout is None:
+        return None
+    folder, latest_file = layout
+    return CheckpointFolder(Path(run_dir) / folder, latest_file)
 
 
 class DriverNotFoundError(LookupError):

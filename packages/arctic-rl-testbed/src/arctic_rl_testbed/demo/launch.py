@@ -126,12 +126,24 @@ def driver_args(
 
 
 def run_launch(launch: Launch) -> int:
-    """Run the re-exec, forwarding Ctrl-C to it (the driver checkpoints and exits 130)."""
+    """Run the re-exec, forwarding Ctrl-C to it (the driver checkpoints and exits 130), and SIGTERM /
+    SIGHUP; when this process's parent dies (the outer `uv run` SIGKILLed) the child is stopped, and
+    the driver stops when this process dies (`process_chain`): no driver outlives its launcher."""
+    from arctic_rl_testbed.demo.process_chain import (
+        LAUNCHER_ENV,
+        forward_termination,
+        launcher_identity,
+        watch_parent,
+    )
+
     # the caller's own virtual environment (the root `.venv` of `uv run`) is not the target one
     env = {key: value for key, value in os.environ.items() if key != "VIRTUAL_ENV"} | launch.env
+    env[LAUNCHER_ENV] = launcher_identity()
     process = subprocess.Popen(launch.argv, env=env, cwd=launch.cwd)
-    while True:
-        try:
-            return process.wait()
-        except KeyboardInterrupt:
-            continue  # the child got the same SIGINT from the terminal; wait for it to finish
+    with forward_termination(process):
+        watch_parent(process)
+        while True:
+            try:
+                return process.wait()
+            except KeyboardInterrupt:
+                continue  # the child got the same SIGINT from the terminal; wait for it to finish

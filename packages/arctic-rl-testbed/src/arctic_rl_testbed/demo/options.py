@@ -93,6 +93,14 @@ class DemoOptions(BaseModel):
     colocate: bool = Field(
         default=False, description="Training and sampling share the devices (sleep/wake around each phase)."
     )
+    trainer: Literal["torch", "deepspeed"] = Field(
+        default="torch",
+        description=(
+            "Who trains: the reference engine's own torch trainer, or `deepspeed`: arctic-platform 0.1.4's own "
+            "server code and DeepSpeedWorker on the CPU, for the warm start (in process) and for GRPO (a local "
+            "`arctic-rl serve --reference --trainer deepspeed` the demo starts, driven through the real client)."
+        ),
+    )
 
     max_staleness: int = Field(
         default=0,
@@ -110,6 +118,23 @@ class DemoOptions(BaseModel):
             raise ValueError(
                 f"--async {self.max_staleness} with --colocate: colocated training and sampling take turns on the "
                 "same devices, so generation cannot overlap training; drop --colocate, or --async 0"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_trainer(self) -> DemoOptions:
+        if self.trainer != "deepspeed":
+            return self
+        if self.server is not None:
+            raise ValueError(
+                f"--trainer deepspeed with --server {self.server}: the demo starts its own `arctic-rl serve "
+                "--reference --trainer deepspeed`; a given server decides who trains (drop one of the two)"
+            )
+        if self.colocate and self.kl_loss_coef > 0:
+            raise ValueError(
+                "--trainer deepspeed with --colocate and a KL loss: the 0.1.4 log-prob job needs ZeRO-3, and "
+                "DeepSpeed offloads a ZeRO-3 job (sleep-training) only with its FusedAdam, a C++ op it would "
+                "compile on a CPU; drop --colocate or set kl_loss_coef=0"
             )
         return self
 

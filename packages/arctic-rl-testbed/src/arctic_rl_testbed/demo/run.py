@@ -20,6 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from arctic_rl_core.checkpoint_manifest import CheckpointFolder
+from arctic_rl_core.run_lock import RunFolderLock
+
 from arctic_rl_testbed.demo.options import CONFIG_FILE, DemoOptions
 from arctic_rl_testbed.demo.run_log import (
     PLOT_FILE,
@@ -32,8 +35,10 @@ from arctic_rl_testbed.demo.run_log import (
 
 WARM_START_DIR = "warm_start"
 LOG_FILE = "run.log"
+SERVER_LOG_FILE = "server.log"  # --trainer deepspeed: the local server's output
 EVAL_SPLITS = ("heldout", "train")
 INTERRUPTED_EXIT = 130
+FAILED_EXIT = 1
 # Flags that a resumed run may change (the rest of a run's settings are fixed by its config.yaml).
 RESUMABLE_FLAGS = ("steps",)
 
@@ -86,6 +91,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="colocated GRPO: training and sampling share the devices, with sleep/wake every step",
     )
     parser.add_argument(
+        "--trainer",
+        choices=("torch", "deepspeed"),
+        default=None,
+        help="who trains: the reference engine's torch trainer (default), or 'deepspeed': arctic-platform "
+        "0.1.4's own server code and DeepSpeedWorker on the CPU (warm start in process; GRPO through a local "
+        "`arctic-rl serve --reference --trainer deepspeed` and the real client); not with --server",
+    )
+    parser.add_argument(
         "--async",
         dest="max_staleness",
         type=int,
@@ -112,6 +125,7 @@ def _explicit(args: argparse.Namespace) -> dict[str, Any]:
         "server": "server",
         "backend": "backend",
         "colocate": "colocate",
+        "trainer": "trainer",
         "max_staleness": "max_staleness",
     }
     return {field: getattr(args, flag) for flag, field in names.items() if getattr(args, flag) is not None}
@@ -182,6 +196,20 @@ def output_to(path: Path) -> Iterator[None]:
 
 def run_demo(options: DemoOptions) -> int:
     from rich.console import Console
+
+    from arctic_rl_testbed.demo.drivers import load_driver, require_async_support
+
+    if options.max_staleness:  # before the warm start: a driver without an asynchronous mode fails now
+        require_async_support(load_driver(options.framework), options)
+    # The demo's own output goes to a copy of stdout: fds 1 and 2 go to the run log meanwhile.
+    console = Console(file=os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, closefd=True))
+    run_dir = options.run_dir
+    # one writer per run folder, until this run ends (however it ends: the kernel releases the lock)
+    with RunFolderLock(run_dir):
+        return _run_locked(options, console)
+
+
+def _run_locked(options: DemoOptions, console: Any) -> int:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -192,17 +220,13 @@ def run_demo(options: DemoOptions) -> int:
     )
 
     from arctic_rl_testbed.demo.backend import reference_backend, synced
-    from arctic_rl_testbed.demo.drivers import load_driver, require_async_support
+    from arctic_rl_testbed.demo.drivers import checkpoint_folder, load_driver
+    from arctic_rl_testbed.demo.local_server import local_reference_server
     from arctic_rl_testbed.demo.prompts import prompt_ids, prompt_text, response_ids
     from arctic_rl_testbed.demo.tasks import load_task
     from arctic_rl_testbed.demo.warm_start import warm_start
 
-    if options.max_staleness:  # before the warm start: a driver without an asynchronous mode fails now
-        require_async_support(load_driver(options.framework), options)
-    # The demo's own output goes to a copy of stdout: fds 1 and 2 go to the run log meanwhile.
-    console = Console(file=os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, closefd=True))
     run_dir = options.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
     log = MetricsLog(run_dir)
     resumed = (run_dir / CONFIG_FILE).is_file()
     if not resumed:
@@ -229,12 +253,16 @@ def run_demo(options: DemoOptions) -> int:
         with (
             output_to(run_dir / LOG_FILE),
             Progress(*columns, console=console, redirect_stdout=False, redirect_stderr=False) as progress,
+            contextlib.ExitStack() as stack,
         ):
             t0 = time.perf_counter()
             task = load_task(options.task)
             warm_started = (hf_dir / "config.json").is_file()
             backend = reference_backend(
-                options, model_path=hf_dir if warm_started else None, lr=options.warm_start_lr
+                options,
+                model_path=hf_dir if warm_started else None,
+                lr=options.warm_start_lr,
+                rows_per_step=min(options.warm_start_batch, len(task.train_rows)),
             )
             tokenizer = backend.tokenizer
             train_prompts = [prompt_ids(tokenizer, row["prompt"]) for row in task.train_rows]
@@ -314,9 +342,29 @@ def run_demo(options: DemoOptions) -> int:
                 progress.console.print(f"backend: {where}; driver pid {os.getpid()}")
 
             run_grpo = load_driver(options.framework)  # the adapter's driver (entry point)
-            backend = run_grpo(
-                options, task, model_path=hf_dir, on_step=on_step, on_ready=on_ready, on_backend=on_backend
-            )
+            folder = checkpoint_folder(run_grpo, run_dir)
+            if folder is not None:
+                for notice in rewind_unrecorded(folder, {int(r["step"]) for r in log.grpo_steps()}):
+                    progress.console.print(f"[yellow]{notice}[/]")
+            grpo_options = options
+            if options.trainer == "deepspeed":  # a local server whose jobs are arctic-platform 0.1.4's own
+                server = stack.enter_context(
+                    local_reference_server(run_dir, run_dir / SERVER_LOG_FILE, ["--trainer", "deepspeed"])
+                )
+                grpo_options = options.model_copy(update={"server": server})
+                progress.console.print(
+                    f"GRPO server: {server} (--trainer deepspeed; log {run_dir / SERVER_LOG_FILE})"
+                )
+            # what the run does to the server's jobs is said on the console too (not only in the log)
+            with _warnings_on(progress.console, "arctic_rl_core.backends.arctic_leftovers"):
+                backend = run_grpo(
+                    grpo_options,
+                    task,
+                    model_path=hf_dir,
+                    on_step=on_step,
+                    on_ready=on_ready,
+                    on_backend=on_backend,
+                )
             seconds["grpo"] = time.perf_counter() - t0
 
             # 4. Accuracy after GRPO, on the sampler's final weights (text prompts for a server). None:
@@ -360,9 +408,49 @@ def run_demo(options: DemoOptions) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _warnings_on(console: Any, logger_name: str) -> Iterator[None]:
+    """Inside the block, the warnings `logger_name` logs in this process are printed on `console`."""
+    import logging
+
+    class ToConsole(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            console.print(f"[yellow]{record.getMessage()}[/]")
+
+    target, handler = logging.getLogger(logger_name), ToConsole(logging.WARNING)
+    target.addHandler(handler)
+    try:
+        yield
+    finally:
+        target.removeHandler(handler)
+
+
+def rewind_unrecorded(folder: CheckpointFolder, recorded: set[int]) -> list[str]:
+    """A checkpoint whose step has no record in metrics.jsonl (the run stopped between the framework's
+    checkpoint and its metrics) is not resumed from: the run goes back to the newest whole checkpoint
+    whose step has its record, and that step runs again (so no record is lost and no step runs past
+    `--steps`). Every checkpoint file is checked first (`CheckpointDamaged` names a damaged one).
+    Returns one notice per step rewound."""
+    notices = []
+    step = folder.resume_point()
+    while step is not None and step not in recorded:
+        earlier = [s for s in folder.whole_steps(below=step) if s in recorded]
+        target = earlier[-1] if earlier else None
+        folder.rewind_to(target)
+        origin = f"step {target}'s checkpoint" if target is not None else "the warm start"
+        notices.append(
+            f"step {step} was checkpointed but its record was not written (the run stopped between them): "
+            f"it runs again from {origin}"
+        )
+        step = target
+    return notices
+
+
 def _grpo_backend(options: DemoOptions) -> str:
     api = "Cortex API" if options.backend == "cortex" else "Arctic server"
     where = f"the {api} at {options.server}" if options.server else "the CPU reference backend"
+    if options.trainer == "deepspeed":
+        where = "a local Arctic server with arctic-platform 0.1.4's own DeepSpeed training code (CPU)"
     where += ", colocated" if options.colocate else ""
     return where + (
         f", asynchronous (max_staleness {options.max_staleness})" if options.max_staleness else ""
@@ -492,10 +580,51 @@ def _print_summary(console, summary: dict[str, Any], plot: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The driver: the run, stopped as on Ctrl-C by SIGTERM or when its launcher is gone
+    (`process_chain`); a failure a user can cause or meet is one message (`failure_messages`), exit 1."""
+    from arctic_rl_testbed.demo.process_chain import stop_on_termination, watch_launcher
+
     parser = argparse.ArgumentParser(prog="python -m arctic_rl_testbed.demo.run", description=__doc__)
     add_arguments(parser)
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    return run_demo(resolve_options(args))
+    run_dir = Path(args.resume or args.out) if (args.resume or args.out) else None
+    with stop_on_termination():
+        watch_launcher()
+        try:
+            options = resolve_options(args)
+            run_dir = options.run_dir
+            return run_demo(options)
+        except KeyboardInterrupt:  # before or after the run's own handling (setup, summary)
+            print("\narctic-rl demo: interrupted", file=sys.stderr)
+            return INTERRUPTED_EXIT
+        except Exception as error:
+            return _report_failure(error, run_dir)
+
+
+def _report_failure(error: Exception, run_dir: Path | None) -> int:
+    """One message on stderr for a failure `failure_messages.explain` knows (its traceback into the run log);
+    anything else is raised on (a bug shows its traceback)."""
+    import traceback
+
+    from arctic_rl_core.failure_messages import explain
+
+    from arctic_rl_testbed.demo.drivers import DriverNotFoundError
+
+    resume = f"arctic-rl demo --resume {run_dir}" if run_dir is not None else "arctic-rl demo --resume DIR"
+    message = (
+        str(error)
+        if isinstance(error, DriverNotFoundError)
+        else explain(error, resume=resume, run_dir=run_dir)
+    )
+    if message is None:
+        raise error
+    log_note = ""
+    if run_dir is not None and run_dir.is_dir():
+        with (run_dir / LOG_FILE).open("a", encoding="utf-8") as log:
+            log.write("".join(traceback.format_exception(error)))
+        log_note = f" (details: {run_dir / LOG_FILE})"
+    print(f"arctic-rl demo: {message}{log_note}", file=sys.stderr)
+    return FAILED_EXIT
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ is the gold SQL in the answer format (reward 1.0) and the others are sampled fro
 engine with a fixed seed before any training (reward from the core BIRD scorer, usually 0). So
 every group has a reward spread and the GRPO advantages are not all zero. Prompts are the
 question text tokenised by the reference tokenizer: the frameworks' chat templating is not part of
-the comparison (see the README's parity section).
+the comparison (see docs/parity.md).
 
 Driving a framework on the scenario (the parity trace tests do this): build the framework config
 from `skyrl_overrides()` / `verl_overrides()`, check that the adapter maps it back onto

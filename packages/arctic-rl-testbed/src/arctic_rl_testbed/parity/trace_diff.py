@@ -20,7 +20,7 @@ then replace the whole-batch sum (a float64 sum over the batch depends on row or
 bits). Nothing else is reordered: a group in another place (of a no-grad forward too: the verl adapter
 trains in dataloader order, `adapter_verl.batch_order`, where stock verl's rollout batch comes back in
 completion order), a row moved across groups, or any value changed is still a difference. Why
-reordering within a group changes no training state, bit for bit, is in the README's parity section
+reordering within a group changes no training state, bit for bit, is in docs/parity.md
 (one group of 2 rows per mini-batch, one row per micro-batch).
 """
 

@@ -206,16 +206,7 @@ class DeepSpeedReferenceBackend(ReferenceBackend):
         return TrainResult(output, batch.get("logprobs"), batch.get("entropy"))
 
     def _step(self, learning_rate: float | None) -> StepOutput:
-        from arctic_rl_testbed.reference.sleep_state import BackendStateError
-
-        if learning_rate is not None:
-            raise ValueError(
-                f"step(learning_rate={learning_rate}): the on-prem server takes the LR from its schedule and "
-                "ignores this argument; configure the schedule instead and pass None"
-            )
-        self._state.check_training("step")
-        if not self._has_grads and self.settings.step_without_gradients == "refuse":
-            raise BackendStateError("step() without forward_backward() since the last step: nothing to apply")
+        self._check_step(learning_rate)
         answer = self.server_jobs.step(self._training())
         self._has_grads = False
         self._global_step += 1
@@ -244,13 +235,7 @@ class DeepSpeedReferenceBackend(ReferenceBackend):
             raise ValueError(
                 f"weight_format={weight_format!r}: the DeepSpeed trainer syncs full weights ('vllm', 'hf' or None)"
             )
-        ipc = self.settings.cuda_ipc if cuda_ipc is None else bool(cuda_ipc)
-        low = self.settings.low_memory if low_memory is None else bool(low_memory)
-        if ipc and not self.settings.colocated:
-            raise ValueError(
-                "sync_weights(cuda_ipc=True) needs a colocated engine (CUDA IPC shares one device)"
-            )
-        self._state.check_sync(ipc)
+        ipc, low = self._sync_strategy(cuda_ipc, low_memory)
         if (
             self._state.inference == InferenceState.ASLEEP
         ):  # only without the state guard (see the torch engine)
@@ -303,6 +288,10 @@ class DeepSpeedReferenceBackend(ReferenceBackend):
                 "save_checkpoint with gradients accumulated since the last step: they are not saved; step() first"
             )
         answer = self.server_jobs.save(self._training(), **request)
+        if answer.get("hf_path"):
+            # 0.1.4's HF export writes the model only; the tokenizer makes the folder loadable as a model
+            # (what the demo's warm start hands to the framework), as the torch engine's export is
+            self.tokenizer.save_pretrained(answer["hf_path"])
         torch.save(
             {"sampler_rng": self._sampler_rng_state(), "global_step": self._global_step, "extra": extra},
             Path(answer["path"]) / SAMPLER_RNG_FILE,

@@ -107,16 +107,26 @@ def cpu_ds_config(ds_config: dict[str, Any] | None) -> tuple[dict[str, Any] | No
 
 @contextlib.contextmanager
 def extras_gate_open() -> Iterator[None]:
-    """`require_any_dep_group` is a no-op inside the block (imports of arctic-platform's server modules)."""
+    """`require_any_dep_group` is a no-op inside the block: in `arctic_platform._dependency_groups` and in
+    every arctic-platform module already loaded that imported it by name (`client.base` checks it in
+    `make_transport`, the server modules at import), restored on the way out."""
     import importlib
+    import sys
 
     dependency_groups = importlib.import_module("arctic_platform._dependency_groups")
     gate = dependency_groups.require_any_dep_group
-    dependency_groups.require_any_dep_group = _require_nothing
+    bound = [
+        module
+        for name, module in list(sys.modules.items())
+        if name.startswith("arctic_platform.") and getattr(module, "require_any_dep_group", None) is gate
+    ]
+    for module in bound:
+        module.require_any_dep_group = _require_nothing
     try:
         yield
     finally:
-        dependency_groups.require_any_dep_group = gate
+        for module in bound:
+            module.require_any_dep_group = gate
 
 
 def _no_shm_op() -> None:

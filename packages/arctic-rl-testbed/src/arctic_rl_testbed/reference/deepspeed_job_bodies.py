@@ -19,41 +19,16 @@ def _zero(stage: int, *, offload_optimizer: bool) -> dict[str, Any]:
 
 
 def _scheduler(settings: ReferenceEngineSettings) -> dict[str, Any] | None:
+    from arctic_rl_core.config.deepspeed_config import scheduler_section
+
     schedule = settings.schedule
-    lr = settings.optimizer.lr
-    if schedule.kind == "cosine":
-        return {
-            "type": "WarmupCosineLR",
-            "params": {
-                "total_num_steps": schedule.total_steps,
-                "warmup_num_steps": schedule.warmup_steps,
-                "warmup_min_ratio": 0.0,
-                "cos_min_ratio": schedule.min_lr_ratio,
-                "warmup_type": "linear",
-            },
-        }
-    if schedule.kind == "linear":
-        return {
-            "type": "WarmupDecayLR",
-            "params": {
-                "total_num_steps": schedule.total_steps,
-                "warmup_min_lr": 0.0,
-                "warmup_max_lr": lr,
-                "warmup_num_steps": schedule.warmup_steps,
-                "warmup_type": "linear",
-            },
-        }
-    if schedule.warmup_steps > 0:
-        return {
-            "type": "WarmupLR",
-            "params": {
-                "warmup_min_lr": 0.0,
-                "warmup_max_lr": lr,
-                "warmup_num_steps": schedule.warmup_steps,
-                "warmup_type": "linear",
-            },
-        }
-    return None
+    return scheduler_section(
+        schedule.kind,
+        lr=settings.optimizer.lr,
+        total_steps=schedule.total_steps,
+        warmup_steps=schedule.warmup_steps,
+        min_lr_ratio=schedule.min_lr_ratio,
+    )
 
 
 def training_ds_config(settings: ReferenceEngineSettings) -> dict[str, Any]:

@@ -475,16 +475,7 @@ class ReferenceBackend(Backend):
 
         import torch
 
-        from arctic_rl_testbed.reference.sleep_state import BackendStateError
-
-        if learning_rate is not None:
-            raise ValueError(
-                f"step(learning_rate={learning_rate}): the on-prem server takes the LR from its schedule and "
-                "ignores this argument; configure the schedule instead and pass None"
-            )
-        self._state.check_training("step")
-        if not self._has_grads and self.settings.step_without_gradients == "refuse":
-            raise BackendStateError("step() without forward_backward() since the last step: nothing to apply")
+        self._check_step(learning_rate)
         params = [p for p in self._trainer.parameters() if p.grad is not None]
         norm = float(torch.nn.utils.get_total_norm([p.grad for p in params], 2.0)) if params else 0.0
         base_lr = self.settings.optimizer.lr
@@ -521,6 +512,19 @@ class ReferenceBackend(Backend):
             group["lr"] = last_lr
         metrics = {"grad_norm": norm, "last_lr": last_lr, "lr_applied": applied, "skipped": 0.0}
         return StepOutput(grad_norm=norm, learning_rate=last_lr, step=self._global_step, metrics=metrics)
+
+    def _check_step(self, learning_rate: float | None) -> None:
+        """What a step refuses before touching the optimizer (shared by every trainer of the engine)."""
+        from arctic_rl_testbed.reference.sleep_state import BackendStateError
+
+        if learning_rate is not None:
+            raise ValueError(
+                f"step(learning_rate={learning_rate}): the on-prem server takes the LR from its schedule and "
+                "ignores this argument; configure the schedule instead and pass None"
+            )
+        self._state.check_training("step")
+        if not self._has_grads and self.settings.step_without_gradients == "refuse":
+            raise BackendStateError("step() without forward_backward() since the last step: nothing to apply")
 
     async def configure_training(
         self,
@@ -586,13 +590,7 @@ class ReferenceBackend(Backend):
             )
         lora = weight_format == "lora" or (weight_format is None and self.trains_adapters)
         fmt = "lora" if lora else "full"
-        ipc = self.settings.cuda_ipc if cuda_ipc is None else bool(cuda_ipc)
-        low = self.settings.low_memory if low_memory is None else bool(low_memory)
-        if ipc and not self.settings.colocated:
-            raise ValueError(
-                "sync_weights(cuda_ipc=True) needs a colocated engine (CUDA IPC shares one device)"
-            )
-        self._state.check_sync(ipc)
+        ipc, low = self._sync_strategy(cuda_ipc, low_memory)
         if self._state.inference == InferenceState.ASLEEP:
             # only without the state guard: vLLM restores its pre-sleep weights on wake, so the
             # sync is lost (arctic-platform 0.1.4 checks nothing and reports success)
@@ -607,6 +605,18 @@ class ReferenceBackend(Backend):
         self._state.synced()
         self._last_sync = SyncReport(self._weights_version, report, ipc, low, fmt)
         return self._last_sync
+
+    def _sync_strategy(self, cuda_ipc: bool | None, low_memory: bool | None) -> tuple[bool, bool]:
+        """The sync's (cuda_ipc, low_memory): the call's, else the training job's; checked against the
+        placement and the sleep/wake state."""
+        ipc = self.settings.cuda_ipc if cuda_ipc is None else bool(cuda_ipc)
+        low = self.settings.low_memory if low_memory is None else bool(low_memory)
+        if ipc and not self.settings.colocated:
+            raise ValueError(
+                "sync_weights(cuda_ipc=True) needs a colocated engine (CUDA IPC shares one device)"
+            )
+        self._state.check_sync(ipc)
+        return ipc, low
 
     async def sleep_inference(self, level: int = 1) -> None:
         await self._run(self._with_sampler_lock, self._state.sleep_inference, level)
@@ -644,13 +654,13 @@ class ReferenceBackend(Backend):
         from arctic_rl_testbed.reference.checkpoint import (
             check_save_total_limit,
             prune_checkpoint_dirs,
-            write_text_atomic,
+            write_latest,
         )
 
         check_save_total_limit(save_total_limit)
         directory = Path(path) / f"checkpoint-{int(step)}"
         await self.save_to(directory, export_hf=export_hf)
-        write_text_atomic(Path(path) / "latest", str(int(step)))
+        write_latest(Path(path), step)
         if save_total_limit:
             prune_checkpoint_dirs(Path(path), save_total_limit)
         return str(directory)
@@ -665,7 +675,9 @@ class ReferenceBackend(Backend):
         return await self._run(self._with_sampler_lock, self._save, Path(directory), export_hf, extra)
 
     def _save(self, directory: Path, export_hf: bool, extra: dict[str, Any] | None) -> int:
-        from arctic_rl_testbed.reference.checkpoint import save_checkpoint
+        import shutil
+
+        from arctic_rl_testbed.reference.checkpoint import CheckpointWriteError, save_checkpoint
 
         self._state.check_training("save_checkpoint")
         if self._has_grads:
@@ -682,8 +694,12 @@ class ReferenceBackend(Backend):
             extra=extra,
         )
         if export_hf:
-            self._trainer.save_pretrained(str(directory / "hf"))
-            self.tokenizer.save_pretrained(str(directory / "hf"))
+            try:
+                self._trainer.save_pretrained(str(directory / "hf"))
+                self.tokenizer.save_pretrained(str(directory / "hf"))
+            except OSError as error:  # no partial copy left behind
+                shutil.rmtree(directory / "hf", ignore_errors=True)
+                raise CheckpointWriteError(directory / "hf", error) from None
         return self._global_step
 
     async def load_from(self, directory: str | Path) -> int:

@@ -15,7 +15,7 @@ double would differ: the fidelity profile, and the separate state guard.
   asleep, train while offloaded). Off, the engine does what 0.1.4 does: a sync into a sleeping
   sampler is lost, generation runs on whatever the sampler holds.
 
-The README's fidelity table lists every difference with the test that pins it.
+The fidelity table of docs/reference-backend.md lists every difference with the test that pins it.
 """
 
 from __future__ import annotations

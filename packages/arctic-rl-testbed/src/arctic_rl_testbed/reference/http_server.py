@@ -35,7 +35,7 @@ from arctic_rl_core.backends.protocol import SamplingParams
 
 from arctic_rl_testbed.reference import http_auth, request_bounds
 from arctic_rl_testbed.reference.app_runner import serve_application
-from arctic_rl_testbed.reference.checkpoint import prune_checkpoint_dirs, write_text_atomic
+from arctic_rl_testbed.reference.checkpoint import prune_checkpoint_dirs, write_latest
 from arctic_rl_testbed.reference.deepspeed_backend import DeepSpeedReferenceBackend
 from arctic_rl_testbed.reference.fidelity import (
     GENERATE_KEYS,
@@ -471,7 +471,7 @@ class ReferenceServer:
             return {"job_id": job_id, **answer}
         global_step = await self.engine.save_to(path, export_hf=export_hf, extra=extra)
         if step is not None:
-            write_text_atomic(root / "latest", str(step))
+            write_latest(root, step)
         if limit:
             prune_checkpoint_dirs(root, limit)
         hf_path = str(path / "hf") if export_hf else None
@@ -814,7 +814,9 @@ def _guarded(
     async def route(request: web.Request) -> web.Response:
         from aiohttp import web
         from arctic_platform import wire
+        from arctic_rl_core.checkpoint_manifest import CheckpointDamaged
 
+        from arctic_rl_testbed.reference.checkpoint import CheckpointWriteError
         from arctic_rl_testbed.reference.sleep_state import BackendStateError
 
         try:
@@ -833,6 +835,11 @@ def _guarded(
             return web.json_response({"detail": f"{request.path}: {err.reason}"}, status=err.status)
         except FloatingPointError as err:  # a non-finite gradient norm: the payload's values
             return web.json_response({"detail": str(err)}, status=422)
+        except CheckpointWriteError as err:  # a full disk: nothing of the save was kept (a guard 0.1.4 lacks)
+            logger.warning("%s %s: %s", request.method, request.path, err)
+            return web.json_response({"detail": str(err)}, status=507)
+        except CheckpointDamaged as err:  # named file, before anything was loaded (a guard 0.1.4 lacks)
+            return web.json_response({"detail": str(err)}, status=409)
         except BackendStateError as err:
             return web.json_response({"detail": str(err)}, status=409)
         except (FileNotFoundError, ValueError, RuntimeError) as err:
