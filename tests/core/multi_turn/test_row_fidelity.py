@@ -16,7 +16,7 @@ from arctic_rl_core.multi_turn.trajectory_fidelity import (
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from arctic_rl_core.backends.reference.tokenizer import build_tokenizer
+    from arctic_rl_testbed.reference.tokenizer import build_tokenizer
 
     return build_tokenizer(None)
 
