@@ -221,8 +221,8 @@ def assert_rollout_log_probs_are_the_models(output: Any, model_dir: Path) -> int
 def turn_digests(output: Any) -> list[str]:
     """Per sampled turn of every row (a run of mask-1 tokens), the server's digest of (the row's ids before
     it, its ids): what the sampler's record holds when it conditioned on exactly verl's ids."""
-    from arctic_rl_testbed.reference.http_server import rollout_digest
     from arctic_rl_core.multi_turn.trajectory_fidelity import turn_starts
+    from arctic_rl_testbed.reference.http_server import rollout_digest
 
     digests = []
     for i in range(len(output)):
