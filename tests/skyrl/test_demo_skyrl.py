@@ -106,3 +106,34 @@ def test_demo_drives_an_arctic_server_through_the_real_client(wire, tmp_path, co
     from demo_checks import run_against_server
 
     run_against_server("skyrl", tmp_path / "run", wire.url, colocate=colocate)
+
+
+def test_bird_multi_turn_demo_shows_turns_and_accuracy_before_and_after(tmp_path):
+    """`arctic-rl demo --max-turns 2`: SkyRL's generator runs SkyRL-SQL's protocol (the Arctic
+    `bird_multi_turn` environment, one continued message, stop at </sql> and </solution>); the accuracy
+    before and after is over whole episodes, with how many took 1 and 2 turns; each step logs the mean."""
+    from arctic_rl_core.envs.bird.multi_turn import STOP_STRINGS
+
+    run_dir = tmp_path / "multi_turn"
+    options = tiny_options("skyrl", run_dir, max_turns=2, steps=1, eval_samples=1)
+    assert demo_run.run_demo(options) == 0
+    rows = [json.loads(line) for line in (run_dir / "data" / "train.jsonl").read_text().splitlines()]
+    assert {row["env_class"] for row in rows} == {"bird_multi_turn"}
+    overrides = (run_dir / "config.yaml").read_text()
+    for setting in (
+        "generator.max_turns=2",
+        "generator.use_conversation_multi_turn=false",
+        "generator.batched=false",
+    ):
+        assert setting in overrides
+    assert all(stop in overrides for stop in STOP_STRINGS)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["max_turns"] == 2
+    for phase in ("before", "after"):
+        for split, total in (("heldout", 10), ("train", 16)):
+            score = summary[phase][split]
+            assert score["metric"] == "EX" and score["total"] == total
+            assert sum(score["turns"].values()) == total and set(score["turns"]) <= {"1", "2"}
+            assert sum(score["errors"].values()) == total and score["correct"] <= score["well_formatted"]
+    (step,) = MetricsLog(run_dir).grpo_steps()
+    assert 1.0 <= step["turns_mean"] <= 2.0

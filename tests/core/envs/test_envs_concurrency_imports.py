@@ -19,7 +19,8 @@ def test_threads_share_one_scorer(bird_sample: Path) -> None:
         db_path = str(split.databases[q.db_id].db_path)
         requests.append(ScoreRequest(f"```sql\n{q.sql}\n```", q.sql, db_path))
         requests.append(ScoreRequest("```sql\nSELECT -1\n```", q.sql, db_path))
-    with BirdScorer(ExecutorSettings(num_workers=2, timeout_s=5)) as scorer:
+    # a fixed pool: on a loaded machine a query past straggler_after_s would start a warm spare
+    with BirdScorer(ExecutorSettings(num_workers=2, max_workers=2, timeout_s=5)) as scorer:
         with ThreadPoolExecutor(max_workers=8) as pool:
             results = list(pool.map(lambda r: scorer.score([r]).verdicts[0], requests * 4))
         stats = scorer.executor.worker_stats()

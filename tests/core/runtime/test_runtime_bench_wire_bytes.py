@@ -65,3 +65,17 @@ def test_recipe_shaped_step_meets_the_3x_target_and_prints_the_ratio_last(capsys
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == f"ratio: {result.ratio:.2f}x"
     assert result.ratio >= 3.0
+    information, peak = result.more
+    samples = wire_bytes.make_samples(_args(rows=256))
+    assert information.baseline_value == sum(wire_bytes.information_bytes(samples, float_fields=2))
+    assert information.ours_value == result.ours_seconds > information.baseline_value  # padding, masks
+    assert peak.ours_value >= peak.baseline_value  # the encoded body itself is resident at the peak
+
+
+def test_information_is_tokens_lengths_and_floats_without_padding():
+    from arctic_rl_core.wire import RolloutSample
+
+    samples = [RolloutSample(prompt_ids=[1, 2, 3], response_ids=[4, 5]) for _ in range(2)]
+    forward, train = wire_bytes.information_bytes(samples, float_fields=2)
+    assert forward == 2 * (4 * 5 + 8)  # int32 tokens, two int32 lengths per row
+    assert train == forward + 2 * 2 * 4 * 2  # two float32 values per response token

@@ -70,8 +70,9 @@ def verl_overrides(
     run_dir = options.run_dir.resolve()
     rows_per_step = options.prompts_per_step * options.rollouts_per_prompt
     use_kl = options.kl_loss_coef > 0
-    # --trainer deepspeed: the 0.1.4 worker packs a micro-batch's rows into one sequence, which sdpa (the
-    # CPU's attention) cannot keep apart: one row per micro-batch
+    # --trainer deepspeed: the 0.1.4 worker packs a training micro-batch's rows into one sequence, which
+    # sdpa (the CPU's attention) cannot keep apart, and the demo's built-in loss reads that packed layout:
+    # one row per training micro-batch (forwards go unpacked: all rows at once)
     micro = 1 if options.trainer == "deepspeed" else rows_per_step
     return [
         "algorithm.adv_estimator=grpo",
@@ -88,8 +89,8 @@ def verl_overrides(
         # the rollout log-probs in the trainer's distribution: Cortex's training body has no temperature
         f"actor_rollout_ref.rollout.logprobs_mode={'raw' if options.backend == 'cortex' else 'processed'}_logprobs",
         "actor_rollout_ref.rollout.agent.num_workers=1",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
-        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={rows_per_step}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={rows_per_step}",
         # one optimizer step per GRPO step, the whole batch in one micro batch (as the SkyRL demo)
         f"actor_rollout_ref.actor.ppo_mini_batch_size={options.prompts_per_step}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",

@@ -184,6 +184,12 @@ class Backend(abc.ABC):
         """Sample one completion per prompt (text prompts, or token-id prompts where supported)."""
 
     @property
+    def accepts_token_ids(self) -> bool:
+        """Whether `generate` takes token-id prompts. False: text only (the Arctic on-prem server),
+        where `arctic_rl_core.multi_turn.turn_sampler` sends text and verifies what the server saw."""
+        return True
+
+    @property
     def max_generate_calls_in_flight(self) -> int | None:
         """How many `generate` calls the sampler serves at once. None: any number (the server
         batches concurrent calls itself, as vLLM's continuous batching does: a call sent at once

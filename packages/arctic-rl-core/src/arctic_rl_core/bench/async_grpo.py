@@ -157,41 +157,10 @@ def _calibrate(args: argparse.Namespace) -> tuple[int, list[str]]:
     return chosen, notes
 
 
-def two_core_speedup(repeats: int = 100, tries: int = 3) -> float:
-    """How much two threads of pure torch kernels (no GIL held) gain over one on this machine right now,
-    best of `tries`: about 2 with two free cores, about 1 when other work holds one (then no overlap can
-    show, whatever the code does)."""
-    import threading
-
-    import torch
-
-    a = torch.randn(384, 384)
-
-    def work() -> None:
-        torch.set_num_threads(1)  # in this thread (see the reference engine's worker threads)
-        for _ in range(repeats):
-            a @ a
-
-    work()
-    best = 0.0
-    for _ in range(tries):
-        start = time.perf_counter()
-        work()
-        work()
-        one = time.perf_counter() - start
-        threads = [threading.Thread(target=work) for _ in range(2)]
-        start = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        best = max(best, one / (time.perf_counter() - start))
-    return best
-
-
 def run(args: argparse.Namespace) -> BenchResult:
     import torch
 
+    from arctic_rl_core.bench.conditions import ParallelConditions
     from arctic_rl_core.bench.report import BenchResult
 
     if args.steps < 3:
@@ -201,12 +170,12 @@ def run(args: argparse.Namespace) -> BenchResult:
     if hidden is None:
         hidden, notes = _calibrate(args)
         print(notes[0], flush=True)
-    capacity = [two_core_speedup()]
     runs: dict[int, list[ModeRun]] = {0: [], 1: []}
-    for _ in range(args.repeats):
-        for k in (0, 1):
-            runs[k].append(asyncio.run(_run_mode(args, hidden, k, args.steps)))
-    capacity.append(two_core_speedup())
+    with ParallelConditions() as machine:
+        for _ in range(args.repeats):
+            for k in (0, 1):
+                runs[k].append(asyncio.run(_run_mode(args, hidden, k, args.steps)))
+    capacity = machine.result.checks
     sync = max(runs[0], key=lambda r: r.steady_samples_per_s)
     fast = max(runs[1], key=lambda r: r.steady_samples_per_s)
     gen, train = _phases(sync)
@@ -264,4 +233,7 @@ def run(args: argparse.Namespace) -> BenchResult:
             ),
         ],
         notes=[split, *notes],
+        conditions=machine.result.describe(),
+        unmet_conditions=machine.result.unmet,
+        goal=">= 1.7x with two free cores",
     )

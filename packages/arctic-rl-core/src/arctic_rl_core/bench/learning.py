@@ -45,6 +45,8 @@ HELP = (
     "Learning: the demo's sampled train EX after GRPO with --async K vs synchronous, over several seeds "
     "(same warm start per seed)."
 )
+# `arctic-rl bench all` runs it only when asked (--include learning).
+ALL_SKIPS_BECAUSE = "about an hour of demo runs (an accuracy, not a speed)"
 # What a reused run's config.yaml must match (the rest are the demo's defaults, which are not flags here).
 MATCHED_FIELDS = ("framework", "task", "steps", "seed", "max_staleness", "num_threads")
 # The records a seed's asynchronous run takes from its synchronous run (the phases before GRPO).

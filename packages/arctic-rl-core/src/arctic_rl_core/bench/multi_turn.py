@@ -33,7 +33,6 @@ import argparse
 import asyncio
 import hashlib
 import math
-import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,7 +47,6 @@ HELP = (
     "Multi-turn rollouts: trajectories/s with continuous per-trajectory turns vs turn-synchronous, "
     "skewed turn counts, reference backend (target >= 1.5x)."
 )
-MIN_TWO_CORE_SPEEDUP = 1.5  # two threads of pure kernels vs one: below this a second core is not free
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -249,32 +247,16 @@ async def _run_both(args: argparse.Namespace) -> BothModes:
         await engine.shutdown()
 
 
-def unmet_conditions(checks: list[float], load: float, cores: int) -> str | None:
-    """Why the machine cannot give a meaningful ratio now (None: it can)."""
-    worst = min(checks)
-    if cores < 2:
-        return f"{cores} core(s): the sampler process and the scheduler need two"
-    if worst < MIN_TWO_CORE_SPEEDUP:
-        return (
-            f"a second core is not free (two-core check {worst:.2f}x < {MIN_TWO_CORE_SPEEDUP:.2f}x: two threads of "
-            "pure kernels gain that little over one): rerun on a quiet machine"
-        )
-    if load > cores:
-        return f"load average {load:.1f} on {cores} cores: rerun on a quiet machine"
-    return None
-
-
 def run(args: argparse.Namespace) -> BenchResult:
-    from arctic_rl_core.bench.async_grpo import two_core_speedup
+    from arctic_rl_core.bench.conditions import ParallelConditions
     from arctic_rl_core.bench.report import BenchResult
 
     if args.trajectories < 2 or args.max_turns < 2 or args.repeats < 1:
         raise SystemExit("--trajectories and --max-turns: give at least 2; --repeats at least 1")
-    checks = [two_core_speedup()]
-    both = asyncio.run(_run_both(args))
+    with ParallelConditions() as machine:
+        both = asyncio.run(_run_both(args))
     sync_runs, continuous_runs, trajectories = both.turn_synchronous, both.continuous, both.trajectories
-    checks.append(two_core_speedup())
-    load = os.getloadavg()[0]
+    checks, load = machine.result.checks, machine.result.load
     sync = min(sync_runs, key=lambda r: r.wall_s)
     fast = min(continuous_runs, key=lambda r: r.wall_s)
     same = sum(a == b for a, b in zip(sync.sequences, fast.sequences, strict=True))
@@ -282,7 +264,6 @@ def run(args: argparse.Namespace) -> BenchResult:
     histogram = ", ".join(f"{t}: {turns.count(t)}" for t in sorted(set(turns)))
     queue = fast.queue
     assert queue is not None
-    unmet = unmet_conditions(checks, load, os.cpu_count() or 1)
     rows = [
         (
             "trajectories/s: turn-synchronous; continuous",
@@ -332,5 +313,7 @@ def run(args: argparse.Namespace) -> BenchResult:
         ours_seconds=fast.wall_s,
         extra_rows=rows,
         notes=notes,
-        unmet_conditions=unmet,
+        unmet_conditions=machine.result.unmet,
+        conditions=machine.result.describe(),
+        goal=">= 1.5x",
     )

@@ -19,6 +19,11 @@ which copies every tensor into the safetensors blob, shared storage included) in
 Prompt and response lengths are drawn from long-tailed (log-normal) distributions, one prompt
 per group of rollouts, responses truncated at the maximum as real rollouts are. A trained token
 is a response token (what the loss counts).
+
+Two more comparisons: the lean step against the information it carries (every row's tokens as
+int32, its two lengths, and each per-token float the forward-backward sends at its response tokens:
+no padding, no masks), and the peak memory of building and encoding the forward-backward payload
+(the process's peak resident set, reset before, above what it held before) against its encoded bytes.
 """
 
 from __future__ import annotations
@@ -262,7 +267,62 @@ def measure(args: argparse.Namespace) -> tuple[list[StepBytes], int]:
     return results, trained
 
 
+def information_bytes(samples: list[RolloutSample], float_fields: int) -> tuple[int, int]:
+    """(forward, forward-backward): what the payloads carry without padding: each row's tokens as int32
+    and its prompt and response lengths (int32), and `float_fields` float32 values per response token."""
+    tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    forward = 4 * tokens + 8 * len(samples)
+    return forward, forward + 4 * float_fields * sum(len(s.response_ids) for s in samples)
+
+
+def _peak_rss_bytes() -> int:
+    import re
+
+    with open("/proc/self/status") as status:
+        return int(re.search(r"VmHWM:\s+(\d+) kB", status.read()).group(1)) * 1024
+
+
+def _rss_bytes() -> int:
+    import re
+
+    with open("/proc/self/status") as status:
+        return int(re.search(r"VmRSS:\s+(\d+) kB", status.read()).group(1)) * 1024
+
+
+def build_and_encode_peak(samples: list[RolloutSample], args: argparse.Namespace) -> tuple[int, int] | None:
+    """(peak bytes above the resident set before, encoded bytes) of building the lean forward-backward
+    payload and encoding it, or None where the peak cannot be reset (Linux /proc/self/clear_refs)."""
+    import gc
+
+    from arctic_rl_core.wire import PayloadSpec, build_train_payload
+
+    spec = PayloadSpec(
+        pad_token_id=QWEN3_PAD_TOKEN_ID,
+        max_prompt_len=args.max_prompt_len,
+        max_response_len=args.max_response_len,
+        rollout_n=args.rollouts,
+        temperature=1.0,
+        zorro_train_enable=args.zorro,
+        drop_position_ids=True,
+        pad_to_multiple=args.pad_to_multiple,
+    )
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")  # resets the peak resident set (VmHWM) to the current one
+    except OSError:
+        return None
+    before = _rss_bytes()
+    train = build_train_payload(samples, spec)
+    encoded = encoded_bytes(train.batch, train.meta, train.processing)
+    return _peak_rss_bytes() - before, encoded
+
+
 def run(args: argparse.Namespace) -> BenchResult:
+    import os
+
+    from arctic_rl_core.bench.report import Comparison
+
     for name in (
         "rows",
         "rollouts",
@@ -277,8 +337,12 @@ def run(args: argparse.Namespace) -> BenchResult:
         raise ValueError(
             f"--rows={args.rows} is not a multiple of --rollouts={args.rollouts}: send whole groups"
         )
+    load = os.getloadavg()[0]
     results, trained = measure(args)
     legacy, _previous, lean = results
+    samples = make_samples(args)
+    peak = build_and_encode_peak(samples, args)
+    info_fwd, info_train = information_bytes(samples, float_fields=_float_fields(samples, args))
 
     def per_token(n: int) -> str:
         return f"{n / trained:,.0f} B/token"
@@ -308,4 +372,37 @@ def run(args: argparse.Namespace) -> BenchResult:
             f"forward ratio {legacy.forward / lean.forward:.2f}x, forward-backward ratio "
             f"{legacy.forward_backward / lean.forward_backward:.2f}x (legacy / lean). Target: >= 3x.",
         ],
+        conditions=f"bytes, not time; load {load:.1f}",
+        goal=">= 3x",
+        more=[
+            Comparison(
+                "information: int32 tokens, two lengths per row, per-token floats, no padding",
+                float(info_fwd + info_train),
+                f"{lean.label}: both",
+                float(lean.total),
+                unit="bytes",
+                goal=">= 0.83x (within 1.2x)",
+            ),
+            *(
+                []
+                if peak is None
+                else [
+                    Comparison(
+                        "the forward-backward payload's encoded bytes",
+                        float(peak[1]),
+                        "peak memory of building + encoding it (above the resident set before)",
+                        float(max(peak[0], 1)),
+                        unit="bytes",
+                        goal=">= 0.83x (peak within 1.2x)",
+                    )
+                ]
+            ),
+        ],
     )
+
+
+def _float_fields(samples: list[RolloutSample], args: argparse.Namespace) -> int:
+    """How many float tensors the lean forward-backward payload sends (advantages, old log-probs, ...)."""
+    _, train = lean_payloads(samples[: args.rollouts], args)
+    batches = train.batch if isinstance(train.batch, list) else [train.batch]
+    return sum(1 for key, value in batches[0].items() if value.dtype.is_floating_point)

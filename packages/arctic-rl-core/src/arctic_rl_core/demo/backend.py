@@ -84,12 +84,9 @@ def grpo_backend_settings(options: DemoOptions, *, model_path: Path) -> dict[str
     }
     if options.trainer == "deepspeed":
         # the real worker on a CPU: no GPU kernels (the attention is each framework's own setting: its
-        # driver sets sdpa); ZeRO-3 when the 0.1.4 log-prob job runs (it does not start on 1 or 2)
-        settings |= {
-            "kernels.use_liger": False,
-            "zorro.enable": False,
-            "deepspeed.zero_stage": 3 if options.kl_loss_coef > 0 else 2,
-        }
+        # driver sets sdpa); ZeRO-2, whose jobs DeepSpeed offloads with torch's AdamW (a colocated ZeRO-3
+        # job sleeps only with DeepSpeed's FusedAdam, a C++ op); the log-prob job then runs ZeRO-0
+        settings |= {"kernels.use_liger": False, "zorro.enable": False, "deepspeed.zero_stage": 2}
     return settings
 
 

@@ -63,6 +63,19 @@ def require_async_support(driver: DemoDriver, options: DemoOptions) -> None:
         )
 
 
+MULTI_TURN_SUPPORT_ATTRIBUTE = "supports_multi_turn"
+
+
+def require_multi_turn_support(driver: DemoDriver, options: DemoOptions) -> None:
+    """`--max-turns N > 1` with a driver that runs no multi-turn episodes is an error, never a
+    single-turn run. A driver declares it with `run_grpo.supports_multi_turn = True`."""
+    if options.max_turns > 1 and getattr(driver, MULTI_TURN_SUPPORT_ATTRIBUTE, False) is not True:
+        raise SystemExit(
+            f"--max-turns {options.max_turns}: the {options.framework} adapter's demo driver runs no multi-turn "
+            f"episodes (it does not declare run_grpo.{MULTI_TURN_SUPPORT_ATTRIBUTE} = True); run without --max-turns"
+        )
+
+
 CHECKPOINT_LAYOUT_ATTRIBUTE = "checkpoint_layout"
 
 

@@ -1,6 +1,7 @@
 """Accuracy of the backend's sampler on a split, scored by the task (BIRD: official execution
 accuracy): greedy answers (what the model knows), and `k` answers per prompt sampled at the rollout
-temperature (what GRPO optimises: the expected reward of the sampling policy)."""
+temperature (what GRPO optimises: the expected reward of the sampling policy). BIRD multi-turn: whole
+episodes (`evaluate_episodes`), with how many turns each took."""
 
 from __future__ import annotations
 
@@ -64,3 +65,51 @@ async def evaluate_sampled(
         backend, repeated_prompts, max_tokens=max_tokens, batch_size=32, temperature=temperature
     )
     return task.score(repeated_rows, answers)
+
+
+async def evaluate_episodes(
+    backend: Backend,
+    task: DemoTask,
+    rows: Sequence[dict[str, Any]],
+    tokenizer: Any,
+    *,
+    max_tokens: int,
+    max_input_length: int,
+    temperature: float = 0.0,
+    samples_per_prompt: int = 1,
+) -> HeldoutScore:
+    """BIRD multi-turn: `samples_per_prompt` episodes per row (greedy by default), each up to the task's
+    max_turns (`envs.bird.multi_turn`); EX is the share whose final answer is correct, `turns` how many
+    episodes took each number of turns, `errors` correct / wrong / malformed (no well-formed solution)."""
+    from collections import Counter
+
+    from arctic_rl_core.backends.protocol import SamplingParams
+    from arctic_rl_core.demo.prompts import prompt_ids
+    from arctic_rl_core.demo.tasks import HeldoutScore
+    from arctic_rl_core.envs.bird.multi_turn import STOP_STRINGS, BirdSQLEpisode
+    from arctic_rl_core.multi_turn.episodes import run_episodes
+    from arctic_rl_core.multi_turn.turn_sampler import TurnSampler
+
+    repeated = [row for row in rows for _ in range(samples_per_prompt)]
+    episodes = [BirdSQLEpisode.from_row(row, max_turns=task.max_turns) for row in repeated]
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, stop=STOP_STRINGS)
+    results = await run_episodes(
+        TurnSampler(backend, tokenizer),
+        [prompt_ids(tokenizer, row["prompt"]) for row in repeated],
+        episodes,
+        params,
+        eos_token_id=tokenizer.eos_token_id,
+        max_input_length=max_input_length,
+    )
+    verdicts = [episode.metrics() for episode in episodes]
+    correct = sum(int(v["correct"]) for v in verdicts)
+    formed = sum(int(v["well_formed"]) for v in verdicts)
+    errors = {"correct": correct, "wrong_result": formed - correct, "malformed": len(verdicts) - formed}
+    return HeldoutScore(
+        metric="EX",
+        correct=correct,
+        total=len(verdicts),
+        errors={k: v for k, v in errors.items() if v},
+        well_formatted=formed,
+        turns=dict(Counter(result.turns for result in results)),
+    )

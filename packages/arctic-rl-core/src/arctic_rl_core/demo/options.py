@@ -102,6 +102,16 @@ class DemoOptions(BaseModel):
         ),
     )
 
+    max_turns: int = Field(
+        default=1,
+        ge=1,
+        le=8,
+        description=(
+            "`--max-turns N`: BIRD multi-turn (SkyRL-SQL's protocol, `envs.bird.multi_turn`): the model may run "
+            "SQL against the database, shown as an observation, up to N turns before its <solution>; 1 = the "
+            "single-turn task."
+        ),
+    )
     max_staleness: int = Field(
         default=0,
         ge=0,
@@ -122,6 +132,21 @@ class DemoOptions(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _multi_turn_is_bird(self) -> DemoOptions:
+        if self.max_turns > 1 and self.task != "bird":
+            raise ValueError(
+                f"--max-turns {self.max_turns} with --task {self.task}: the multi-turn demo task is BIRD (the model "
+                "queries the database before it answers); use --task bird, or --max-turns 1"
+            )
+        return self
+
+    @property
+    def max_input_length(self) -> int:
+        """The longest context a turn starts from: the prompt, and every earlier turn with its observation
+        (a result table of the bundled sample fits in one response length)."""
+        return self.max_prompt_length + (self.max_turns - 1) * 2 * self.max_response_length
+
+    @model_validator(mode="after")
     def _check_trainer(self) -> DemoOptions:
         if self.trainer != "deepspeed":
             return self
@@ -129,12 +154,6 @@ class DemoOptions(BaseModel):
             raise ValueError(
                 f"--trainer deepspeed with --server {self.server}: the demo starts its own `arctic-rl serve "
                 "--reference --trainer deepspeed`; a given server decides who trains (drop one of the two)"
-            )
-        if self.colocate and self.kl_loss_coef > 0:
-            raise ValueError(
-                "--trainer deepspeed with --colocate and a KL loss: the 0.1.4 log-prob job needs ZeRO-3, and "
-                "DeepSpeed offloads a ZeRO-3 job (sleep-training) only with its FusedAdam, a C++ op it would "
-                "compile on a CPU; drop --colocate or set kl_loss_coef=0"
             )
         return self
 

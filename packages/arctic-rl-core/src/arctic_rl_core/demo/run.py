@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -90,6 +91,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="colocated GRPO: training and sampling share the devices, with sleep/wake every step",
     )
     parser.add_argument(
+        "--max-turns",
+        type=int,
+        default=None,
+        metavar="N",
+        help="BIRD multi-turn: the model may run SQL against the database (shown as an observation) up to N "
+        "turns before its <solution> (SkyRL-SQL's protocol); the accuracy and the turns taken are shown "
+        "before and after GRPO (default 1: single turn)",
+    )
+    parser.add_argument(
         "--trainer",
         choices=("torch", "deepspeed"),
         default=None,
@@ -126,6 +136,7 @@ def _explicit(args: argparse.Namespace) -> dict[str, Any]:
         "colocate": "colocate",
         "trainer": "trainer",
         "max_staleness": "max_staleness",
+        "max_turns": "max_turns",
     }
     return {field: getattr(args, flag) for flag, field in names.items() if getattr(args, flag) is not None}
 
@@ -196,10 +207,12 @@ def output_to(path: Path) -> Iterator[None]:
 def run_demo(options: DemoOptions) -> int:
     from rich.console import Console
 
-    from arctic_rl_core.demo.drivers import load_driver, require_async_support
+    from arctic_rl_core.demo.drivers import load_driver, require_async_support, require_multi_turn_support
 
     if options.max_staleness:  # before the warm start: a driver without an asynchronous mode fails now
         require_async_support(load_driver(options.framework), options)
+    if options.max_turns > 1:
+        require_multi_turn_support(load_driver(options.framework), options)
     # The demo's own output goes to a copy of stdout: fds 1 and 2 go to the run log meanwhile.
     console = Console(file=os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, closefd=True))
     run_dir = options.run_dir
@@ -221,7 +234,7 @@ def _run_locked(options: DemoOptions, console: Any) -> int:
     from arctic_rl_core.demo.backend import reference_backend, synced
     from arctic_rl_core.demo.drivers import checkpoint_folder, load_driver
     from arctic_rl_core.demo.local_server import local_reference_server
-    from arctic_rl_core.demo.prompts import prompt_ids, prompt_text, response_ids
+    from arctic_rl_core.demo.prompts import prompt_ids, prompt_text
     from arctic_rl_core.demo.tasks import load_task
     from arctic_rl_core.demo.warm_start import warm_start
 
@@ -255,13 +268,13 @@ def _run_locked(options: DemoOptions, console: Any) -> int:
             contextlib.ExitStack() as stack,
         ):
             t0 = time.perf_counter()
-            task = load_task(options.task)
+            task = load_task(options.task, options.max_turns)
             warm_started = (hf_dir / "config.json").is_file()
             backend = reference_backend(
                 options,
                 model_path=hf_dir if warm_started else None,
                 lr=options.warm_start_lr,
-                rows_per_step=min(options.warm_start_batch, len(task.train_rows)),
+                rows_per_step=min(options.warm_start_batch, task.warm_start_size),
             )
             tokenizer = backend.tokenizer
             train_prompts = [prompt_ids(tokenizer, row["prompt"]) for row in task.train_rows]
@@ -283,16 +296,16 @@ def _run_locked(options: DemoOptions, console: Any) -> int:
                     )
                     progress.update(bar, advance=1, info=f"loss {record.loss:.3f}")
 
-                answers = [response_ids(tokenizer, text) for text in task.train_targets]
+                sft_prompts, answers = task.warm_start_pairs(tokenizer)
                 asyncio.run(
                     warm_start(
                         backend,
-                        train_prompts,
+                        sft_prompts,
                         answers,
                         steps=options.warm_start_steps,
                         batch_size=options.warm_start_batch,
                         pad_token_id=backend.pad_token_id,
-                        max_prompt_len=options.max_prompt_length,
+                        max_prompt_len=max(len(p) for p in sft_prompts),
                         max_response_len=options.max_response_length,
                         seed=options.seed,
                         on_step=on_sft,
@@ -307,7 +320,7 @@ def _run_locked(options: DemoOptions, console: Any) -> int:
                 t0 = time.perf_counter()
                 asyncio.run(synced(backend))
                 before = _evaluate(
-                    progress, log, backend, task, "before", train_prompts, heldout_prompts, options
+                    progress, log, backend, task, "before", train_prompts, heldout_prompts, options, tokenizer
                 )
                 seconds["eval_before"] = time.perf_counter() - t0
             asyncio.run(backend.shutdown())
@@ -381,7 +394,7 @@ def _run_locked(options: DemoOptions, console: Any) -> int:
                     train_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.train_rows]
                     heldout_prompts = [prompt_text(tokenizer, row["prompt"]) for row in task.heldout_rows]
                 after = _evaluate(
-                    progress, log, backend, task, "after", train_prompts, heldout_prompts, options
+                    progress, log, backend, task, "after", train_prompts, heldout_prompts, options, tokenizer
                 )
                 asyncio.run(backend.shutdown())
                 seconds["eval_after"] = time.perf_counter() - t0
@@ -466,7 +479,11 @@ def _takes_text(backend: Any) -> bool:
     return isinstance(backend, ArcticBackend)
 
 
-def _evaluate(progress, log: MetricsLog, backend, task, phase: str, train_prompts, heldout_prompts, options):
+def _evaluate(
+    progress, log: MetricsLog, backend, task, phase: str, train_prompts, heldout_prompts, options, tokenizer
+):
+    if task.max_turns > 1:
+        return _evaluate_episodes(progress, log, backend, task, phase, options, tokenizer)
     from arctic_rl_core.demo.evaluation import evaluate_rows, evaluate_sampled
 
     bar = progress.add_task(f"accuracy {phase} GRPO", total=len(EVAL_SPLITS), info="")
@@ -509,9 +526,43 @@ def _evaluate(progress, log: MetricsLog, backend, task, phase: str, train_prompt
     return results
 
 
+def _sampled_too(options: DemoOptions, evaluate: Any) -> dict[str, Any] | None:
+    """`evaluate(temperature=..., samples_per_prompt=...)`'s score as JSON when the run samples answers."""
+    if not options.eval_samples:
+        return None
+    return asyncio.run(
+        evaluate(temperature=options.temperature, samples_per_prompt=options.eval_samples)
+    ).to_json()
+
+
+def _evaluate_episodes(progress, log: MetricsLog, backend, task, phase: str, options, tokenizer):
+    """BIRD multi-turn: greedy episodes (and sampled ones) per split, with the turns they took."""
+    from arctic_rl_core.demo.evaluation import evaluate_episodes
+
+    bar = progress.add_task(f"accuracy {phase} GRPO", total=len(EVAL_SPLITS), info="")
+    results: dict[str, dict[str, Any]] = {}
+    weights_version = asyncio.run(backend.state()).weights_version
+    lengths = {"max_tokens": options.max_response_length, "max_input_length": options.max_input_length}
+    for split, rows in (("heldout", task.heldout_rows), ("train", task.train_rows)):
+        episodes = functools.partial(evaluate_episodes, backend, task, rows, tokenizer, **lengths)
+        score = asyncio.run(episodes())
+        sampled = _sampled_too(options, episodes)
+        results[split] = log.append(
+            "eval",
+            phase=phase,
+            split=split,
+            weights_version=weights_version,
+            **score.to_json(),
+            sampled=sampled,
+        )
+        turns = "/".join(str(score.turns.get(t, 0)) for t in range(1, task.max_turns + 1))
+        progress.update(bar, advance=1, info=f"{split} EX {score.percent:.1f}%, turns {turns}")
+    return results
+
+
 def _summary(options: DemoOptions, before, after, steps, seconds) -> dict[str, Any]:
     def pick(record: dict[str, Any]) -> dict[str, Any]:
-        keys = ("metric", "correct", "total", "percent", "well_formatted", "errors", "sampled")
+        keys = ("metric", "correct", "total", "percent", "well_formatted", "errors", "sampled", "turns")
         return {k: record.get(k) for k in keys}
 
     return {
@@ -526,6 +577,7 @@ def _summary(options: DemoOptions, before, after, steps, seconds) -> dict[str, A
         "backend": options.backend if options.server else "reference",
         "colocate": options.colocate,
         "max_staleness": options.max_staleness,
+        "max_turns": options.max_turns,
         "before": {split: pick(before[split]) for split in EVAL_SPLITS},
         "after": None if after is None else {split: pick(after[split]) for split in EVAL_SPLITS},
         "seconds": seconds,
@@ -568,6 +620,8 @@ def _print_summary(console, summary: dict[str, Any], plot: Path) -> None:
         "greedy: one answer per question at temperature 0; sampled: several answers per question at the "
         "rollout temperature, the expected reward GRPO optimises"
     )
+    if summary.get("max_turns", 1) > 1:
+        console.print(_turns_table(summary))
     rewards = summary["reward_mean"]
     if rewards:
         console.print(
@@ -576,6 +630,29 @@ def _print_summary(console, summary: dict[str, Any], plot: Path) -> None:
     timing = ", ".join(f"{k} {v:.0f}s" for k, v in summary["seconds"].items())
     console.print(f"time: {timing}")
     console.print(f"plot: {plot}")
+
+
+def _turns_table(summary: dict[str, Any]):
+    """Multi-turn: how many episodes took each number of turns, before and after GRPO."""
+    from rich.table import Table
+
+    turns = range(1, summary["max_turns"] + 1)
+    table = Table(title="Turns per episode before -> after GRPO (episodes that took 1, 2, ... turns)")
+    for column in ("split", "answers", *(f"{t} turn{'s' if t > 1 else ''}" for t in turns)):
+        table.add_column(column)
+    for split in EVAL_SPLITS:
+        for kind in ("greedy", "sampled"):
+            b = summary["before"][split] if kind == "greedy" else summary["before"][split].get("sampled")
+            after = (summary["after"] or {}).get(split) or {}
+            a = after if kind == "greedy" else after.get("sampled")
+            if b is None:
+                continue
+            cells = [
+                f"{(b.get('turns') or {}).get(str(t), 0)} -> {'-' if a is None else (a.get('turns') or {}).get(str(t), 0)}"
+                for t in turns
+            ]
+            table.add_row("held-out" if split == "heldout" else "train", kind, *cells)
+    return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,7 +16,7 @@ SUMMARY_FILE = "summary.json"
 STEP_TABLE_TITLE = "GRPO steps"
 STEP_TABLE_CAPTION = (
     "EX%: rollouts scoring 1.0 (BIRD: result set equals the gold query's; GSM8K: exact answer); ver: weights version the sampler serves "
-    "after the step's sync; seconds per phase: generate, log-probs, train, whole step (weight sync in metrics.jsonl)"
+    "after the step's sync; turns: mean turns per rollout (--max-turns); seconds per phase: generate, log-probs, train, whole step (weight sync in metrics.jsonl)"
 )
 # The per-step table: (column title, record key, format).
 STEP_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -26,6 +26,7 @@ STEP_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("loss", "loss", "{:+.3f}"),
     ("|grad|", "grad_norm", "{:.2f}"),
     ("ver", "weights_version", "{:d}"),
+    ("turns", "turns_mean", "{:.2f}"),
     ("gen s", "seconds_generate", "{:.1f}"),
     ("lp s", "seconds_logprobs", "{:.1f}"),
     ("train s", "seconds_train", "{:.1f}"),

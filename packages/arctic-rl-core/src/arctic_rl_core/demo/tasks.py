@@ -7,6 +7,11 @@ targets for the warm start, held-out prompts and their official scoring.
   compact schema (CREATE TABLE statements only) so that a CPU run stays short.
 - `gsm8k`: the bundled GSM8K sample; the last `GSM8K_HELDOUT` problems are held out and scored by
   exact final answer (`envs.gsm8k.compute_score`).
+
+BIRD multi-turn (`max_turns > 1`, SkyRL-SQL's protocol, `envs.bird.multi_turn`): the multi-turn prompt,
+env class `bird_multi_turn`; the warm start teaches the format on two kinds of episodes, an answer at
+once and (every other question) a first look at the table the gold query reads, then the answer after
+the real observation; accuracy is the episodes' (`demo.evaluation.evaluate_episodes`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ class HeldoutScore:
     total: int
     errors: dict[str, int] = field(default_factory=dict)
     well_formatted: int = 0
+    turns: dict[int, int] = field(default_factory=dict)  # multi-turn: episodes by turns taken
 
     @property
     def percent(self) -> float:
@@ -43,6 +49,7 @@ class HeldoutScore:
             "percent": self.percent,
             "well_formatted": self.well_formatted,
             "errors": dict(self.errors),
+            **({"turns": {str(k): v for k, v in sorted(self.turns.items())}} if self.turns else {}),
         }
 
 
@@ -55,6 +62,35 @@ class DemoTask:
     train_rows: list[dict[str, Any]]
     heldout_rows: list[dict[str, Any]]
     train_targets: list[str]  # reference answer of train_rows[i], in the format the reward asks for
+    max_turns: int = 1  # > 1: BIRD multi-turn episodes
+
+    def warm_start_pairs(self, tokenizer: Any) -> tuple[list[list[int]], list[list[int]]]:
+        """(prompt ids, answer ids) of the supervised warm start: each training row's reference answer;
+        multi-turn BIRD also a first turn that looks at the data and, after its real observation, the
+        answer (every other question)."""
+        from arctic_rl_core.demo.prompts import prompt_ids, response_ids
+
+        prompts = [prompt_ids(tokenizer, row["prompt"]) for row in self.train_rows]
+        answers = [response_ids(tokenizer, text) for text in self.train_targets]
+        for i in self._looking_rows():
+            row = self.train_rows[i]
+            look = bird_look(row["reward_model"]["ground_truth"])
+            observation = _observation(row, look, self.max_turns)
+            look_ids = tokenizer.encode(look, add_special_tokens=False)  # no EOS: the episode goes on
+            prompts.append(prompts[i])
+            answers.append(look_ids)
+            prompts.append([*prompts[i], *look_ids, *tokenizer.encode(observation, add_special_tokens=False)])
+            answers.append(answers[i])
+        return prompts, answers
+
+    def _looking_rows(self) -> range:
+        """The training rows whose warm start also looks at the data first (multi-turn: every other one)."""
+        return range(1, len(self.train_rows), 2) if self.max_turns > 1 else range(0)
+
+    @property
+    def warm_start_size(self) -> int:
+        """How many (prompt, answer) pairs `warm_start_pairs` gives: a row, and two more per looking row."""
+        return len(self.train_rows) + 2 * len(self._looking_rows())
 
     def steps_per_epoch(self, prompts_per_step: int) -> int:
         """GRPO steps per pass over the training rows (the last partial batch is dropped)."""
@@ -74,9 +110,11 @@ class DemoTask:
         return _gsm8k_accuracy(rows, responses)
 
 
-def load_task(name: str) -> DemoTask:
+def load_task(name: str, max_turns: int = 1) -> DemoTask:
     if name == "bird":
-        return _bird_task()
+        return _bird_task(max_turns)
+    if max_turns > 1:
+        raise ValueError(f"task={name!r} with max_turns={max_turns}: the multi-turn task is BIRD")
     if name == "gsm8k":
         return _gsm8k_task()
     raise ValueError(f"task={name!r}: expected 'bird' or 'gsm8k'")
@@ -85,19 +123,48 @@ def load_task(name: str) -> DemoTask:
 # -- BIRD -----------------------------------------------------------------------------------------
 
 
-def bird_target(sql: str) -> str:
-    """The answer the supervised warm start teaches: a one-line plan naming the tables the gold
-    query reads, then the query in the `<answer>` / ```sql format the reward checks."""
+def _tables(sql: str) -> list[str]:
     tables: list[str] = []
     for match in _TABLE_REFERENCE.finditer(sql):
         name = match.group(1).strip('`"')
         if name not in tables:
             tables.append(name)
-    plan = f"Read {', '.join(tables)}." if tables else "Compute it directly."
-    return f"<think>\n{plan}\n</think>\n<answer>\n```sql\n{sql.strip()}\n```\n</answer>"
+    return tables
 
 
-def _bird_task() -> DemoTask:
+def _plan(sql: str) -> str:
+    tables = _tables(sql)
+    return f"Read {', '.join(tables)}." if tables else "Compute it directly."
+
+
+def bird_target(sql: str) -> str:
+    """The answer the supervised warm start teaches: a one-line plan naming the tables the gold
+    query reads, then the query in the `<answer>` / ```sql format the reward checks."""
+    return f"<think>\n{_plan(sql)}\n</think>\n<answer>\n```sql\n{sql.strip()}\n```\n</answer>"
+
+
+def bird_solution(sql: str) -> str:
+    """The multi-turn answer: the plan, then the query as the `<solution>` (SkyRL-SQL's format)."""
+    return f"<think>\n{_plan(sql)}\n</think>\n<solution>{sql.strip()}</solution>"
+
+
+def bird_look(sql: str) -> str:
+    """A multi-turn first turn: a look at the first table the gold query reads."""
+    tables = _tables(sql) or ["sqlite_master"]
+    table = tables[0] if " " not in tables[0] else f"`{tables[0]}`"
+    return f"<think>\nLook at {tables[0]}.\n</think>\n<sql>SELECT * FROM {table} LIMIT 3</sql>"
+
+
+def _observation(row: dict[str, Any], action: str, max_turns: int) -> str:
+    from arctic_rl_core.envs.bird.multi_turn import BirdSQLEpisode
+
+    step = BirdSQLEpisode.from_row(row, max_turns=max_turns).step(action)
+    if step.observation is None:
+        raise ValueError(f"max_turns={max_turns}: a first look needs a second turn to answer in")
+    return step.observation
+
+
+def _bird_task(max_turns: int = 1) -> DemoTask:
     from arctic_rl_core.envs.bird.dataset import load_split
     from arctic_rl_core.envs.bird.preprocess import PreprocessOptions, build_rows
     from arctic_rl_core.envs.bird.sample import sample_dir
@@ -106,7 +173,7 @@ def _bird_task() -> DemoTask:
     compact = SchemaPromptOptions(
         sample_rows=0, example_values=0, include_descriptions=False, include_foreign_keys=False
     )
-    options = PreprocessOptions(schema_prompt=compact)
+    options = PreprocessOptions(schema_prompt=compact, max_turns=None if max_turns == 1 else max_turns)
     cache = SchemaPromptCache(compact)
     root = sample_dir()
     rows: dict[str, list[dict[str, Any]]] = {}
@@ -114,11 +181,13 @@ def _bird_task() -> DemoTask:
         split = load_split(root, split_name)
         rows[split_name], _summary = build_rows(split, cache, options)
     train = rows[BIRD_TRAIN_SPLIT]
+    target = bird_target if max_turns == 1 else bird_solution
     return DemoTask(
         name="bird",
         train_rows=train,
         heldout_rows=rows[BIRD_HELDOUT_SPLIT],
-        train_targets=[bird_target(row["reward_model"]["ground_truth"]) for row in train],
+        train_targets=[target(row["reward_model"]["ground_truth"]) for row in train],
+        max_turns=max_turns,
     )
 
 
