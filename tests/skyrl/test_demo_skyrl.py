@@ -9,8 +9,8 @@ import json
 import os
 
 import pytest
-from arctic_rl_core.demo import run as demo_run
-from arctic_rl_core.demo.run_log import MetricsLog
+from arctic_rl_testbed.demo import run as demo_run
+from arctic_rl_testbed.demo.run_log import MetricsLog
 from demo_checks import (
     assert_interrupted_then_resumed,
     assert_real_grpo_steps,
@@ -59,8 +59,8 @@ def test_run_directory_holds_config_metrics_plot_checkpoints_and_summary(interru
 
 
 def test_gsm8k_task_runs_end_to_end_with_its_own_reward_and_metric(tmp_path):
-    from arctic_rl_core.demo.tasks import load_task
     from arctic_rl_core.envs.gsm8k import compute_score
+    from arctic_rl_testbed.demo.tasks import load_task
 
     run_dir = tmp_path / "gsm8k"
     options = tiny_options(
@@ -93,7 +93,7 @@ def test_gsm8k_task_runs_end_to_end_with_its_own_reward_and_metric(tmp_path):
 def test_the_adapter_registers_its_demo_driver():
     # the core's demo finds the GRPO phase through the adapter's entry point (the core imports no adapter)
     from adapter_skyrl.demo_driver import run_grpo
-    from arctic_rl_core.demo.drivers import load_driver, registered_frameworks
+    from arctic_rl_testbed.demo.drivers import load_driver, registered_frameworks
 
     assert registered_frameworks() == ["skyrl"]
     assert load_driver("skyrl") is run_grpo

@@ -10,9 +10,9 @@ import json
 
 import pytest
 import yaml
-from arctic_rl_core.demo import run as demo_run
-from arctic_rl_core.demo.options import DemoOptions
-from arctic_rl_core.demo.run_log import MetricsLog
+from arctic_rl_testbed.demo import run as demo_run
+from arctic_rl_testbed.demo.options import DemoOptions
+from arctic_rl_testbed.demo.run_log import MetricsLog
 from demo_checks import assert_real_grpo_steps, tiny_options
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from arctic_rl_core.demo import run as demo_run
-from arctic_rl_core.demo.run_log import MetricsLog
+from arctic_rl_testbed.demo import run as demo_run
+from arctic_rl_testbed.demo.run_log import MetricsLog
 from demo_checks import tiny_options
 from write_limit import file_size_limit
 

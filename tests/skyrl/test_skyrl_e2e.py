@@ -182,9 +182,9 @@ def test_two_grpo_steps_with_the_backend_as_a_ray_actor(tmp_path, bird_train_row
     ray = pytest.importorskip("ray")
     import os
 
-    from arctic_rl_core.backends.reference.ray_actor import launch_reference_actor
-    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
     from arctic_rl_core.dispatch import run
+    from arctic_rl_testbed.reference.ray_actor import launch_reference_actor
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
     data = tmp_path / "bird.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in bird_train_rows), encoding="utf-8")

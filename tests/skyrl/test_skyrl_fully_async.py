@@ -200,9 +200,9 @@ def test_rollout_is_family_is_bit_identical_to_skyrls_rollout_is(clip, seed):
     """The core `rollout_is` family with the rollout log-probs as old log-probs (what the adapter
     sends) against SkyRL's own `rollout_is_policy_loss`: per-token loss sums and every token's
     gradient, rtol = 0."""
-    from arctic_rl_core.losses.aggregation import aggregate
-    from arctic_rl_core.losses.families import FamilyParams, policy_terms
-    from arctic_rl_core.parity.loss_cases import random_policy_loss_case
+    from arctic_rl_losses.aggregation import aggregate
+    from arctic_rl_losses.families import FamilyParams, policy_terms
+    from arctic_rl_testbed.parity.loss_cases import random_policy_loss_case
     from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
     from skyrl.train.config.config import AlgorithmConfig
 
@@ -400,9 +400,9 @@ def test_demo_async_1_runs_skyrls_fully_async_trainer(tmp_path):
     """`--async 1` is parsed, the SkyRL driver declares its asynchronous mode, and the GRPO phase runs
     SkyRL's fully async trainer (2 tiny steps in process) with the core's per-step statistics."""
     import yaml
-    from arctic_rl_core.demo import run as demo_run
-    from arctic_rl_core.demo.drivers import load_driver, supports_async
-    from arctic_rl_core.demo.run_log import MetricsLog
+    from arctic_rl_testbed.demo import run as demo_run
+    from arctic_rl_testbed.demo.drivers import load_driver, supports_async
+    from arctic_rl_testbed.demo.run_log import MetricsLog
     from demo_checks import _parsed, tiny_options
 
     run_dir = tmp_path / "run"

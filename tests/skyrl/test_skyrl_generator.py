@@ -31,9 +31,9 @@ SAMPLING = {
 
 @pytest.fixture(scope="module")
 def backend():
-    from arctic_rl_core.backends.reference.engine import ReferenceBackend
-    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
-    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+    from arctic_rl_core.config.reference_model import ReferenceModelConfig
+    from arctic_rl_testbed.reference.engine import ReferenceBackend
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
     model = ReferenceModelConfig(num_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2,
                                  num_key_value_heads=1)  # fmt: skip

@@ -42,8 +42,8 @@ SQL_SETTINGS = [  # SkyRL-SQL's generator settings (examples/train/text_to_sql/r
 
 @pytest.fixture(scope="module")
 def engine():
-    from arctic_rl_core.backends.reference.engine import ReferenceBackend
-    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+    from arctic_rl_testbed.reference.engine import ReferenceBackend
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
     backend = ReferenceBackend(ReferenceEngineSettings(model=TINY, seed=5, colocated=False, num_threads=1))
     run(backend.sync_weights())

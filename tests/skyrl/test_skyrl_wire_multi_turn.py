@@ -19,7 +19,7 @@ import math
 
 import pytest
 from arctic_rl_core.backends.arctic import ArcticBackend
-from arctic_rl_core.backends.reference.http_server import rollout_digest
+from arctic_rl_testbed.reference.http_server import rollout_digest
 from skyrl_e2e_run import TINY_GRPO, TINY_MODEL, logged_steps, run_grpo
 from skyrl_multi_turn import (
     SQL_STOP,

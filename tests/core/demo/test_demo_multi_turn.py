@@ -4,10 +4,10 @@ supervised pairs with real observations) and the refusal of a driver that runs n
 from __future__ import annotations
 
 import pytest
-from arctic_rl_core.backends.reference.tokenizer import build_tokenizer
-from arctic_rl_core.demo.drivers import require_multi_turn_support
-from arctic_rl_core.demo.options import DemoOptions
-from arctic_rl_core.demo.tasks import load_task
+from arctic_rl_testbed.demo.drivers import require_multi_turn_support
+from arctic_rl_testbed.demo.options import DemoOptions
+from arctic_rl_testbed.demo.tasks import load_task
+from arctic_rl_testbed.reference.tokenizer import build_tokenizer
 
 
 def test_multi_turn_is_the_bird_task_and_bounds_the_context(tmp_path):

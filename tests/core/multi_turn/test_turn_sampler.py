@@ -13,12 +13,12 @@ import pytest
 from arctic_rl_core import dispatch
 from arctic_rl_core.backends.forwarding import ForwardingBackend
 from arctic_rl_core.backends.protocol import FinishReason, SamplingParams
-from arctic_rl_core.backends.reference.engine import ReferenceBackend
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
-from arctic_rl_core.backends.reference.tokenizer import build_tokenizer
 from arctic_rl_core.multi_turn.prompt_text import PromptText
 from arctic_rl_core.multi_turn.trajectory_fidelity import trajectory_fidelity
 from arctic_rl_core.multi_turn.turn_sampler import SampledTurn, TokenizerMismatchError, TurnSampler
+from arctic_rl_testbed.reference.engine import ReferenceBackend
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
+from arctic_rl_testbed.reference.tokenizer import build_tokenizer
 
 TINY = dict(num_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1)
 PARAMS = SamplingParams(max_tokens=5, temperature=1.0, logprobs=True)
@@ -164,7 +164,7 @@ def test_wire_turns_through_the_real_client_match_the_servers_record(wire, token
     server's own request log (a digest of the ids it conditioned on and drew, per rollout) names
     exactly the ids the turn records."""
     from arctic_rl_core.backends.arctic import ArcticBackend
-    from arctic_rl_core.backends.reference.http_server import rollout_digest
+    from arctic_rl_testbed.reference.http_server import rollout_digest
 
     backend = ArcticBackend.from_config(
         wire.core_config(

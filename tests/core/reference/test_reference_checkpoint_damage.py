@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 from aiohttp.test_utils import TestClient, TestServer
-from arctic_rl_core.backends.reference import checkpoint as checkpoint_module
-from arctic_rl_core.backends.reference.checkpoint import STATE_FILE, CheckpointWriteError
-from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 from arctic_rl_core.checkpoint_manifest import CheckpointDamaged
 from arctic_rl_core.wire import build_train_payload
+from arctic_rl_testbed.reference import checkpoint as checkpoint_module
+from arctic_rl_testbed.reference.checkpoint import STATE_FILE, CheckpointWriteError
+from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 from write_limit import file_size_limit
 
 

@@ -1,7 +1,7 @@
 """GRPO through SkyRL 0.4.0's real `RayPPOTrainer.train()` on the reference backend, driven through
 the SkyRL adapter's public classes (`adapter_skyrl.config.parse_cli`, `ArcticPPOExp`,
 `ArcticGenerator`). The GRPO phase of `arctic-rl demo --framework skyrl`: registered in the
-`arctic_rl.demo_drivers` entry-point group, which `arctic_rl_core.demo.drivers` reads."""
+`arctic_rl.demo_drivers` entry-point group, which `arctic_rl_testbed.demo.drivers` reads."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
-    from arctic_rl_core.demo.options import DemoOptions
-    from arctic_rl_core.demo.tasks import DemoTask
+    from arctic_rl_testbed.demo.options import DemoOptions
+    from arctic_rl_testbed.demo.tasks import DemoTask
 
 CHECKPOINT_DIR = "checkpoints"
 # SkyRL timing keys -> the demo's per-phase seconds.
@@ -138,10 +138,10 @@ def skyrl_multi_turn_overrides(options: DemoOptions) -> list[str]:
 
 
 def skyrl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[str]:
-    """The GRPO backend (`arctic_rl_core.demo.backend.grpo_backend_settings`) as SkyRL overrides:
+    """The GRPO backend (`arctic_rl_testbed.demo.backend.grpo_backend_settings`) as SkyRL overrides:
     `trainer.arctic_rl.*`, and for a server the policy model path (the model its jobs load, and
     the tokenizer SkyRL builds)."""
-    from arctic_rl_core.demo.backend import grpo_backend_settings, override_value
+    from arctic_rl_testbed.demo.backend import grpo_backend_settings, override_value
 
     settings = grpo_backend_settings(options, model_path=model_path)
     # Colocation is SkyRL's own switch (colocate_all); the rest are core groups under trainer.arctic_rl.
@@ -155,7 +155,7 @@ def skyrl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[s
 
 def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
     """The demo's per-step metrics from what SkyRL's trainer logged for one step."""
-    from arctic_rl_core.demo.run_log import phase_seconds, rollout_ex
+    from arctic_rl_testbed.demo.run_log import phase_seconds, rollout_ex
 
     return {
         "reward_mean": float(data["reward/avg_raw_reward"]),
@@ -188,7 +188,7 @@ def run_grpo(
     "in process", pid, hostname); `on_step(step, record)` after every step."""
     import os
 
-    from arctic_rl_core.backends.reference.ray_actor import process_location
+    from arctic_rl_testbed.reference.ray_actor import process_location
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # the demo shows its own progress
     from arctic_rl_core.checkpoint_manifest import CheckpointFolder

@@ -32,7 +32,7 @@ STEPS_PER_EPOCH = "@data.steps_per_epoch"  # pseudo field: training rows // trai
 
 SCHEDULERS = {"constant_with_warmup": "constant", "cosine": "cosine"}
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
-# SkyRL policy_loss_type -> a core loss family the server computes (arctic_rl_core.losses); SkyRL's
+# SkyRL policy_loss_type -> a core loss family the server computes (arctic_rl_losses); SkyRL's
 # `regular` is PPO clip WITHOUT dual clip, `dual_clip` adds it.
 SKYRL_POLICY_LOSSES = {
     "regular": "ppo_clip",
@@ -190,7 +190,7 @@ def loss_family(value: Any) -> str:
         )
     if value in ("dppo", "cross_entropy", "importance_sampling"):
         raise FieldProblem(
-            "the Arctic server computes the loss: the GRPO-family losses and rollout_is (arctic_rl_core.losses); "
+            "the Arctic server computes the loss: the GRPO-family losses and rollout_is (arctic_rl_losses); "
             f"SkyRL's {value} has no server loss (dppo's divergence mask; cross_entropy and importance_sampling "
             "are SFT / distillation losses)",
             f"use one of {list(SKYRL_POLICY_LOSSES)}",

@@ -324,7 +324,7 @@ class ArcticPPOExp(BasePPOExp):
     # -- hooks ----------------------------------------------------------------------------------
     def _build_tokenizer(self) -> Any:
         if self.backend_settings.kind == "reference":
-            from arctic_rl_core.backends.reference.tokenizer import build_tokenizer
+            from arctic_rl_testbed.reference.tokenizer import build_tokenizer
 
             tokenizer = build_tokenizer(self.backend_settings.reference.tokenizer_path)
         else:
@@ -500,8 +500,8 @@ def backend_settings(cfg: SkyRLTrainConfig) -> Any:
 def build_backend(cfg: ArcticRLConfig) -> Backend:
     """The core backend `backend.kind` names."""
     if cfg.backend.kind == "reference":
-        from arctic_rl_core.backends.reference.engine import ReferenceBackend
-        from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+        from arctic_rl_testbed.reference.engine import ReferenceBackend
+        from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
         return ReferenceBackend(ReferenceEngineSettings.from_config(cfg))
     from arctic_rl_core.backends import arctic

@@ -4,7 +4,7 @@ The contract is the Arctic on-prem server's (see ARCTIC_CONTRACT.md in the share
 adapter builds a `WirePayload` with `arctic_rl_core.wire`, sends it with `forward` /
 `forward_backward`, steps, then lets `arctic_rl_core.weight_sync` drive the sync sequence.
 Implementations: `arctic_rl_core.backends.arctic` (real client) and
-`arctic_rl_core.backends.reference` (CPU engine).
+`arctic_rl_testbed.reference` (CPU engine).
 
 No torch import at module level: tensors appear only in type hints.
 """
