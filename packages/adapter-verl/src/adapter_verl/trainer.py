@@ -29,7 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import ray
-from arctic_rl_core.checkpoint_manifest import CheckpointFolder, discard_unfinished, verify, write_manifest
+from arctic_rl_core.checkpoint_manifest import (
+    CheckpointFolder,
+    discard_unfinished,
+    save_failed,
+    verify,
+    write_manifest,
+)
 from arctic_rl_core.run_lock import RunFolderLock
 from verl.single_controller.ray import RayResourcePool, ResourcePoolManager
 from verl.trainer.ppo.v1.trainer_base import register_trainer
@@ -168,8 +174,11 @@ class _ArcticForwarding:
         try:
             super()._save_checkpoint()
             write_manifest(step_folder)
-        except OSError:
-            # a full disk: no partial step folder is left (the latest file names the last whole one)
+        except Exception as error:
+            # a full disk (torch.save's RuntimeError hides the errno), any failure: no partial step
+            # folder is left (the latest file names the last whole one); one message names it
+            raise save_failed(self.checkpoint_folder(), step_folder, error) from error
+        except BaseException:  # Ctrl-C mid-save: the unfinished folder goes too
             discard_unfinished(self.checkpoint_folder(), step_folder)
             raise
 
