@@ -388,6 +388,8 @@ def test_the_demos_async_option_is_verls_separate_async(tmp_path):
 class _RecordingBackend(_StateOnly):
     """Answers the update's calls and keeps every training payload."""
 
+    accepts_token_ids = True  # a backend that takes ids (the update trains every row's mask as verl built it)
+
     def __init__(self) -> None:
         super().__init__(trainer_version=0)
         self.payloads = []
