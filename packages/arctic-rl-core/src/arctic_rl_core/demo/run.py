@@ -261,7 +261,6 @@ def _run_locked(options: DemoOptions, console: Any) -> int:
                 options,
                 model_path=hf_dir if warm_started else None,
                 lr=options.warm_start_lr,
-                rows_per_step=min(options.warm_start_batch, len(task.train_rows)),
             )
             tokenizer = backend.tokenizer
             train_prompts = [prompt_ids(tokenizer, row["prompt"]) for row in task.train_rows]
