@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from arctic_rl_core.backends.registry import create_backend
 from arctic_rl_core.checkpoint_manifest import CheckpointFolder, discard_unfinished, verify, write_manifest
 from arctic_rl_core.run_lock import RunFolderLock
 from loguru import logger
@@ -239,8 +240,8 @@ class ArcticPPOExp(BasePPOExp):
     inference engines, no FSDP/Megatron workers.
 
     `backend`: an already-built core backend; `backend_factory`: builds one from the run's core
-    config (e.g. the reference engine as a Ray actor); neither: `build_backend`, the backend
-    `trainer.arctic_rl.backend` describes.
+    config (e.g. the reference engine as a Ray actor); neither: the backend `trainer.arctic_rl.backend`
+    describes, from the core's backend registry (`create_backend`).
     """
 
     def __init__(
@@ -289,7 +290,9 @@ class ArcticPPOExp(BasePPOExp):
         # One writer per checkpoint folder, from before the backend starts (it may clean up jobs a
         # stopped run of this folder left on the server) to the end of `run`
         self.run_lock = RunFolderLock(cfg.trainer.ckpt_path).acquire()
-        self.backend = backend if backend is not None else (backend_factory or build_backend)(self.arctic_cfg)
+        self.backend = (
+            backend if backend is not None else (backend_factory or create_backend)(self.arctic_cfg)
+        )
         self._owns_backend = backend is None  # a backend passed in stays the caller's to shut down
         trace_path = getattr(cfg.trainer, "arctic_trace_path", None)
         if trace is None and trace_path:
@@ -486,15 +489,3 @@ def backend_settings(cfg: SkyRLTrainConfig) -> Any:
     backend = dict(dict(cfg.trainer.arctic_rl or {}).get("backend") or {})
     backend.setdefault("kind", DEFAULT_BACKEND)
     return BackendSettings.model_validate(backend)
-
-
-def build_backend(cfg: ArcticRLConfig) -> Backend:
-    """The core backend `backend.kind` names."""
-    if cfg.backend.kind == "reference":
-        from arctic_rl_testbed.reference.engine import ReferenceBackend
-        from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
-
-        return ReferenceBackend(ReferenceEngineSettings.from_config(cfg))
-    from arctic_rl_core.backends import arctic
-
-    return arctic.ArcticBackend.from_config(cfg)

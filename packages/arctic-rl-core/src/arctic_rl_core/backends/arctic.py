@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends import arctic_compat, arctic_errors, arctic_leftovers
-from arctic_rl_core.backends.arctic_state import LocalStateLedger, StateLedger, Transition
+from arctic_rl_core.backends.arctic_state import LocalStateLedger, RayStateLedger, StateLedger, Transition
 from arctic_rl_core.backends.cortex_limits import cortex_limit
 from arctic_rl_core.backends.protocol import (
     Backend,
@@ -682,3 +682,10 @@ def _float_metrics(metrics: Any, prefix: str = "") -> dict[str, float]:
         if leaves:
             out[name] = sum(leaves) / len(leaves)
     return out
+
+
+def create_backend(cfg: ArcticRLConfig, *, shared: bool) -> ArcticBackend:
+    """`backend.kind` ray | http | cortex in the backend registry (`backends.registry`):
+    `ArcticBackend.from_config`; `shared`: with a `RayStateLedger`, so every process of the job that
+    connects through `handle()` reads and transitions one record of the server's state (needs Ray)."""
+    return ArcticBackend.from_config(cfg, state_ledger=RayStateLedger.start() if shared else None)
