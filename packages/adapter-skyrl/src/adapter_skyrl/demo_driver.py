@@ -196,7 +196,8 @@ def run_grpo(
     from loguru import logger
 
     from adapter_skyrl.config import parse_cli, to_arctic_config
-    from adapter_skyrl.trainer import SKYRL_LATEST_FILE, ArcticPPOExp
+    from adapter_skyrl.experiment import ArcticPPOExp
+    from adapter_skyrl.trainer import SKYRL_LATEST_FILE
 
     run_dir = options.run_dir
     log_file = run_dir / "skyrl.log"

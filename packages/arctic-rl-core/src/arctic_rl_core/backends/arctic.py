@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from arctic_rl_core.backends import arctic_compat, arctic_errors, arctic_leftovers
 from arctic_rl_core.backends.arctic_state import LocalStateLedger, RayStateLedger, StateLedger, Transition
 from arctic_rl_core.backends.cortex_limits import cortex_limit
+from arctic_rl_core.backends.loss_probe import check_server_imports_losses
 from arctic_rl_core.backends.protocol import (
     Backend,
     BackendHandle,
@@ -144,10 +145,9 @@ class ArcticBackend(Backend):
         backend = cls.create(client_config, state_ledger=state_ledger)
         if cfg.backend.kind == "http" and cfg.loss.loss_fn == "arctic_rl_core":
             from arctic_rl_core import dispatch
-            from arctic_rl_core.backends.loss_probe import check_server_imports_losses
 
             try:
-                dispatch.run(check_server_imports_losses(backend, cfg))
+                dispatch.run(check_server_imports_losses(backend.forward_no_grad_raw, cfg))
             except BaseException:
                 dispatch.run(backend.shutdown())
                 raise
@@ -212,6 +212,13 @@ class ArcticBackend(Backend):
         """False on Cortex: it has no forward op (the adapters' old-log-prob pass then serves the
         sampler's rollout log-probs, and reference log-probs are rejected at dry run)."""
         return not self._cortex
+
+    async def forward_no_grad_raw(self, body: dict[str, Any], processing: dict[str, Any]) -> Any:
+        """A no-grad forward of a ready body on the training job, the server's answer as it comes
+        (the loss-import probe's call: it names a loss, which `forward` refuses)."""
+        return await self._call(
+            "forward", self._client.fwd_no_grad(body, processing=processing), job_type="training"
+        )
 
     async def forward(self, payload: WirePayload, *, reference_model: bool = False) -> ForwardOutput:
         self._check_open("forward")
