@@ -201,10 +201,11 @@ def previous_builder_payloads(samples: list[RolloutSample], args: argparse.Names
     return model_inputs, train
 
 
-def lean_payloads(samples: list[RolloutSample], args: argparse.Namespace) -> tuple[Any, Any]:
-    from arctic_rl_core.wire import PayloadSpec, build_forward_payload, build_train_payload
+def lean_spec(args: argparse.Namespace) -> Any:
+    """The lean builder's `PayloadSpec` for the step's shape."""
+    from arctic_rl_core.wire import PayloadSpec
 
-    spec = PayloadSpec(
+    return PayloadSpec(
         pad_token_id=QWEN3_PAD_TOKEN_ID,
         max_prompt_len=args.max_prompt_len,
         max_response_len=args.max_response_len,
@@ -214,6 +215,12 @@ def lean_payloads(samples: list[RolloutSample], args: argparse.Namespace) -> tup
         drop_position_ids=True,
         pad_to_multiple=args.pad_to_multiple,
     )
+
+
+def lean_payloads(samples: list[RolloutSample], args: argparse.Namespace) -> tuple[Any, Any]:
+    from arctic_rl_core.wire import build_forward_payload, build_train_payload
+
+    spec = lean_spec(args)
     return build_forward_payload(samples, spec), build_train_payload(samples, spec)
 
 
@@ -294,18 +301,9 @@ def build_and_encode_peak(samples: list[RolloutSample], args: argparse.Namespace
     payload and encoding it, or None where the peak cannot be reset (Linux /proc/self/clear_refs)."""
     import gc
 
-    from arctic_rl_core.wire import PayloadSpec, build_train_payload
+    from arctic_rl_core.wire import build_train_payload
 
-    spec = PayloadSpec(
-        pad_token_id=QWEN3_PAD_TOKEN_ID,
-        max_prompt_len=args.max_prompt_len,
-        max_response_len=args.max_response_len,
-        rollout_n=args.rollouts,
-        temperature=1.0,
-        zorro_train_enable=args.zorro,
-        drop_position_ids=True,
-        pad_to_multiple=args.pad_to_multiple,
-    )
+    spec = lean_spec(args)
     gc.collect()
     try:
         with open("/proc/self/clear_refs", "w") as clear:
