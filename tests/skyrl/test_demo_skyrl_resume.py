@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from arctic_rl_core.demo import run as demo_run
-from arctic_rl_core.demo.run_log import MetricsLog
+from arctic_rl_testbed.demo import run as demo_run
+from arctic_rl_testbed.demo.run_log import MetricsLog
 from demo_checks import tiny_options
 
 CHECKPOINTS = "checkpoints"

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 from aiohttp.test_utils import TestClient, TestServer
-from arctic_rl_core.backends.reference.checkpoint import STATE_FILE, CheckpointWriteError
-from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 from arctic_rl_core.checkpoint_manifest import CheckpointDamaged
 from arctic_rl_core.wire import build_train_payload
+from arctic_rl_testbed.reference.checkpoint import STATE_FILE, CheckpointWriteError
+from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 
 def _trained(engine_factory, ref, steps: int = 1):

@@ -8,9 +8,9 @@ import argparse
 import types
 
 import pytest
-from arctic_rl_core.bench import conditions
-from arctic_rl_core.bench.report import BenchResult, Comparison, print_result, summary_table
-from arctic_rl_core.cli.commands import bench as bench_command
+from arctic_rl_testbed.bench import conditions
+from arctic_rl_testbed.bench.report import BenchResult, Comparison, print_result, summary_table
+from arctic_rl_testbed.cli import bench as bench_command
 from rich.console import Console
 
 

@@ -257,7 +257,7 @@ _DRIVER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from arctic_rl_core.demo.process_chain import stop_on_termination, watch_launcher
+    from arctic_rl_testbed.demo.process_chain import stop_on_termination, watch_launcher
     marker = Path(sys.argv[1])
     with stop_on_termination():
         watch_launcher(interval_s=0.1)
@@ -273,7 +273,7 @@ _LAUNCHER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from arctic_rl_core.demo.launch import Launch, run_launch
+    from arctic_rl_testbed.demo.launch import Launch, run_launch
     launch = Launch(argv=[sys.executable, "-c", sys.argv[1], sys.argv[2]], env={}, cwd=Path.cwd())
     sys.exit(run_launch(launch))
     """
@@ -332,8 +332,8 @@ def test_no_driver_outlives_its_launcher(tmp_path, killed):
 
 def test_each_failure_a_user_meets_is_one_message_naming_the_fix(tmp_path):
     from arctic_rl_core.backends.arctic_errors import CallContext, connection_error
-    from arctic_rl_core.backends.reference.checkpoint import CheckpointWriteError
     from arctic_rl_core.failure_messages import explain
+    from arctic_rl_testbed.reference.checkpoint import CheckpointWriteError
 
     run_dir = tmp_path / "run"
     died = connection_error(

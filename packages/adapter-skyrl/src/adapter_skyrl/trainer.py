@@ -24,6 +24,7 @@ from skyrl.train.utils.trainer_utils import ResumeMode, cleanup_old_checkpoints
 from adapter_skyrl.config import DEFAULT_BACKEND, align_with_arctic, translate
 from adapter_skyrl.dispatch import ArcticWorkerDispatch
 from adapter_skyrl.generator import ArcticGenerator, combine_call_metrics
+from adapter_skyrl.inference_client import ArcticInferenceClient
 from adapter_skyrl.skyrl_internals import no_inference_servers
 
 if TYPE_CHECKING:
@@ -227,6 +228,9 @@ class ArcticPPOTrainer(RayPPOTrainer):
         status = super().train_critic_and_policy(data)
         for key, value in self.dispatch.pop_metrics().items():
             self.all_metrics[f"arctic/{key}"] = value
+        client = getattr(self.generator, "inference_engine_client", None)
+        if isinstance(client, ArcticInferenceClient):  # the sampler's queue since the previous step
+            self.all_metrics.update(client.queue_metrics())
         return status
 
 
@@ -246,7 +250,6 @@ class ArcticPPOExp(BasePPOExp):
         backend: Backend | None = None,
         backend_factory: Callable[[ArcticRLConfig], Backend] | None = None,
         trace: PayloadTrace | None = None,
-        prompt_format: str | None = None,
     ):
         self.cfg = cfg
         self.backend_settings = backend_settings(cfg)
@@ -294,10 +297,6 @@ class ArcticPPOExp(BasePPOExp):
 
             trace = PayloadTrace(trace_path)
         self.trace = trace
-        # The Arctic on-prem server takes text prompts only; the reference engine takes token ids.
-        self.prompt_format = prompt_format or (
-            "token_ids" if self.arctic_cfg.backend.kind == "reference" else "text"
-        )
 
     def run(self) -> None:
         """SkyRL's run; then the backend this experiment created is shut down (Arctic jobs it
@@ -316,7 +315,7 @@ class ArcticPPOExp(BasePPOExp):
     # -- hooks ----------------------------------------------------------------------------------
     def _build_tokenizer(self) -> Any:
         if self.backend_settings.kind == "reference":
-            from arctic_rl_core.backends.reference.tokenizer import build_tokenizer
+            from arctic_rl_testbed.reference.tokenizer import build_tokenizer
 
             tokenizer = build_tokenizer(self.backend_settings.reference.tokenizer_path)
         else:
@@ -365,29 +364,33 @@ class ArcticPPOExp(BasePPOExp):
     def get_generator(
         self, cfg: SkyRLTrainConfig, tokenizer: Any, inference_engine_client: Any
     ) -> ArcticGenerator:
-        return ArcticGenerator(self.backend, tokenizer, **self.generator_options())
+        return self.build_generator(ArcticGenerator, tokenizer)
 
-    def generator_options(self) -> dict[str, Any]:
-        """What SkyRL's settings ask of the generator (every subclass of `ArcticGenerator` the
-        experiment builds takes these): prompt format, chat template, environments, DAPO's overlong
-        filtering, `generator.max_turns` (every environment gets it, as SkyRL's generator passes it),
-        and the asynchronous options."""
-        return {
-            "prompt_format": self.prompt_format,
-            "chat_template_kwargs": self.cfg.generator.chat_template_kwargs,
-            "env_configs": self.cfg.environment.skyrl_gym,
-            "apply_overlong_filtering": bool(self.cfg.generator.apply_overlong_filtering),
-            "max_turns": int(self.cfg.generator.max_turns),
+    def build_generator(self, cls: type[ArcticGenerator], tokenizer: Any) -> ArcticGenerator:
+        """SkyRL's generator (`cls`: `ArcticGenerator` or a subclass) with SkyRL's generator and
+        environment settings, sampling through the backend (`ArcticInferenceClient`)."""
+        client = ArcticInferenceClient(
+            self.backend,
+            tokenizer,
+            model_name=str(self.cfg.trainer.policy.model.path),
+            max_batch=int(self.cfg.generator.inference_engine.max_num_seqs),
+            sync_gate=self.sync_gate,
+        )
+        return cls(
+            self.cfg.generator,
+            self.cfg.environment.skyrl_gym,
+            client,
+            tokenizer,
             **self.generator_async_options(),
-        }
+        )
 
     def generator_async_options(self) -> dict[str, Any]:
         """Synchronous: every rollout uses exactly the last sync's weights (checked per generate call).
         Fully async: the trainer checks each group's version against `async.max_staleness` when it
-        trains it (a sync may land while a group is in flight), the generator keeps inputs for
-        regeneration, and generation and weight sync share the run's `GenerationSyncGate`."""
+        trains it (a sync may land while a group is in flight) and the generator keeps inputs for
+        regeneration (generation and weight sync share the run's `GenerationSyncGate` in the client)."""
         if self.cfg.trainer.fully_async.enabled:
-            return {"expected_weights_version": None, "remember_inputs": True, "sync_gate": self.sync_gate}
+            return {"expected_weights_version": None, "remember_inputs": True}
         return {"expected_weights_version": self._synced_version}
 
     def _synced_version(self) -> int | None:
@@ -488,8 +491,8 @@ def backend_settings(cfg: SkyRLTrainConfig) -> Any:
 def build_backend(cfg: ArcticRLConfig) -> Backend:
     """The core backend `backend.kind` names."""
     if cfg.backend.kind == "reference":
-        from arctic_rl_core.backends.reference.engine import ReferenceBackend
-        from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+        from arctic_rl_testbed.reference.engine import ReferenceBackend
+        from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
         return ReferenceBackend(ReferenceEngineSettings.from_config(cfg))
     from arctic_rl_core.backends import arctic

@@ -201,6 +201,11 @@ class ArcticBackend(Backend):
             )
         return GenerateOutput([_completion(r, params) for r in results], weights_version=version)
 
+    @property
+    def accepts_token_ids(self) -> bool:
+        """False on-prem: the 0.1.4 server's /generate takes text prompts only (Cortex takes ids)."""
+        return not self._onprem
+
     # -- training -------------------------------------------------------------------------------
     @property
     def serves_forward(self) -> bool:
