@@ -528,19 +528,12 @@ def _evaluate(
         score, answers = asyncio.run(
             evaluate_rows(backend, task, rows, prompts, max_tokens=options.max_response_length)
         )
-        sampled = None
-        if options.eval_samples:
-            sampled = asyncio.run(
-                evaluate_sampled(
-                    backend,
-                    task,
-                    rows,
-                    prompts,
-                    samples_per_prompt=options.eval_samples,
-                    temperature=options.temperature,
-                    max_tokens=options.max_response_length,
-                )
-            ).to_json()
+        sampled = _sampled_too(
+            options,
+            functools.partial(
+                evaluate_sampled, backend, task, rows, prompts, max_tokens=options.max_response_length
+            ),
+        )
         results[split] = log.append(
             "eval",
             phase=phase,
