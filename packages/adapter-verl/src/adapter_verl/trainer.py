@@ -196,8 +196,9 @@ class _ArcticForwarding:
     def on_step_end(self) -> None:
         """verl's sync (weights to the sampler), then the sync's metrics into this step's logged
         metrics: `arctic/weights_version`, `arctic/rollout_weights_version`,
-        `arctic/optimizer_steps`, `arctic/sync_time_s`; and the sampler's queue since the previous
-        step's end (`sampler_queue/*`, `arctic_rl_core.generate_batcher`, over every replica)."""
+        `arctic/optimizer_steps`, `arctic/sync_time_s`, the update's `token_drift/turns` (worker.py); and
+        the sampler's queue since the previous step's end (`sampler_queue/*`,
+        `arctic_rl_core.generate_batcher`, over every replica)."""
         from arctic_rl_core.generate_batcher import SamplerQueueStats
 
         super().on_step_end()
