@@ -113,7 +113,7 @@ def scenario(tmp_path_factory) -> SimpleNamespace:
         fwd = build_forward_payload(samples, spec)
         out.spec, out.fwd = spec, fwd
         out.ds_before, out.ref_before = run(ds.forward(fwd)), run(ref.forward(fwd))
-        out.ds_before_int32 = run(ds.forward(_int32_ids(fwd)))  # a narrower wire (arctic-rl-testbed README, Benchmarks)
+        out.ds_before_int32 = run(ds.forward(_int32_ids(fwd)))  # a narrower wire (testbed README)
         out.ds_reference = run(ds.forward(fwd, reference_model=True))
         out.row_spec = dataclasses.replace(spec, grad_accum_steps=1)
         out.ds_reference_rows = [
