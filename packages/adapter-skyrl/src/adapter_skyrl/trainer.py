@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from arctic_rl_core.checkpoint_manifest import CheckpointFolder, discard_unfinished, verify, write_manifest
+from arctic_rl_core.checkpoint_manifest import (
+    CheckpointFolder,
+    discard_unfinished,
+    save_failed,
+    verify,
+    write_manifest,
+)
 from loguru import logger
 from skyrl.train.trainer import RayPPOTrainer
 from skyrl.train.utils.trainer_utils import ResumeMode, cleanup_old_checkpoints
@@ -181,8 +187,11 @@ class ArcticPPOTrainer(RayPPOTrainer):
             if not data.is_file() or data.stat().st_size == 0:  # SkyRL logs this failure and goes on
                 raise OSError(f"{data}: SkyRL could not save the dataloader state (its log says why)")
             write_manifest(folder)
-        except OSError:
-            # a full disk: no partial step folder is left (the latest file names the last whole one)
+        except Exception as error:
+            # a full disk (torch.save's RuntimeError hides the errno), any failure: no partial step
+            # folder is left (the latest file names the last whole one); one message names it
+            raise save_failed(self.checkpoint_folder(), step_folder, error) from error
+        except BaseException:  # Ctrl-C mid-save: the unfinished folder goes too
             discard_unfinished(self.checkpoint_folder(), step_folder)
             raise
         return folder

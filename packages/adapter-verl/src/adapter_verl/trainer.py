@@ -29,7 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import ray
-from arctic_rl_core.checkpoint_manifest import CheckpointFolder, discard_unfinished, verify, write_manifest
+from arctic_rl_core.checkpoint_manifest import (
+    CheckpointFolder,
+    discard_unfinished,
+    save_failed,
+    verify,
+    write_manifest,
+)
 from arctic_rl_core.run_lock import RunFolderLock
 from verl.single_controller.ray import RayResourcePool, ResourcePoolManager
 from verl.trainer.ppo.v1.trainer_base import register_trainer
@@ -168,8 +174,11 @@ class _ArcticForwarding:
         try:
             super()._save_checkpoint()
             write_manifest(step_folder)
-        except OSError:
-            # a full disk: no partial step folder is left (the latest file names the last whole one)
+        except Exception as error:
+            # a full disk (torch.save's RuntimeError hides the errno), any failure: no partial step
+            # folder is left (the latest file names the last whole one); one message names it
+            raise save_failed(self.checkpoint_folder(), step_folder, error) from error
+        except BaseException:  # Ctrl-C mid-save: the unfinished folder goes too
             discard_unfinished(self.checkpoint_folder(), step_folder)
             raise
 
@@ -187,8 +196,9 @@ class _ArcticForwarding:
     def on_step_end(self) -> None:
         """verl's sync (weights to the sampler), then the sync's metrics into this step's logged
         metrics: `arctic/weights_version`, `arctic/rollout_weights_version`,
-        `arctic/optimizer_steps`, `arctic/sync_time_s`; and the sampler's queue since the previous
-        step's end (`sampler_queue/*`, `arctic_rl_core.generate_batcher`, over every replica)."""
+        `arctic/optimizer_steps`, `arctic/sync_time_s`, the update's `token_drift/turns` (worker.py); and
+        the sampler's queue since the previous step's end (`sampler_queue/*`,
+        `arctic_rl_core.generate_batcher`, over every replica)."""
         from arctic_rl_core.generate_batcher import SamplerQueueStats
 
         super().on_step_end()
