@@ -72,7 +72,7 @@ run_one() {  # suite: its environment, then its tests; appends to failed
       .venvs/core/bin/ruff check packages tests recipes || failed+=("ruff-check")
       .venvs/core/bin/ruff format --check packages tests recipes || failed+=("ruff-format")
       echo "== import rules (lint-imports; contracts in pyproject.toml [tool.importlinter])"
-      PYTHONPATH="$root/packages/arctic-rl-core/src:$root/packages/adapter-skyrl/src:$root/packages/adapter-verl/src" \
+      PYTHONPATH="$root/packages/arctic-rl-core/src:$root/packages/arctic-rl-losses/src:$root/packages/arctic-rl-testbed/src:$root/packages/adapter-skyrl/src:$root/packages/adapter-verl/src" \
         .venvs/core/bin/lint-imports --no-cache || failed+=("import-rules")
       ;;
     core)

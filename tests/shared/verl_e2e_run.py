@@ -45,8 +45,8 @@ def prepare_workdir(root: Path, *, model: bool = True) -> Path:
     from arctic_rl_core.envs.bird.sample import sample_dir
 
     if model:
-        from arctic_rl_core.backends.reference.model import save_model_dir
-        from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+        from arctic_rl_core.config.reference_model import ReferenceModelConfig
+        from arctic_rl_testbed.reference.model import save_model_dir
 
         save_model_dir(root / "model", ReferenceModelConfig(**TINY_MODEL), seed=42)
     preprocess(sample_dir(root / "bird_cache"), root / "data", PreprocessOptions(), show_progress=False)

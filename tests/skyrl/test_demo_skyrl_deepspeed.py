@@ -10,9 +10,9 @@ import json
 
 import pytest
 import yaml
-from arctic_rl_core.demo import run as demo_run
-from arctic_rl_core.demo.options import DemoOptions
-from arctic_rl_core.demo.run_log import MetricsLog
+from arctic_rl_testbed.demo import run as demo_run
+from arctic_rl_testbed.demo.options import DemoOptions
+from arctic_rl_testbed.demo.run_log import MetricsLog
 from demo_checks import assert_real_grpo_steps, tiny_options
 
 
@@ -66,26 +66,24 @@ def test_the_warm_starts_first_step_is_the_torch_trainers(deepspeed_demo):
     ~8.7 times the torch trainer's on the default demo (26.6 vs 3.07)."""
     import asyncio
 
-    from arctic_rl_core.demo.backend import reference_backend
-    from arctic_rl_core.demo.prompts import prompt_ids, response_ids
-    from arctic_rl_core.demo.tasks import load_task
-    from arctic_rl_core.demo.warm_start import warm_start
+    from arctic_rl_testbed.demo.backend import reference_backend
+    from arctic_rl_testbed.demo.tasks import load_task
+    from arctic_rl_testbed.demo.warm_start import warm_start
 
     run_dir, _ = deepspeed_demo
     first = MetricsLog(run_dir).records("warm_start")[0]
     options = tiny_options("skyrl", run_dir.parent / "torch")
     backend = reference_backend(options, model_path=None, lr=options.warm_start_lr)
-    task = load_task(options.task)
-    tokenizer = backend.tokenizer
+    prompts, answers = load_task(options.task).warm_start_pairs(backend.tokenizer)  # as demo.run does
     (torch_first,) = asyncio.run(
         warm_start(
             backend,
-            [prompt_ids(tokenizer, row["prompt"]) for row in task.train_rows],
-            [response_ids(tokenizer, text) for text in task.train_targets],
+            prompts,
+            answers,
             steps=1,
             batch_size=options.warm_start_batch,
             pad_token_id=backend.pad_token_id,
-            max_prompt_len=options.max_prompt_length,
+            max_prompt_len=max(len(p) for p in prompts),
             max_response_len=options.max_response_length,
             seed=options.seed,
         )

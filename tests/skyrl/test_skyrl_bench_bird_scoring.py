@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from adapter_skyrl import sql_scorer_baseline
-from arctic_rl_core.bench import bird_scoring, conditions
+from arctic_rl_testbed.bench import bird_scoring, conditions
 
 TINY = ["--prompts", "3", "--rollouts", "6", "--orders", "1500", "--repeats", "1"]
 TINY += ["--runaways", "2", "--hostile-timeout", "0.3"]

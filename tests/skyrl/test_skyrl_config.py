@@ -70,7 +70,7 @@ def test_stock_defaults_pass_with_skyrls_own_loss():
         ("trainer.update_ref_every_epoch=true", "trainer.update_ref_every_epoch", "fixed"),
         ("trainer.policy.torch_profiler_config.enable=true", "torch_profiler_config.enable", "false"),
         ("trainer.fully_async.simulate_training=true", "trainer.fully_async.simulate_training", "false"),
-        ("generator.max_turns=3", "generator.max_turns", "single-turn"),
+        ("generator.merge_stepwise_output=true", "generator.merge_stepwise_output", "set it to false"),
         ("generator.sampling_params.min_p=0.1", "generator.sampling_params.min_p", "min_p"),
         ("generator.eval_sampling_params.min_p=0.1", "generator.eval_sampling_params.min_p", "min_p"),
         ("generator.sampling_params.repetition_penalty=1.1", "repetition_penalty", "repetition"),
@@ -446,8 +446,9 @@ def test_flash_attention_off_turns_our_default_zorro_off_with_the_reason():
 @pytest.mark.parametrize(
     ("overrides", "path"),
     [
+        # multi-turn and step-wise rows are SkyRL's generator's (issue 29); merging the step rows is refused
         (["generator.max_turns=3", "generator.step_wise_trajectories=true", "generator.merge_stepwise_output=true"],
-         "generator.max_turns"),
+         "generator.merge_stepwise_output"),
         (["generator.inference_engine.external_proxy_url=http://p:8000",
           "generator.inference_engine.external_server_urls=['http://s:8001']",
           "generator.inference_engine.run_engines_locally=false"], "generator.inference_engine.external_proxy_url"),

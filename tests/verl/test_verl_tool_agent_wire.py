@@ -39,8 +39,8 @@ ROWS = len(SCENARIOS)  # one step: every question once (rollout.n=1)
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     import pandas as pd
-    from arctic_rl_core.backends.reference.model import save_model_dir
-    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+    from arctic_rl_core.config.reference_model import ReferenceModelConfig
+    from arctic_rl_testbed.reference.model import save_model_dir
 
     root = tmp_path_factory.mktemp("verl_tool_agent_wire")
     save_model_dir(root / "model", ReferenceModelConfig(**TINY_MODEL), seed=42)
@@ -140,12 +140,14 @@ def _dumped(workdir: Path, step: int) -> list[dict]:
 
 
 def test_every_turn_is_sampled_on_verls_ids_and_every_trained_row_is_a_whole_conversation(workdir, run):
-    from arctic_rl_core.backends.reference.http_server import rollout_digest
+    from arctic_rl_testbed.reference.http_server import rollout_digest
 
     _, requests = run
     generates = _generates(workdir)
     conversations = _conversations(generates)
     assert len(generates) == STEPS * sum(s.assistant_turns for s in SCENARIOS)
+    # every turn went to the on-prem wire as text and was read back as exactly verl's ids
+    assert all(g["sent_as"] == "text" and g["exact"] for g in generates)
     assert sorted(len(c) for c in conversations) == sorted(
         s.assistant_turns for s in SCENARIOS for _ in range(STEPS)
     )
@@ -178,6 +180,7 @@ def test_verls_rewards_and_turns(workdir, run):
         assert metrics["critic/score/mean"] == pytest.approx(sum(s.reward for s in SCENARIOS) / ROWS)
         turns = sum(s.assistant_turns for s in SCENARIOS)
         assert metrics["sampler_queue/requests"] == turns and metrics["sampler_queue/calls"] <= turns
+        assert metrics["token_drift/turns"] == 0  # no turn left out of the loss
         assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
 
 

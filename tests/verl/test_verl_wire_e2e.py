@@ -139,7 +139,7 @@ def colocated(wire_server, workdir):
 @pytest.fixture(scope="module")
 def resumed(wire_server, workdir, colocated):
     # the resumed step trains with verl's GSPO (issue 16's verl case), computed on the server by
-    # dotted path (arctic_rl_core.losses); the checkpoint holds weights and optimizer, not the loss
+    # dotted path (arctic_rl_losses); the checkpoint holds weights and optimizer, not the loss
     return _run(
         workdir,
         wire_server,
@@ -268,9 +268,9 @@ def test_resume_in_the_separate_layout_continues_from_the_checkpoint(wire, workd
 def test_resumed_step_trains_gspo_on_the_server_by_dotted_path(workdir, colocated, resumed):
     """verl's `policy_loss.loss_mode=gspo` through verl's own trainer over the wire: every
     forward-backward names the server loss by dotted path with the gspo family, the server imported it
-    (the start-up probe is a no-grad forward naming arctic_rl_core.losses.server.import_probe) and
+    (the start-up probe is a no-grad forward naming arctic_rl_losses.server.import_probe) and
     trained with it."""
-    from arctic_rl_core.losses import SERVER_LOSS_FN
+    from arctic_rl_losses import SERVER_LOSS_FN
 
     log, requests = resumed
     train = [r for r in _trace(workdir, 3) if r["op"] == "forward_backward"]

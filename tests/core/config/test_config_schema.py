@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
 from arctic_rl_core.config import ArcticRLConfig, load_config
 from arctic_rl_core.config.errors import all_leaf_paths, schema_paths
+from arctic_rl_core.config.reference_model import ReferenceModelConfig
 from pydantic import ValidationError
 
 CORE_API_GROUPS = (

@@ -529,7 +529,7 @@ def test_bird_engine_args_provenance() -> None:
 def test_logprobs_mode_reaches_the_sampling_engine_config() -> None:
     """vllm.logprobs_mode is a typed knob: processed by default (the trainer's apply_temperature log-probs),
     raw on request, in the vllm_config the client sends; engine_args may not set it behind the knob."""
-    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
     reference = _config("reference-cpu.yaml")
     assert reference.vllm.logprobs_mode is None

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 from arctic_rl_core.cli import main as cli_main
-from arctic_rl_core.cli.commands import demo as demo_command
-from arctic_rl_core.demo import launch
-from arctic_rl_core.demo.options import DemoOptions
-from arctic_rl_core.demo.run import default_out, resolve_options, write_config
+from arctic_rl_testbed.cli import demo as demo_command
+from arctic_rl_testbed.demo import launch
+from arctic_rl_testbed.demo.options import DemoOptions
+from arctic_rl_testbed.demo.run import default_out, resolve_options, write_config
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -49,7 +49,7 @@ def test_uv_launch_runs_the_driver_in_the_frameworks_locked_cpu_environment(tmp_
     command = launch.uv_launch("skyrl", forwarded, tmp_path, ["/bin/uv"])
     assert command.argv[:10] == [
         "/bin/uv", "run", "--locked", "--package", "adapter-skyrl", "--extra", "cpu", "python", "-m",
-        "arctic_rl_core.demo.run",
+        "arctic_rl_testbed.demo.run",
     ]  # fmt: skip
     assert command.argv[10:] == forwarded
     assert command.env == {"UV_PROJECT_ENVIRONMENT": str(tmp_path / ".venvs" / "skyrl")}
@@ -168,11 +168,29 @@ def test_options_reject_bad_values_naming_the_field():
         DemoOptions(out="x", warm_starts=3)
 
 
+def test_bad_flag_values_are_one_message_naming_each_flag(tmp_path):
+    """Before: pydantic's traceback (`--steps -1`, `--async 1 --colocate`, ...)."""
+    with pytest.raises(SystemExit) as raised:
+        resolve_options(_parse(["--steps", "0", "--lr", "-1", "--threads", "0"]))
+    assert str(raised.value) == (
+        "arctic-rl demo: --steps 0: must be greater than or equal to 1; --lr -1.0: must be greater than 0; "
+        "--threads 0: must be greater than or equal to 1"
+    )
+    with pytest.raises(SystemExit, match=r"^arctic-rl demo: --async 1 with --colocate: .*drop --colocate"):
+        resolve_options(_parse(["--async", "1", "--colocate"]))
+    run_dir = tmp_path / "run"  # a resumed run's config.yaml edited by hand: its field is named
+    write_config(DemoOptions(out=str(run_dir), steps=2))
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("prompts_per_step: 4", "prompts_per_step: -4"))
+    with pytest.raises(SystemExit, match=rf"^arctic-rl demo: {config}: demo.prompts_per_step -4: must be"):
+        resolve_options(_parse(["--resume", str(run_dir)]))
+
+
 def test_the_command_and_the_light_demo_modules_import_no_heavy_package():
     code = (
         "import sys, arctic_rl_core.cli.main as m; m.build_parser(); "
-        "import arctic_rl_core.demo.run, arctic_rl_core.demo.launch, arctic_rl_core.demo.tasks, "
-        "arctic_rl_core.demo.warm_start, arctic_rl_core.demo.evaluation, arctic_rl_core.demo.drivers; "
+        "import arctic_rl_testbed.demo.run, arctic_rl_testbed.demo.launch, arctic_rl_testbed.demo.tasks, "
+        "arctic_rl_testbed.demo.warm_start, arctic_rl_testbed.demo.evaluation, arctic_rl_testbed.demo.drivers; "
         "print(sorted(n for n in ('torch', 'ray', 'skyrl', 'verl', 'transformers', 'matplotlib') if n in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

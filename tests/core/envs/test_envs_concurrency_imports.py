@@ -33,7 +33,7 @@ def test_light_imports() -> None:
         "import sys\n"
         "import arctic_rl_core.envs.bird, arctic_rl_core.envs.bird.reward, arctic_rl_core.envs.gsm8k\n"
         "import arctic_rl_core.envs.bird.evaluate, arctic_rl_core.envs.bird.preprocess\n"
-        "import arctic_rl_core.cli.commands.bird, arctic_rl_core.bench.bird_scoring\n"
+        "import arctic_rl_core.cli.commands.bird, arctic_rl_testbed.bench.bird_scoring\n"
         "heavy = sorted(m for m in ('torch', 'transformers', 'ray', 'pyarrow', 'vllm', 'verl', 'skyrl') "
         "if m in sys.modules)\n"
         "print(heavy)\n"

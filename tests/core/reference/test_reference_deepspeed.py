@@ -5,7 +5,7 @@ the torch trainer on the same payloads from the same bf16 starting weights.
 One scenario for the module (starting a job's workers costs 10-20 s on 2 cores): a training job on
 ZeRO-2 with per-row micro-batches (4 rows, gradient accumulation 4), a log-prob job on ZeRO-3, one GRPO
 step with the KL and entropy terms, a weight sync, a checkpoint with HF export, a second step, a reload,
-then every server-side loss family of `arctic_rl_core.losses` (imported by the worker by its dotted
+then every server-side loss family of `arctic_rl_losses` (imported by the worker by its dotted
 path, as on a cluster) and the supervised `sft` loss, each one forward-backward on both engines.
 Then the engine is shut down and the tests read what it recorded.
 
@@ -24,14 +24,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 from arctic_rl_core.backends.protocol import SamplingParams
-from arctic_rl_core.backends.reference.deepspeed_backend import (
-    DeepSpeedReferenceBackend,
-    create_reference_backend,
-)
-from arctic_rl_core.backends.reference.deepspeed_worker_process import RUNTIME_PROBE
-from arctic_rl_core.backends.reference.engine import ReferenceBackend
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
-from arctic_rl_core.losses.names import POLICY_LOSSES, SERVER_LOSS_FN
 from arctic_rl_core.wire import (
     PayloadSpec,
     RolloutSample,
@@ -41,6 +33,14 @@ from arctic_rl_core.wire import (
     response_logprobs,
     with_response_logprobs,
 )
+from arctic_rl_losses.names import POLICY_LOSSES, SERVER_LOSS_FN
+from arctic_rl_testbed.reference.deepspeed_backend import (
+    DeepSpeedReferenceBackend,
+    create_reference_backend,
+)
+from arctic_rl_testbed.reference.deepspeed_worker_process import RUNTIME_PROBE
+from arctic_rl_testbed.reference.engine import ReferenceBackend
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 P, R, ROWS = 6, 5, 4
 SETTINGS = dict(
@@ -82,6 +82,16 @@ def _spec(engine: ReferenceBackend) -> PayloadSpec:
     )
 
 
+def _int32_ids(payload):
+    """The payload with its `input_ids` sent as int32 (4 bytes a position instead of 8)."""
+
+    def narrow(batch: dict) -> dict:
+        return {**batch, "input_ids": batch["input_ids"].to(torch.int32)}
+
+    batch = [narrow(mb) for mb in payload.batch] if isinstance(payload.batch, list) else narrow(payload.batch)
+    return dataclasses.replace(payload, batch=batch)
+
+
 def _bf16_start(engine: ReferenceBackend) -> None:
     """The torch engine from the same weights the worker loads (bf16-rounded)."""
     with torch.no_grad():
@@ -103,6 +113,7 @@ def scenario(tmp_path_factory) -> SimpleNamespace:
         fwd = build_forward_payload(samples, spec)
         out.spec, out.fwd = spec, fwd
         out.ds_before, out.ref_before = run(ds.forward(fwd)), run(ref.forward(fwd))
+        out.ds_before_int32 = run(ds.forward(_int32_ids(fwd)))  # a narrower wire (testbed README)
         out.ds_reference = run(ds.forward(fwd, reference_model=True))
         out.row_spec = dataclasses.replace(spec, grad_accum_steps=1)
         out.ds_reference_rows = [
@@ -187,6 +198,12 @@ def test_forward_matches_the_torch_trainer_within_bf16_noise(scenario):
     entropy_ds, entropy_ref = scenario.ds_before.entropy_B_S, scenario.ref_before.entropy_B_S
     attention = scenario.fwd.batch["attention_mask"].bool()
     assert (entropy_ds.float() - entropy_ref)[attention].abs().max() < 0.05
+
+
+def test_int32_ids_give_the_real_worker_the_same_log_probs(scenario):
+    # 0.1.4's CPU path (sdpa, torch gather) reads int32 ids as int64 ones; its GPU path (flash-attn's
+    # cross-entropy) is unverified, so the wire keeps int64
+    assert torch.equal(scenario.ds_before_int32.logprobs_B_S, scenario.ds_before.logprobs_B_S)
 
 
 def test_grpo_loss_with_kl_and_entropy_and_its_grad_norm_match_the_torch_trainer(scenario):
@@ -285,7 +302,7 @@ def test_reference_job_rows_of_one_forward_do_not_see_each_other(scenario):
 
 @pytest.mark.parametrize("family", POLICY_LOSSES)
 def test_each_server_side_loss_family_matches_the_torch_trainer(scenario, family):
-    """The worker calls `arctic_rl_core.losses.server.policy_loss` with its own layout (unpadded rows,
+    """The worker calls `arctic_rl_losses.server.policy_loss` with its own layout (unpadded rows,
     `response_lens`, `sequence_offsets`); the torch engine with its own: the same loss and metrics."""
     ds, ref = scenario.families[family]
     assert set(ref.metrics) <= set(ds.metrics)

@@ -13,11 +13,11 @@ import pytest
 import torch
 from aiohttp.test_utils import TestClient, TestServer
 from arctic_platform import wire
-from arctic_rl_core.backends.reference.engine import ReferenceBackend
-from arctic_rl_core.backends.reference.fidelity import Fidelity, ServerProfile
-from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_train_payload
+from arctic_rl_testbed.reference.engine import ReferenceBackend
+from arctic_rl_testbed.reference.fidelity import Fidelity, ServerProfile
+from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 NAME = REFERENCE_MODEL_NAME
 STRICT = Fidelity(profile=ServerProfile.STRICT)

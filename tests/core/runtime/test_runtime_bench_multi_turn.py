@@ -11,8 +11,8 @@ import math
 import re
 
 import pytest
-from arctic_rl_core.bench import multi_turn
 from arctic_rl_core.cli import main as cli_main
+from arctic_rl_testbed.bench import multi_turn
 
 SMALL = [
     "--trajectories", "12", "--max-turns", "4", "--max-batch", "4", "--prompt-len", "5",

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 import pytest
-from arctic_rl_core.bench import wire_bytes
+from arctic_rl_testbed.bench import wire_bytes
 
 pytest.importorskip("arctic_platform")
 REPO = Path(__file__).resolve().parents[3]
@@ -58,7 +58,7 @@ def test_byte_counts_follow_each_documented_layout():
 
 
 def test_recipe_shaped_step_meets_the_3x_target_and_prints_the_ratio_last(capsys):
-    from arctic_rl_core.bench.report import print_result
+    from arctic_rl_testbed.bench.report import print_result
 
     result = wire_bytes.run(_args(rows=256))
     print_result(result)

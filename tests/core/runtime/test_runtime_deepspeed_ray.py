@@ -32,12 +32,6 @@ import torch
 pytest.importorskip("arctic_platform.client")
 ray = pytest.importorskip("ray")
 
-from arctic_rl_core.backends.reference.deepspeed_backend import payload_dict  # noqa: E402
-from arctic_rl_core.backends.reference.deepspeed_cpu_shims import (  # noqa: E402
-    WORKER_ENV,
-    cpu_ds_config,
-    extras_gate_open,
-)
 from arctic_rl_core.config import load_config  # noqa: E402
 from arctic_rl_core.wire import (  # noqa: E402
     PayloadSpec,
@@ -46,6 +40,12 @@ from arctic_rl_core.wire import (  # noqa: E402
     build_train_payload,
     response_logprobs,
     with_response_logprobs,
+)
+from arctic_rl_testbed.reference.deepspeed_backend import payload_dict  # noqa: E402
+from arctic_rl_testbed.reference.deepspeed_cpu_shims import (  # noqa: E402
+    WORKER_ENV,
+    cpu_ds_config,
+    extras_gate_open,
 )
 from wire_server import tiny_model_dir  # noqa: E402
 
@@ -104,7 +104,7 @@ def ray_run(tmp_path_factory):
         include_dashboard=False,
         runtime_env={
             "env_vars": {**WORKER_ENV, "OMP_NUM_THREADS": "1", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"},
-            "worker_process_setup_hook": "arctic_rl_core.backends.reference.deepspeed_cpu_shims.install",
+            "worker_process_setup_hook": "arctic_rl_testbed.reference.deepspeed_cpu_shims.install",
         },
     )
     client = None

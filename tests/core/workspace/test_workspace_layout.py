@@ -28,6 +28,8 @@ def test_top_level_entries_are_exactly_the_documented_ones():
 def test_every_package_is_a_src_layout_package_for_python_312():
     expected = {
         "arctic-rl-core": "arctic_rl_core",
+        "arctic-rl-losses": "arctic_rl_losses",
+        "arctic-rl-testbed": "arctic_rl_testbed",
         "adapter-skyrl": "adapter_skyrl",
         "adapter-verl": "adapter_verl",
     }

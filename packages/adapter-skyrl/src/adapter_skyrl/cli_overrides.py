@@ -93,8 +93,8 @@ EXAMPLE_FIELDS: dict[str, str] = {
     "num_dummy_steps": "full-context (examples/train_scripts/full_context: a memory test with dummy data)",
 }
 _EXAMPLE_FIX = (
-    "run it with SkyRL's own entry point (its vLLM engines); on the Arctic path SkyRL's config drives the "
-    "Arctic generator, which has no such agent loop (multi-turn agent generators: issue 29)"
+    "run it with SkyRL's own entry point (its vLLM engines); on the Arctic path SkyRL's config drives "
+    "SkyRL's SkyRLGymGenerator over Arctic inference, not the example's own generator class (its agent harness)"
 )
 _INVALID = re.compile(r"Invalid fields \{(?P<names>[^}]*)\} for (?P<cls>\w+)")
 

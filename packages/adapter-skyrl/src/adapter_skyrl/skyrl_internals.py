@@ -20,6 +20,7 @@ WORKER_DISPATCH = "skyrl.backends.skyrl_train.workers.worker_dispatch:WorkerDisp
 TRAINER = "skyrl.train.trainer:RayPPOTrainer"
 EXPERIMENT = "skyrl.train.entrypoints.main_base:BasePPOExp"
 FULLY_ASYNC_TRAINER = "skyrl.train.fully_async_trainer:FullyAsyncRayPPOTrainer"
+GYM_GENERATOR = "skyrl.train.generators.skyrl_gym_generator:SkyRLGymGenerator"
 ASYNC_DATALOADER = "skyrl.train.fully_async_trainer:_AsyncDataloader"
 STALENESS_MANAGER = "skyrl.train.fully_async_trainer:_AsyncStalenessManager"
 # BasePPOExp.__init__'s inference-server state, which the adapter's experiment (whose __init__
@@ -78,10 +79,20 @@ INTERNALS: tuple[Internal, ...] = (
         EXPERIMENT,
         "_setup_trainer",
         "override",
-        "trainer.ArcticPPOExp._setup_trainer, demo_driver.DemoExp._setup_trainer",
+        "experiment.ArcticPPOExp._setup_trainer, demo_driver.DemoExp._setup_trainer",
         "`run()` builds the trainer through this method; the stock one imports the FSDP/Megatron "
         "workers and vLLM, which the Arctic path replaces; no public factory hook",
         ("self",),
+    ),
+    Internal(
+        GYM_GENERATOR,
+        "_run_in_executor_if_available",
+        "override",
+        "generator.ArcticGenerator._run_in_executor_if_available",
+        "SkyRL's generator calls every environment method (init, step, close) through it; an exception "
+        "there must be told apart from an engine or bookkeeping error so that one trajectory's broken "
+        "environment costs its row, not the batch, and no public hook wraps the environment calls",
+        ("self", "func", "args", "kwargs"),
     ),
     Internal(
         FULLY_ASYNC_TRAINER,
@@ -129,7 +140,7 @@ INTERNALS: tuple[Internal, ...] = (
             EXPERIMENT,
             name,
             "instance attribute",
-            "trainer.ArcticPPOExp.__init__ (no_inference_servers)",
+            "experiment.ArcticPPOExp.__init__ (no_inference_servers)",
             "set by BasePPOExp.__init__, which the adapter's experiment does not run (it builds no "
             "colocation placement group and no trust_remote_code tokenizer); SkyRL's code reads it",
         )

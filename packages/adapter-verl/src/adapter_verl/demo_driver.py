@@ -2,7 +2,7 @@
 adapter's public entry points (`adapter_verl.main.with_arctic_defaults` / `compose`, verl's own
 `main_ppo.run_ppo` with the adapter's `arctic` trainer mode). The GRPO phase of
 `arctic-rl demo --framework verl`: registered in the `arctic_rl.demo_drivers` entry-point group,
-which `arctic_rl_core.demo.drivers` reads.
+which `arctic_rl_testbed.demo.drivers` reads.
 
 verl runs its trainer in a Ray actor (`TaskRunnerV1`) of a local Ray cluster; the trainer starts
 the reference backend as another Ray actor, in its own process, and the forwarder workers and
@@ -28,8 +28,8 @@ from adapter_verl.modes import ASYNC_TRAINER_MODE
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
-    from arctic_rl_core.demo.options import DemoOptions
-    from arctic_rl_core.demo.tasks import DemoTask
+    from arctic_rl_testbed.demo.options import DemoOptions
+    from arctic_rl_testbed.demo.tasks import DemoTask
 
 CHECKPOINT_DIR = "checkpoints"
 METRICS_DIR = "verl_metrics"  # one verl file-logger JSONL per attempt (verl truncates its file)
@@ -147,9 +147,9 @@ def separate_async_overrides(max_staleness: int) -> list[str]:
 
 
 def verl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[str]:
-    """The GRPO backend (`arctic_rl_core.demo.backend.grpo_backend_settings`) as verl overrides
+    """The GRPO backend (`arctic_rl_testbed.demo.backend.grpo_backend_settings`) as verl overrides
     (`+remote_backend.core.*`); a server's jobs load `actor_rollout_ref.model.path`."""
-    from arctic_rl_core.demo.backend import grpo_backend_settings, override_value
+    from arctic_rl_testbed.demo.backend import grpo_backend_settings, override_value
 
     settings = grpo_backend_settings(options, model_path=model_path)
     overrides: list[str] = []
@@ -172,7 +172,7 @@ def verl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[st
 def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
     """The demo's per-step metrics from what verl's trainer logged for one step and the step's
     per-rollout rewards (verl's rollout dump)."""
-    from arctic_rl_core.demo.run_log import phase_seconds, rollout_ex
+    from arctic_rl_testbed.demo.run_log import phase_seconds, rollout_ex
 
     return {
         "reward_mean": float(data["critic/rewards/mean"]),
@@ -383,7 +383,7 @@ def _write_rows(task: DemoTask, path: Path) -> None:
 
 async def _restored_backend(options: DemoOptions, model_path: Path, checkpoints: Path) -> Backend:
     """A reference backend on the final checkpoint's weights, synced to its sampler."""
-    from arctic_rl_core.demo.backend import reference_backend, synced
+    from arctic_rl_testbed.demo.backend import reference_backend, synced
 
     step = _first_step(checkpoints) - 1
     if step < 1:

@@ -27,7 +27,7 @@ OFF_POLICY_STRATEGY = "trainer.v1.sampler.max_off_policy_strategy"
 SEPARATE_ASYNC = "trainer.v1.separate_async"
 SYNC_STEP_FIELD = f"{SEPARATE_ASYNC}.parameter_sync_step"
 LOSS_MODE = f"{A}.policy_loss.loss_mode"
-# verl policy_loss.loss_mode -> the core loss family the Arctic server computes (arctic_rl_core.losses);
+# verl policy_loss.loss_mode -> the core loss family the Arctic server computes (arctic_rl_losses);
 # verl's `vanilla` always dual-clips for negative advantages.
 VERL_POLICY_LOSSES: dict[str, str] = {
     "vanilla": "dual_clip",
@@ -158,7 +158,7 @@ def loss_family(read: Reader) -> str:
     mode = read(LOSS_MODE) or "vanilla"
     if mode not in VERL_POLICY_LOSSES:
         raise FieldProblem(
-            f"the Arctic server computes {sorted(VERL_POLICY_LOSSES)} (arctic_rl_core.losses), not {mode!r}",
+            f"the Arctic server computes {sorted(VERL_POLICY_LOSSES)} (arctic_rl_losses), not {mode!r}",
             f"set {LOSS_MODE} to one of them",
         )
     return VERL_POLICY_LOSSES[mode]
@@ -303,6 +303,14 @@ def gae_needs_a_critic(f: Fields) -> bool:
 
 def no_micro_batch(f: Fields) -> Found | None:
     return Found(value=None) if f(f"{A}.ppo_micro_batch_size_per_gpu") is None else None
+
+
+def bird_agent_without_turn_limit(f: Fields) -> bool:
+    """verl's default agent loop is the adapter's BIRD loop (adapter_verl.bird_agent_loop.AGENT_NAME) and
+    no turn limit is set (rows naming it by agent_name are checked by the loop itself)."""
+    return f(f"{R}.agent.default_agent_loop") == "bird_sql_agent" and not f(
+        f"{R}.multi_turn.max_assistant_turns"
+    )
 
 
 def standalone_rollout_without_gpus(f: Fields) -> bool:

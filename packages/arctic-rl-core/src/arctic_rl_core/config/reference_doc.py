@@ -55,7 +55,7 @@ How the translation works:
   `ArcticBackend.from_config` where the workers inherit it, `env.delivery` says how for the backend.
 - DeepSpeed: every precision key is written out (the server would otherwise turn autocast on).
 - Loss: `loss.loss_fn=arctic_rl_core` sends `processing.loss_fn =
-  arctic_rl_core.losses.server.policy_loss` (the server imports it by dotted path) with the family
+  arctic_rl_losses.server.policy_loss` (the server imports it by dotted path) with the family
   `loss.policy_loss` and its knobs in `meta.policy_loss_config`; it needs a server that can import
   arctic-rl-core (ray, reference, http with `backend.server_has_arctic_rl_core`), never Cortex.
   The built-in `verl_grpo` (arctic-platform 0.1.4) hard-codes clip ratios 0.2 / 0.2 / 3.0 and sees a

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
 from arctic_rl_core.config.errors import ConfigError, issues_from_validation_error
+from arctic_rl_core.config.reference_model import ReferenceModelConfig
 
 if TYPE_CHECKING:
     from arctic_platform.client import ArcticClientConfig
@@ -28,11 +28,11 @@ ONPREM_BACKENDS: tuple[str, ...] = ("ray", "http")
 LossAggMode = Literal[
     "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
 ]  # fmt: skip
-# `arctic_rl_core.losses.names.POLICY_LOSSES` (a test keeps the two equal).
+# `arctic_rl_losses.names.POLICY_LOSSES` (a test keeps the two equal).
 PolicyLoss = Literal[
     "ppo_clip", "dual_clip", "gspo", "sapo", "cispo", "clip_cov", "kl_cov", "gpg", "rollout_is"
 ]  # fmt: skip
-# Server losses: the built-in verl_grpo and sft, or arctic_rl_core.losses imported by dotted path.
+# Server losses: the built-in verl_grpo and sft, or arctic_rl_losses imported by dotted path.
 LossFn = Literal["verl_grpo", "sft", "arctic_rl_core"]
 KlLossType = Literal[
     "k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl",
@@ -288,7 +288,7 @@ class LossSettings(_Group):
         default="verl_grpo",
         description=(
             "Server loss: verl_grpo (the server's built-in dual-clip PPO), sft (supervised cross-entropy), or "
-            "arctic_rl_core (loss.policy_loss computed by arctic_rl_core.losses, which the server imports by "
+            "arctic_rl_core (loss.policy_loss computed by arctic_rl_losses, which the server imports by "
             "dotted path: ray, reference, or an http server with arctic-rl-core installed)."
         ),
     )
@@ -904,8 +904,8 @@ class _ArcticRLConfigGroups(BaseModel):
     @property
     def server_loss_fn(self) -> str:
         """`processing.loss_fn` of the training payloads: a registered server name, or the dotted path
-        of `arctic_rl_core.losses` for loss_fn=arctic_rl_core."""
-        from arctic_rl_core.losses.names import SERVER_LOSS_FN
+        of `arctic_rl_losses` for loss_fn=arctic_rl_core."""
+        from arctic_rl_losses.names import SERVER_LOSS_FN
 
         return SERVER_LOSS_FN if self.loss.loss_fn == "arctic_rl_core" else self.loss.loss_fn
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.config.errors import ConfigIssue
+from arctic_rl_core.config.server_packing import server_packs_rows_across_attention
 
 if TYPE_CHECKING:
     from arctic_rl_core.config.schema import ArcticRLConfig
@@ -433,12 +434,12 @@ def _loss_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
         yield from _builtin_verl_grpo_rules(cfg)
     if loss.loss_fn == "arctic_rl_core" and not cfg.server_imports_core:
         if cfg.backend.kind == "cortex":
-            why = "Cortex runs only its built-in losses and cannot import arctic_rl_core"
+            why = "Cortex runs only its built-in losses and cannot import arctic_rl_losses"
             fix = "use loss.loss_fn=verl_grpo with loss.policy_loss=dual_clip, or a ray/http backend"
         else:
-            why = "backend.server_has_arctic_rl_core=false: the HTTP server cannot import arctic_rl_core"
+            why = "backend.server_has_arctic_rl_core=false: the HTTP server cannot import arctic_rl_losses"
             fix = (
-                "install arctic-rl-core (the same version as here) in the server's environment and set "
+                "install arctic-rl-losses (the same version as here) in the server's environment and set "
                 "backend.server_has_arctic_rl_core=true, or use loss.loss_fn=verl_grpo with loss.policy_loss=dual_clip"
             )
         yield _issue(
@@ -513,8 +514,6 @@ def _packed_rows_attend_across(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     attend to each other. Forward payloads (and the arctic_rl_core loss) ask the server not to pack
     (`PayloadSpec.rows_unpacked`); the built-in verl_grpo reads the packed layout, so its micro-batches
     must hold one row."""
-    from arctic_rl_core.wire.spec import server_packs_rows_across_attention
-
     micro = cfg.batch.micro_batch_size_per_gpu
     if micro > 1 and server_packs_rows_across_attention(cfg):
         attn = cfg.kernels.attn_implementation
