@@ -520,3 +520,46 @@ def test_cortex_defaults_leave_out_what_its_bodies_cannot_carry() -> None:
         True,
     )
     assert (ray.zorro.enable, ray.arctic_inference.enable) == (True, True)
+
+
+# A framework's own config (dotted paths, groups and leaves), as the adapters name misspelt keys in it.
+FRAMEWORK_PATHS = [
+    "trainer", "trainer.policy", "trainer.policy.optimizer_config", "trainer.policy.optimizer_config.lr",
+    "trainer.policy.optimizer_config.num_warmup_steps", "trainer.train_batch_size", "trainer.epochs",
+    "generator", "generator.inference_engine", "generator.inference_engine.num_engines",
+    "generator.inference_engine.tensor_parallel_size", "generator.n_samples_per_prompt",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("group", "key", "remedy"),
+    [
+        # a close name in the same group
+        ("trainer", "train_bacth_size", "did you mean 'trainer.train_batch_size'? Remove or rename the key"),
+        # the same name in another group
+        ("generator", "num_engines", "'num_engines' lives at 'generator.inference_engine.num_engines'; move it there"),
+        # a close leaf name anywhere else
+        ("trainer", "num_warmup_step",
+         "did you mean 'trainer.policy.optimizer_config.num_warmup_steps'? Remove or rename the key"),
+        # nothing close: the valid keys of the group
+        ("generator.inference_engine", "zzz", "remove it; valid keys here are: num_engines, tensor_parallel_size"),
+    ],
+)  # fmt: skip
+def test_suggest_key_among_a_frameworks_own_paths(group: str, key: str, remedy: str) -> None:
+    from arctic_rl_core.config.errors import suggest_key_among
+
+    assert suggest_key_among(FRAMEWORK_PATHS, group, key) == remedy
+
+
+def test_the_core_schema_keeps_its_suggestions() -> None:
+    from arctic_rl_core.config.errors import suggest_key
+
+    assert (
+        suggest_key(ArcticRLConfig, "zorro", "enabel")
+        == "did you mean 'zorro.enable'? Remove or rename the key"
+    )
+    assert (
+        suggest_key(ArcticRLConfig, "", "rollout_n")
+        == "this knob is 'batch.rollouts_per_prompt' here; move it there"
+    )
+    assert suggest_key(ArcticRLConfig, "batch", "lr") == "'lr' lives at 'optimizer.lr'; move it there"

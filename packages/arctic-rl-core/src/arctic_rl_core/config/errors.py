@@ -12,7 +12,7 @@ import json
 import reprlib
 import types
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -169,23 +169,32 @@ KNOWN_ALIASES: dict[str, str] = {
 
 
 def suggest_key(root: type[BaseModel], group_path: str, key: str) -> str:
-    """The remedy for an unknown key `key` inside the group at `group_path`."""
-    groups = schema_paths(root)
-    model = groups.get(group_path)
-    here = sorted(model.model_fields) if model is not None else []
+    """The remedy for an unknown key `key` inside the group at `group_path` of the core schema."""
+    return suggest_key_among(all_leaf_paths(root), group_path, key, aliases=KNOWN_ALIASES)
+
+
+def suggest_key_among(
+    known: Sequence[str], group_path: str, key: str, *, aliases: Mapping[str, str] | None = None
+) -> str:
+    """The remedy for an unknown key `key` inside the group `group_path` of any config whose known
+    dotted paths (groups and leaves) are `known` (the core schema's, or a framework's own: both
+    adapters name misspelt framework keys with it). In order: a close name in the same group; a
+    known alias; the same name in another group; a close leaf name anywhere; else the valid keys."""
+    prefix = f"{group_path}." if group_path else ""
+    here = sorted(
+        {p[len(prefix) :].split(".", 1)[0] for p in known if p.startswith(prefix) and p != group_path}
+    )
     close = difflib.get_close_matches(key, here, n=1, cutoff=0.6)
     if close:
-        full = f"{group_path}.{close[0]}" if group_path else close[0]
-        return f"did you mean '{full}'? Remove or rename the key"
-    if key in KNOWN_ALIASES:
-        return f"this knob is '{KNOWN_ALIASES[key]}' here; move it there"
-    elsewhere = [p for p in all_leaf_paths(root) if p.rsplit(".", 1)[-1] == key]
+        return f"did you mean '{prefix}{close[0]}'? Remove or rename the key"
+    if aliases and key in aliases:
+        return f"this knob is '{aliases[key]}' here; move it there"
+    elsewhere = [p for p in known if p.rsplit(".", 1)[-1] == key]
     if elsewhere:
         return f"'{key}' lives at {' or '.join(repr(p) for p in elsewhere)}; move it there"
-    leaves = all_leaf_paths(root)
-    near = difflib.get_close_matches(key, [p.rsplit(".", 1)[-1] for p in leaves], n=1, cutoff=0.75)
+    near = difflib.get_close_matches(key, sorted({p.rsplit(".", 1)[-1] for p in known}), n=1, cutoff=0.75)
     if near:
-        matches = [p for p in leaves if p.rsplit(".", 1)[-1] == near[0]]
+        matches = [p for p in known if p.rsplit(".", 1)[-1] == near[0]]
         return f"did you mean {' or '.join(repr(p) for p in matches)}? Remove or rename the key"
     valid = ", ".join(here) if here else "(none)"
     return f"remove it; valid keys here are: {valid}"
