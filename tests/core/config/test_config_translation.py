@@ -690,6 +690,34 @@ def test_cosine_schedule_horizon_counts_optimizer_steps() -> None:
     }
 
 
+def test_warmup_in_steps_needs_no_horizon() -> None:
+    """SkyRL counts its warmup in optimizer steps (num_warmup_steps): the DeepSpeed warmup is that many
+    steps whether or not the run's length is known, and with a horizon the cosine keeps it as given."""
+    cfg = load_config(CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml", ["optimizer.warmup_steps=160"])
+    assert cfg.optimizer.total_training_steps is None and cfg.shape.warmup_steps == 160
+    assert cfg.plan()["client"]["training"]["ds_config"]["scheduler"] == {
+        "type": "WarmupLR",
+        "params": {"warmup_min_lr": 0.0, "warmup_max_lr": cfg.optimizer.lr, "warmup_num_steps": 160,
+                   "warmup_type": "linear"},
+    }  # fmt: skip
+    cosine = load_config(
+        CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml",
+        ["optimizer.scheduler=cosine", "optimizer.total_training_steps=100", "optimizer.warmup_steps=7"],
+    )
+    params = cosine.plan()["client"]["training"]["ds_config"]["scheduler"]["params"]
+    assert (params["warmup_num_steps"], params["total_num_steps"]) == (7, cosine.shape.training_horizon)
+
+
+def test_warmup_given_twice_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            CONFIGS / "gsm8k-qwen3-0.6b-4gpu.yaml",
+            ["optimizer.warmup_steps=10", "optimizer.warmup_ratio=0.1", "optimizer.total_training_steps=100"],
+        )
+    (issue,) = info.value.issues
+    assert issue.path == "optimizer.warmup_steps" and "also warmup_ratio=0.1" in issue.problem
+
+
 def test_deepspeed_overrides_ulysses_and_autocast() -> None:
     cfg = load_config(
         CONFIGS / "colocated-8gpu-cuda-ipc.yaml",

@@ -251,6 +251,14 @@ class OptimizerSettings(_Group):
     warmup_ratio: float = Field(
         default=0.0, ge=0, lt=1, description="Fraction of the optimizer-step horizon spent in linear warmup."
     )
+    warmup_steps: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Linear warmup in optimizer steps (a framework that counts warmup in steps: SkyRL's "
+            "num_warmup_steps); needs no training horizon; null = warmup_ratio decides. Not with warmup_ratio."
+        ),
+    )
     min_lr_ratio: float = Field(
         default=0.0, ge=0, le=1, description="Cosine schedule's final learning rate as a fraction of lr."
     )

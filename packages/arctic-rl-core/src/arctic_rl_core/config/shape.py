@@ -45,7 +45,10 @@ class TrainingShape:
         steps_per_step = batch.epochs * mini_batches
         total = cfg.optimizer.total_training_steps
         horizon = total * steps_per_step if total is not None else None
-        warmup = round(cfg.optimizer.warmup_ratio * horizon) if horizon is not None else 0
+        if cfg.optimizer.warmup_steps is not None:
+            warmup = cfg.optimizer.warmup_steps
+        else:
+            warmup = round(cfg.optimizer.warmup_ratio * horizon) if horizon is not None else 0
         max_rollouts = cfg.zorro.max_rollouts or batch.rollouts_per_prompt
         token_budget = batch.max_token_len_per_gpu or (
             batch.max_prompt_length + max_rollouts * batch.max_response_length

@@ -401,7 +401,15 @@ def _schedule(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
             "optimizer.total_training_steps",
             None,
             f"{what} needs the run's length to place the schedule (no fallback horizon is assumed)",
-            "set optimizer.total_training_steps to the number of training steps of the run",
+            "set optimizer.total_training_steps to the number of training steps of the run"
+            + ("" if opt.scheduler == "cosine" else ", or give the warmup in steps (optimizer.warmup_steps)"),
+        )
+    if opt.warmup_steps is not None and opt.warmup_ratio > 0:
+        yield _issue(
+            "optimizer.warmup_steps",
+            opt.warmup_steps,
+            f"the warmup is given twice (also warmup_ratio={opt.warmup_ratio})",
+            "keep one: optimizer.warmup_steps (optimizer steps) or optimizer.warmup_ratio (of the horizon)",
         )
     if opt.scheduler == "constant" and _explicit(opt, "min_lr_ratio"):
         yield _issue(
