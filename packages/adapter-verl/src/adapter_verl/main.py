@@ -19,7 +19,11 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+import yaml
+
+from adapter_verl.command_line import ConfigSelection, package_folder
 from adapter_verl.field_table import ASYNC_TRAINER_MODE, VERL_SEPARATE_ASYNC
 from adapter_verl.verl_internals import turn_off_ray_uv_hook_constant
 
@@ -38,7 +42,7 @@ ARCTIC_DEFAULTS: dict[str, str] = {
 }
 
 USAGE = """\
-usage: python -m adapter_verl.main [--dry-run] [--help] <verl Hydra overrides>
+usage: python -m adapter_verl.main [--dry-run] [--help] [--config-path=DIR --config-name=NAME] <verl Hydra overrides>
 
 Runs verl 0.9.1's own PPO/GRPO trainer (main_ppo, V1) with Arctic RL doing generation, log-probs,
 the loss, the optimizer step and weight sync. verl's fields keep their meaning: GPUs are
@@ -51,12 +55,17 @@ arctic_inference.*, weight_sync.*, deepspeed.zero_stage, ...).
   --dry-run   check everything, print the resolved core config (as `arctic-rl config show`) and
               the settings table, start nothing; exit 0, or 2 listing every problem
   --help      this text
+  --config-path / --config-name
+              the Hydra config verl composes, as verl's launchers pass them (a relative folder is
+              looked up in the working directory, then in verl's own config folders: config names of
+              verl's fully-async and one-step-off entry points select the adapter's asynchronous mode)
 
 The adapter adds (and prints) hydra.searchpath=[pkg://adapter_verl.hydra_config] (merged with
 yours), +remote_backend=arctic, trainer.use_v1=true, trainer.v1.trainer_mode=arctic and
 actor_rollout_ref.rollout.name=arctic when you did not set them. Launchers of Arctic-Platform's
 verl integration work unchanged but for the entry point: their remote_backend.* keys are
-translated, each with a notice.
+translated, each with a notice. So do launchers of verl's fully-async and one-step-off entry points
+(their rollout.* / async_training.* keys select verl's separate-async trainer, each with a notice).
 """
 
 
@@ -134,6 +143,9 @@ def prepare(argv: Sequence[str]) -> Prepared:
         elif re.match(r"^\+[^+]", override) and key in existing:
             override = override[1:]
             notices.append(f"+{key}: {key} already exists in verl 0.9.1's config: set without '+'")
+        elif override.startswith("+") and f"{key.rpartition('.')[0]}._target_" in existing:
+            problems.append(unknown_key_problem(override, existing, config_class=True))
+            continue
         out.append(override)
     overrides, added = with_arctic_defaults(out)
     return Prepared(overrides, added, notices, problems, translation)
@@ -165,19 +177,93 @@ def keep_ray_off_uv_run() -> str | None:
     )
 
 
-def compose(overrides: Sequence[str]):
-    """verl's `ppo_trainer` config composed with `overrides` (Hydra compose API, no run)."""
+def compose(overrides: Sequence[str], selection: ConfigSelection | None = None):
+    """verl's `ppo_trainer` config (or the one `selection` names) composed with `overrides` (Hydra
+    compose API, no run)."""
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
+    from hydra import initialize_config_dir, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
+    selection = selection or ConfigSelection()
     GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=list(overrides))
+    if selection.folder is not None:
+        overrides = with_selected_searchpath(overrides, selection)
+        with initialize_config_dir(config_dir=str(selection.folder), version_base=None):
+            return hydra_compose(config_name=selection.name, overrides=list(overrides))
+    with initialize_config_module(config_module=selection.package, version_base=None):
+        return hydra_compose(config_name=selection.name, overrides=list(overrides))
+
+
+def with_selected_searchpath(overrides: Sequence[str], selection: ConfigSelection) -> list[str]:
+    """A config outside verl's packages (a recipe's `config/` folder) names verl's configs by its own
+    `hydra.searchpath` (often `file://verl/trainer/config`, relative to a verl checkout): the adapter's
+    search path keeps those entries, and verl's installed package stands in for the relative one."""
+    assert selection.folder is not None
+    raw = yaml.safe_load((selection.folder / f"{selection.name}.yaml").read_text()) or {}
+    entries = [str(e) for e in ((raw.get("hydra") or {}).get("searchpath") or [])]
+    entries = ["pkg://verl.trainer.config" if e.startswith("file://verl/") else e for e in entries]
+    if "pkg://verl.trainer.config" not in entries:
+        entries.append("pkg://verl.trainer.config")
+    out = []
+    for override in overrides:
+        if _override_key(override) == "hydra.searchpath":
+            key, _, value = override.partition("=")
+            value = value.strip().removesuffix("]")
+            override = f"{key}={value},{','.join(entries)}]"
+        out.append(override)
+    return out
+
+
+_NOT_IN_CONFIG = (
+    re.compile(r"Could not override '([^']+)'"),
+    re.compile(r"full_key: (\S+)"),
+)
+
+
+def compose_reporting(overrides: Sequence[str], selection: ConfigSelection | None = None):
+    """`compose`, with every override verl's config has no field for reported (with "did you mean")
+    and left out, so that the rest is still composed and checked: (config or None, problems)."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    remaining = list(overrides)
+    problems: list[str] = []
+    for _ in range(len(remaining) + 1):
+        try:
+            return compose(remaining, selection), problems
+        except (HydraException, OmegaConfBaseException) as error:
+            text = f"{error} {error.__cause__ or ''}"
+            key = next((m.group(1) for pattern in _NOT_IN_CONFIG if (m := pattern.search(text))), None)
+            culprit = next((o for o in remaining if key is not None and _override_key(o) == key), None)
+            if culprit is None:
+                problems.append(f"verl's Hydra config: {error}".replace("\n", " "))
+                return None, problems
+            from adapter_verl.config import default_leaves
+
+            problems.append(unknown_key_problem(culprit, default_leaves()))
+            remaining.remove(culprit)
+    return None, problems
+
+
+def unknown_key_problem(override: str, existing: Any, *, config_class: bool = False) -> str:
+    """'key=value: not a field of verl 0.9.1's config. Fix: did you mean ...' for `override`."""
+    from arctic_rl_core.config.errors import suggest_key_among
+
+    key, value = _override_key(override), override.partition("=")[2]
+    known = {k for k in existing if not k.endswith("._target_")}
+    known |= {p.rsplit(".", i)[0] for p in known for i in range(1, p.count(".") + 1)}
+    group, _, name = key.rpartition(".")
+    where = (
+        f"{group} is a verl config class without a field {name!r} (verl's startup would fail instantiating it)"
+        if config_class
+        else "not a field of verl 0.9.1's config"
+    )
+    return f"{key}={value}: {where}. Fix: {suggest_key_among(sorted(known), group, name)}"
 
 
 def verl_validation_problems(config) -> list[str]:
     """verl's own startup check (`verl.utils.config.validate_config`, as `main_ppo` runs it)."""
+    from hydra.errors import InstantiationException
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
@@ -188,6 +274,9 @@ def verl_validation_problems(config) -> list[str]:
             )
     except (AssertionError, ValueError, TypeError, KeyError) as error:
         return [f"verl's own check: {error}"]
+    except InstantiationException as error:  # a verl config class refused its fields
+        cause = error.__cause__ or error
+        return [f"verl's own check: {cause}".replace("\n", " ")]
     return []
 
 
@@ -200,33 +289,58 @@ class Check:
     resolution: object | None  # adapter_verl.config.Resolution
     problems: list[str]
     notices: list[str]
+    selection: ConfigSelection = field(default_factory=ConfigSelection)
+
+
+_FIELD = re.compile(r"^[\w.@-]+")
+
+
+def _field_of(problem: str) -> str:
+    match = _FIELD.match(problem)
+    return match.group(0) if match else ""
 
 
 def check(argv: Sequence[str]) -> Check:
-    """Everything `main` checks before Ray starts, every problem at once."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from adapter_verl.config import resolve
+    """Everything `main` checks before Ray starts, every problem at once: the command line (config
+    selection, verl's other entry points, the training engine), verl's composition (keys verl has no
+    field for, with "did you mean"), what the Arctic stack cannot run (critic, vision, NPUs), verl's own
+    startup check, the mapping table, the Arctic path's rules and the core validation."""
+    from adapter_verl import entry_points, training_engine, unsupported
+    from adapter_verl.command_line import parse, select_config
+    from adapter_verl.config import default_leaves, resolve
     from adapter_verl.incumbent import check_gpu_counts
 
-    prepared = prepare(argv)
-    problems = list(prepared.problems)
-    notices = list(prepared.notices)
-    try:
-        config = compose(prepared.overrides)
-    except (HydraException, OmegaConfBaseException) as error:
-        problems.append(f"verl's Hydra config: {error}".replace("\n", " "))
-        return Check(prepared, None, None, problems, notices)
+    line = parse(argv)
+    selection, problems = select_config(line)
+    problems = [*line.problems, *problems]
+    entry = entry_points.translate(line.overrides, selection)
+    notices = list(entry.notices)
+    engine = training_engine.refuse(entry.overrides, entry.selection, default_leaves())
+    if engine.problem is not None:
+        problems.append(engine.problem)
+    prepared = prepare(engine.overrides)
+    problems.extend(prepared.problems)
+    notices.extend(prepared.notices)
+    config, composition_problems = compose_reporting(prepared.overrides, engine.selection)
+    problems.extend(composition_problems)
+    if config is None:
+        return Check(prepared, None, None, problems, notices, engine.selection)
+    refused = unsupported.refusals(config, engine.overrides)
+    problems.extend(refused.problems)
+    estimator = unsupported.estimator_problem(config)
+    if estimator is not None:
+        problems.append(estimator)
+        refused.covered.add("algorithm.adv_estimator")
     gpu_notices, gpu_problems = check_gpu_counts(prepared.translation, config)
     notices.extend(gpu_notices)
     problems.extend(gpu_problems)
-    problems.extend(verl_validation_problems(config))
+    if "critic" not in refused.covered and estimator is None:
+        problems.extend(verl_validation_problems(config))
     steps = config.trainer.get("total_training_steps")
     resolution = resolve(config, int(steps) if steps else None)
-    problems.extend(resolution.problems)
+    problems.extend(p for p in resolution.problems if _field_of(p) not in refused.covered)
     notices.extend(async_notices(config))
-    return Check(prepared, config, resolution, problems, notices)
+    return Check(prepared, config, resolution, problems, notices, engine.selection)
 
 
 def async_notices(config) -> list[str]:
@@ -259,14 +373,15 @@ def dump_document(cfg) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from adapter_verl.command_line import parse
+
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--help" in args or "-h" in args:
+    line = parse(args)
+    if line.help:
         sys.stdout.write(USAGE)
         raise SystemExit(0)
-    dry_run = "--dry-run" in args
-    args = [a for a in args if a != "--dry-run"]
 
-    result = check(args)
+    result = check([a for a in args if a != "--dry-run"])
     for notice in result.notices:
         print(f"adapter_verl: {notice}", file=sys.stderr)
     if result.prepared.added:
@@ -279,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(EXIT_BAD_SETTINGS)
-    if dry_run:
+    if line.dry_run:
         sys.stdout.write(dump_document(result.resolution.config))
         sys.stdout.write(settings_table(result))
         raise SystemExit(0)
@@ -294,7 +409,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from verl.trainer import main_ppo
 
-    sys.argv = [sys.argv[0], *result.prepared.overrides]
+    selection = result.selection
+    chosen = []
+    if not selection.is_default:
+        folder = selection.folder or package_folder(selection.package)
+        chosen = [f"--config-path={folder}", f"--config-name={selection.name}"]
+    sys.argv = [sys.argv[0], *chosen, *result.prepared.overrides]
     main_ppo.main()
 
 
