@@ -247,3 +247,143 @@ def test_truncated_rollout_sampling_with_processed_logprobs_is_refused(capsys, t
     assert code == 0, err
     code, _, err = dry_run(capsys, *stock, f"{rollout}.val_kwargs.top_p=0.7", f"{rollout}.val_kwargs.top_k=5")
     assert code == 0, err
+
+
+def problems_of(err: str) -> list[str]:
+    return [line[4:] for line in err.splitlines() if line.startswith("  - ")]
+
+
+def test_config_path_and_name_select_verls_configs(capsys, tmp_path):
+    """How verl's launchers select their config: `--config-path=config` (relative to the entry point
+    they used: verl's own config folders) and `--config-name`, `=` or space separated."""
+    stock = [*STOCK_QWEN2_7B, f"trainer.default_local_dir={tmp_path}/ckpt"]
+    code, _, err = dry_run(capsys, "--config-path=config", "--config-name=ppo_trainer", *stock)
+    assert code == 0, err
+    code, _, err = dry_run(
+        capsys, "--config-path", "config", "--config-name", "ppo_megatron_trainer.yaml", *stock
+    )
+    assert code == 2
+    (problem,) = problems_of(err)
+    assert problem.startswith("--config-name=ppo_megatron_trainer: verl's Megatron-Core training engine")
+    assert "Fix: remove --config-name=ppo_megatron_trainer" in problem
+    code, _, err = dry_run(capsys, "--config-name=ppo_trainr", *stock)
+    assert code == 2
+    (problem,) = problems_of(err)
+    assert problem.startswith("--config-name=ppo_trainr: no such config in verl's config folders")
+    assert "ppo_trainer" in problem and "fully_async_ppo_trainer" in problem
+
+
+def test_a_recipes_own_config_folder_is_composed_on_top_of_verls(capsys, tmp_path):
+    """A recipe's config (its `hydra.searchpath` names verl's folder relative to a verl checkout)."""
+    folder = tmp_path / "recipe" / "config"
+    folder.mkdir(parents=True)
+    (folder / "my_trainer.yaml").write_text(
+        "hydra:\n  searchpath:\n    - file://verl/trainer/config\n"
+        "defaults:\n  - ppo_trainer\n  - _self_\n"
+        "data:\n  max_prompt_length: 256\n"
+    )
+    from adapter_verl.main import check
+
+    result = check([f"--config-path={folder}", "--config-name=my_trainer", *STOCK_QWEN2_7B[:3]])
+    assert result.config.data.max_prompt_length == 256  # the recipe's own value
+    assert result.config.remote_backend.core.backend.kind == "ray"  # the adapter's group is found too
+
+
+def test_one_step_off_launchers_run_in_the_separate_async_mode(capsys, tmp_path):
+    """verl's one-step-off entry point's settings (a top-level rollout pool) -> verl's separate-async
+    trainer: 1152 prompts per step in mini-batches of 192 = 6 updates per weight sync, one step stale
+    (threshold 2), in the entry point's bypass mode: (2 x 6 - 1) x 1 = 11 optimizer steps of staleness."""
+    from adapter_verl.main import check
+
+    result = check(
+        [
+            *[o for o in STOCK_QWEN2_7B if not o.startswith(("trainer.n_gpus", "data.train_batch"))],
+            "data.train_batch_size=1152",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=192",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5",
+            "actor_rollout_ref.actor.use_kl_loss=false",
+            "actor_rollout_ref.hybrid_engine=False",
+            "trainer.n_gpus_per_node=6",
+            "rollout.nnodes=1",
+            "rollout.n_gpus_per_node=2",
+            f"trainer.default_local_dir={tmp_path}/ckpt",
+        ]
+    )
+    assert result.problems == [], result.problems
+    assert result.config.trainer.v1.trainer_mode == "arctic_separate_async"
+    assert result.config.trainer.v1.separate_async.parameter_sync_step == 6
+    cfg = result.resolution.config
+    assert (cfg.placement.training_gpus, cfg.placement.sampling_gpus, cfg.placement.colocate) == (6, 2, False)
+    assert cfg.async_settings.max_staleness == 11
+    assert any(
+        n.startswith("actor_rollout_ref.rollout.n_gpus_per_node=2: from rollout.n_gpus_per_node")
+        for n in result.notices
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "text"),
+    [
+        (["algorithm.adv_estimator=gae"], "algorithm.adv_estimator=gae", "GAE needs a critic"),
+        (["data.image_key=images"], "data.image_key=images", "the arctic rollout takes token prompts only"),
+        (
+            ["actor_rollout_ref.model.path=Qwen/Qwen2.5-VL-7B-Instruct"],
+            "actor_rollout_ref.model.path=Qwen/Qwen2.5-VL-7B-Instruct",
+            "a vision-language model (qwen2_5_vl, from the name)",
+        ),
+        (["trainer.device=npu"], "trainer.device=npu", "Ascend NPUs are not supported"),
+        (["model_engine=megatron"], "model_engine=megatron", "Megatron-Core training engine"),
+        (
+            ["algorithm.adv_estimator=grpoo"],
+            "algorithm.adv_estimator=grpoo",
+            "did you mean algorithm.adv_estimator=grpo?",
+        ),
+    ],
+    ids=["critic", "image-data", "vl-model", "npu", "megatron", "estimator"],
+)
+def test_what_arctic_cannot_run_is_refused_once_naming_the_field(
+    capsys, tmp_path, monkeypatch, extra, field, text
+):
+    """One problem each, field=value first, with the fix; with a critic verl's own check (which would
+    download the critic's tokenizer) never runs."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, _, err = dry_run(capsys, *STOCK_QWEN2_7B, f"trainer.default_local_dir={tmp_path}/ckpt", *extra)
+    assert code == 2
+    (problem,) = problems_of(err)
+    assert problem.startswith(field + ":") and text in problem and "Fix: " in problem
+    assert "Traceback" not in err
+
+
+def test_keys_verl_has_no_field_for_get_did_you_mean_and_the_rest_is_still_checked(capsys, tmp_path):
+    code, _, err = dry_run(
+        capsys,
+        *STOCK_QWEN2_7B,
+        f"trainer.default_local_dir={tmp_path}/ckpt",
+        "data.train_batch_sise=8",  # a typo (Hydra: "Could not override")
+        "+actor_rollout_ref.actor.policy_loss.tau_pos=1.0",  # SAPO's knob, where verl 0.9.1 has it not
+        "actor_rollout_ref.model.path=<path_to_model>",  # a placeholder left in a launcher
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=3",  # checked in the same round
+    )
+    assert code == 2 and "Traceback" not in err
+    problems = problems_of(err)
+    assert problems[0].startswith(
+        "actor_rollout_ref.actor.policy_loss.tau_pos=1.0: actor_rollout_ref.actor.policy_loss is a verl config class "
+        "without a field 'tau_pos'"
+    )
+    assert "'tau_pos' lives at 'actor_rollout_ref.actor.tau_pos'" in problems[0]
+    assert problems[1].startswith(
+        "actor_rollout_ref.model.path=<path_to_model>: Hydra cannot parse this override"
+    )
+    assert problems[2] == (
+        "data.train_batch_sise=8: not a field of verl 0.9.1's config. Fix: did you mean "
+        "'data.train_batch_size'? Remove or rename the key"
+    )
+    assert any("not divisible by placement.sampling_tensor_parallel_size=3" in p for p in problems[3:])
+
+
+def test_a_bare_dry_run_lists_problems_without_a_traceback(capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, out, err = dry_run(capsys)
+    assert code == 2 and out == "" and "Traceback" not in err
+    # verl's default estimator is GAE: the critic, refused before verl's own check
+    assert problems_of(err)[0].startswith("algorithm.adv_estimator=gae: GAE needs a critic")

@@ -18,7 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ADAPTER_FLAGS = ("--dry-run", "--help", "-h")
-_SELECTION = {"--config-path": "config_path", "-cp": "config_path", "--config-name": "config_name", "-cn": "config_name"}
+_SELECTION = {
+    "--config-path": "config_path",
+    "-cp": "config_path",
+    "--config-name": "config_name",
+    "-cn": "config_name",
+}
 
 # verl 0.9.1's Hydra config packages of its entry points, in lookup order
 VERL_CONFIG_PACKAGES = (
@@ -80,7 +85,9 @@ class ConfigSelection:
 
     @property
     def is_default(self) -> bool:
-        return self.name == DEFAULT_CONFIG_NAME and self.package == "verl.trainer.config" and self.folder is None
+        return (
+            self.name == DEFAULT_CONFIG_NAME and self.package == "verl.trainer.config" and self.folder is None
+        )
 
 
 def package_folder(package: str) -> Path | None:

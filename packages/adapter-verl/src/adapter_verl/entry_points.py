@@ -143,11 +143,17 @@ def translate(overrides: Sequence[str], selection: ConfigSelection) -> EntryTran
         out.notices.append(f"{key}={_text(value)}: {why}")
 
     put("trainer.v1.trainer_mode", "separate_async", "the asynchronous mode", keep_users=False)
-    put("actor_rollout_ref.hybrid_engine", False, "sampling has its own GPUs (the entry point's rollout pool)")
+    put(
+        "actor_rollout_ref.hybrid_engine", False, "sampling has its own GPUs (the entry point's rollout pool)"
+    )
     for name in ("nnodes", "n_gpus_per_node"):
         if f"rollout.{name}" in settings:
             put(f"{R}.{name}", settings[f"rollout.{name}"], f"from rollout.{name}", keep_users=False)
-    for key in (f"{R}.calculate_log_probs", f"{R}.checkpoint_engine.backend", "algorithm.rollout_correction.bypass_mode"):
+    for key in (
+        f"{R}.calculate_log_probs",
+        f"{R}.checkpoint_engine.backend",
+        "algorithm.rollout_correction.bypass_mode",
+    ):
         if key in settings:
             put(key, settings[key], f"{config_name}'s setting")
     mini = settings.get(f"{A}.ppo_mini_batch_size")
@@ -157,7 +163,9 @@ def translate(overrides: Sequence[str], selection: ConfigSelection) -> EntryTran
         _fully_async(settings, given, mini, put, out)
     for key in sorted(entry_keys):
         if key not in ("rollout.nnodes", "rollout.n_gpus_per_node") and key in given and key not in _USED:
-            out.notices.append(f"{key}={_text(given[key])}: {_NO_COUNTERPART.get(key.rpartition('.')[2], _NONE)}")
+            out.notices.append(
+                f"{key}={_text(given[key])}: {_NO_COUNTERPART.get(key.rpartition('.')[2], _NONE)}"
+            )
     for override in overrides:
         key = _key(override)
         if key in entry_keys or key in rewritten or (key == "data.gen_batch_size" and entry == FULLY_ASYNC):

@@ -69,6 +69,29 @@ translated, each with a notice. So do launchers of verl's fully-async and one-st
 """
 
 
+# verl's other rollout engines: on the Arctic path every rollout is the Arctic server's vLLM
+OTHER_ROLLOUT_ENGINES = ("sglang", "trtllm", "hf")
+
+
+def config_class_accepts(key: str, existing: Any) -> bool:
+    """Whether `+key` adds a field verl's config class for the group accepts (a group without a
+    `_target_` is free-form: anything goes). verl instantiates each such group as a dataclass at
+    startup, which raises on a field it does not declare, even one its YAML leaves out."""
+    import dataclasses
+
+    from hydra.utils import get_class
+
+    group, _, name = key.rpartition(".")
+    target = existing.get(f"{group}._target_") if isinstance(existing, dict) else None
+    if not isinstance(target, str):
+        return True
+    try:
+        cls = get_class(target)
+    except (ImportError, ValueError, AttributeError):
+        return True
+    return not dataclasses.is_dataclass(cls) or name in {f.name for f in dataclasses.fields(cls)}
+
+
 def _override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
@@ -140,10 +163,16 @@ def prepare(argv: Sequence[str]) -> Prepared:
             notices.append(
                 "actor_rollout_ref.rollout.name=vllm: now arctic (the Arctic server's vLLM engines)"
             )
+        elif key == "actor_rollout_ref.rollout.name" and value in OTHER_ROLLOUT_ENGINES:
+            override = "actor_rollout_ref.rollout.name=arctic"
+            notices.append(
+                f"actor_rollout_ref.rollout.name={value}: now arctic (the Arctic server samples with vLLM; "
+                f"{value}'s own settings, actor_rollout_ref.rollout.engine_kwargs.{value}, do not apply)"
+            )
         elif re.match(r"^\+[^+]", override) and key in existing:
             override = override[1:]
             notices.append(f"+{key}: {key} already exists in verl 0.9.1's config: set without '+'")
-        elif override.startswith("+") and f"{key.rpartition('.')[0]}._target_" in existing:
+        elif override.startswith("+") and not config_class_accepts(key, existing):
             problems.append(unknown_key_problem(override, existing, config_class=True))
             continue
         out.append(override)
@@ -232,6 +261,16 @@ def compose_reporting(overrides: Sequence[str], selection: ConfigSelection | Non
         try:
             return compose(remaining, selection), problems
         except (HydraException, OmegaConfBaseException) as error:
+            unparsable = [o for o in remaining if not _parses(o)]
+            if unparsable:
+                for override in unparsable:
+                    problems.append(
+                        f"{override}: Hydra cannot parse this override (a placeholder left in the launcher, or a "
+                        "value with unquoted special characters). Fix: give the value, quoted if it holds =, <, >, "
+                        "spaces or brackets"
+                    )
+                    remaining.remove(override)
+                continue
             text = f"{error} {error.__cause__ or ''}"
             key = next((m.group(1) for pattern in _NOT_IN_CONFIG if (m := pattern.search(text))), None)
             culprit = next((o for o in remaining if key is not None and _override_key(o) == key), None)
@@ -243,6 +282,17 @@ def compose_reporting(overrides: Sequence[str], selection: ConfigSelection | Non
             problems.append(unknown_key_problem(culprit, default_leaves()))
             remaining.remove(culprit)
     return None, problems
+
+
+def _parses(override: str) -> bool:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        OverridesParser.create().parse_overrides([override])
+    except HydraException:
+        return False
+    return True
 
 
 def unknown_key_problem(override: str, existing: Any, *, config_class: bool = False) -> str:
@@ -334,7 +384,8 @@ def check(argv: Sequence[str]) -> Check:
     gpu_notices, gpu_problems = check_gpu_counts(prepared.translation, config)
     notices.extend(gpu_notices)
     problems.extend(gpu_problems)
-    if "critic" not in refused.covered and estimator is None:
+    if "critic" not in refused.covered and estimator is None and engine.problem is None:
+        # (with a refused engine the FSDP stand-in's data parallelism is not the launcher's)
         problems.extend(verl_validation_problems(config))
     steps = config.trainer.get("total_training_steps")
     resolution = resolve(config, int(steps) if steps else None)

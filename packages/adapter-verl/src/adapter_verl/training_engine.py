@@ -30,7 +30,10 @@ ENGINES = {
     "mindspeed": "MindSpeed",
 }
 # config-path segments that hold one engine's own settings (dropped with the selection)
-ENGINE_SEGMENTS = ("megatron", "veomni", "torchtitan", "mcore", "engine", "mindspeed", "automodel")
+# (the optimizer's overrides are engine-specific: Megatron's OptimizerConfig, FSDP's torch optimizer kwargs)
+ENGINE_SEGMENTS = (
+    "megatron", "veomni", "torchtitan", "mcore", "engine", "mindspeed", "automodel", "override_optimizer_config",
+)  # fmt: skip
 STRATEGY_KEYS = (
     "actor_rollout_ref.actor.strategy",
     "actor_rollout_ref.ref.strategy",
@@ -98,7 +101,9 @@ def refuse(overrides: Sequence[str], selection: ConfigSelection, fsdp_keys: Iter
     dropped: list[str] = []
     for override in overrides:
         key = _key(override)
-        selecting = key in ("model_engine", *GROUP_KEYS) or (key in STRATEGY_KEYS and key != "critic.strategy")
+        selecting = key in ("model_engine", *GROUP_KEYS) or (
+            key in STRATEGY_KEYS and key != "critic.strategy"
+        )
         if selecting or key == "critic.strategy" or _engine_setting(key, known, override.startswith("+")):
             dropped.append(override)
         else:

@@ -120,5 +120,7 @@ def estimator_problem(config: Any) -> str | None:
         return None
     known = sorted(ADV_ESTIMATOR_REGISTRY)
     close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
-    fix = f"did you mean algorithm.adv_estimator={close[0]}?" if close else f"choose one of {', '.join(known)}"
+    fix = (
+        f"did you mean algorithm.adv_estimator={close[0]}?" if close else f"choose one of {', '.join(known)}"
+    )
     return f"algorithm.adv_estimator={name}: not an advantage estimator verl 0.9.1 registers. Fix: {fix}"

@@ -112,7 +112,11 @@ def fit_shapes(
     if not _has(data, "zorro.enable") and zorro_default_on:
         zorro_on, group = _fit_zorro(data, fit, model_type, n, micro, rows_per_gpu, fits_budget, tokens, knob,
                                      field_name)  # fmt: skip
-    if not _has(data, "zorro.load_balancer") and _value(data, "zorro.load_balancer") and not fits_budget(group):
+    if (
+        not _has(data, "zorro.load_balancer")
+        and _value(data, "zorro.load_balancer")
+        and not fits_budget(group)
+    ):
         fitting = [m for m in _divisors(n) if fits_budget(m)]
         if fitting and not zorro_on and not _has(data, "zorro.max_rollouts"):
             group = fitting[0]
@@ -182,7 +186,9 @@ def _fit_zorro(data, fit, model_type, n, micro, rows_per_gpu, fits_budget, token
             reasons.append(f"a micro-batch of {micro} rows cannot hold whole groups of {m}")
             continue
         if rows_per_gpu is not None and rows_per_gpu % m:
-            reasons.append(f"the {rows_per_gpu} rows each GPU trains per mini-batch are not whole groups of {m}")
+            reasons.append(
+                f"the {rows_per_gpu} rows each GPU trains per mini-batch are not whole groups of {m}"
+            )
             continue
         if m < n and not fixed:
             fit.values["zorro.max_rollouts"] = m
@@ -211,7 +217,9 @@ def _micro_from_budget(data, fit, budget, rows_per_gpu, multiple, tokens, field_
     if rows_per_gpu is not None:
         rows = _largest_divisor_at_most(rows_per_gpu, min(rows, rows_per_gpu), multiple) or multiple
     fit.values["batch.micro_batch_size_per_gpu"] = rows
-    unit = f"groups of {multiple} (prompt + {multiple} responses" if multiple > 1 else "rows (prompt + response"
+    unit = (
+        f"groups of {multiple} (prompt + {multiple} responses" if multiple > 1 else "rows (prompt + response"
+    )
     fit.notices.append(
         f"micro-batches of {rows} rows from the token budget {field_name('batch.max_token_len_per_gpu')}={budget}: "
         f"{unit} = {per_unit} tokens at the longest lengths)"
