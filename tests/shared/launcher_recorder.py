@@ -35,9 +35,14 @@ with open(os.environ["LAUNCHER_RECORD_FILE"], "a") as f:
 """
 
 _FAKE_UV = r"""#!/usr/bin/env bash
-# uv run [options] python3 args...: run the python command (recorded)
+# uv run [options] python3 args...: run the python command (recorded); uv run [options] -m module
+# args... (uv's own python, SkyRL's launchers): the same as python3 -m module args...
 while [ $# -gt 0 ]; do
-  case "$1" in python|python3) exec "$@";; esac
+  case "$1" in
+    python|python3) exec "$@";;
+    -m) exec python3 "$@";;
+    --extra|--with|--env-file|--directory|--project|--python|--group|--index|--package|--with-requirements|-p) shift;;
+  esac
   shift
 done
 exit 0

@@ -316,25 +316,35 @@ def test_checkpoints_kept_is_the_servers_save_total_limit():
 
 def test_truncated_training_sampling_with_processed_logprobs_is_refused_at_dry_run():
     """top-k/top-p on the training rollouts: vLLM's processed_logprobs renormalise over the kept tokens, the
-    trainer's do not, so the IS weights would sit below 1 at staleness 0. `python -m adapter_skyrl.main
-    --dry-run` refuses it naming both fixes; raw_logprobs at temperature 1 (the trainer's distribution
-    whatever is kept) and truncation in evaluation sampling only both pass."""
+    trainer's do not, so IS weights built from them would sit below 1 at staleness 0. Where SkyRL builds
+    such weights (here its token TIS) `python -m adapter_skyrl.main --dry-run` refuses it naming both
+    fixes; raw_logprobs at temperature 1 (the trainer's distribution whatever is kept), truncation in
+    evaluation sampling only, and a synchronous run that never reads the rollout log-probs all pass."""
     import io
 
     from adapter_skyrl.main import dry_run
+
+    tis = (
+        "trainer.algorithm.off_policy_correction.tis_ratio_type=token",
+        "generator.sampling_params.logprobs=1",
+    )
 
     def run(*overrides: str) -> tuple[int, str]:
         out, err = io.StringIO(), io.StringIO()
         return dry_run([*REFERENCE, "trainer.logger=console", *overrides], out=out, err=err), err.getvalue()
 
-    code, err = run("generator.sampling_params.top_p=0.9", "generator.sampling_params.top_k=20")
+    code, err = run("generator.sampling_params.top_p=0.9", "generator.sampling_params.top_k=20", *tis)
     assert code == 2, err
     assert "generator.sampling_params.top_p = 0.9: with generator.sampling_params.top_p=0.9 and " in err
     assert "generator.sampling_params.top_k=20 the sampler's processed_logprobs" in err
     assert "trainer.arctic_rl.vllm.logprobs_mode=raw_logprobs" in err and "biased below 1" in err
-    code, err = run("generator.sampling_params.top_k=20")
+    code, err = run("generator.sampling_params.top_k=20", *tis)
     assert code == 2 and "generator.sampling_params.top_k = 20" in err, err
-    code, err = run("generator.sampling_params.top_k=20", "trainer.arctic_rl.vllm.logprobs_mode=raw_logprobs")
+    code, err = run(
+        "generator.sampling_params.top_k=20", "trainer.arctic_rl.vllm.logprobs_mode=raw_logprobs", *tis
+    )
     assert code == 0, err
+    code, err = run("generator.sampling_params.top_p=0.9", "generator.sampling_params.top_k=20")
+    assert code == 0, err  # synchronous, old log-probs from the trainer's forward: never read
     code, err = run("generator.eval_sampling_params.top_p=0.7", "generator.eval_sampling_params.top_k=5")
     assert code == 0, err

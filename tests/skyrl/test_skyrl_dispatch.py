@@ -144,14 +144,37 @@ def test_checkpoints_kept_are_the_servers_save_total_limit(setup, tmp_path):
         dispatch.load_checkpoint("policy", str(tmp_path / "global_step_1" / "policy"))
 
 
+def test_hf_export_is_a_checkpoint_with_its_hf_copy(setup, tmp_path):
+    """SkyRL's `hf_save_interval` export (`save_hf_model` into export_path/global_step_<n>/policy): the
+    server writes Hugging Face weights with a checkpoint (export_hf), of the current step, in that
+    folder; the marker names the weights, which load as the trained policy (not the initial one)."""
+    import json
+
+    from adapter_skyrl.dispatch import HF_EXPORT_MARKER
+    from safetensors.torch import load_file
+
+    dispatch, data = setup
+    data["action_log_probs"] = _logprobs(dispatch, "policy", data)
+    data["base_action_log_probs"] = _logprobs(dispatch, "ref", data)
+    data["advantages"] = torch.where(data["loss_mask"] > 0, 1.0, 0.0)
+    dispatch.save_hf_model("policy", str(tmp_path / "global_step_0" / "policy"), None)
+    dispatch.forward_backward("policy", data)
+    dispatch.optim_step("policy")
+    export = tmp_path / "global_step_1" / "policy"
+    dispatch.save_hf_model("policy", str(export), None)
+    marker = json.loads((export / HF_EXPORT_MARKER).read_text())
+    assert marker == {"hf_dir": str(export / "checkpoint-1" / "hf"), "step": 1}
+    before = load_file(tmp_path / "global_step_0" / "policy" / "checkpoint-0" / "hf" / "model.safetensors")
+    after = load_file(export / "checkpoint-1" / "hf" / "model.safetensors")
+    assert before.keys() == after.keys() and any(not torch.equal(before[k], after[k]) for k in before)
+
+
 def test_what_the_dispatch_does_not_serve_is_an_error_naming_the_fix(setup):
     dispatch, data = setup
     with pytest.raises(ValueError, match=r"trainer\.critic\.model\.path"):
         dispatch.forward("critic", data)
     with pytest.raises(NotImplementedError, match="loss_fn"):
         dispatch.forward_backward("policy", data, loss_fn="cross_entropy")
-    with pytest.raises(NotImplementedError, match=r"hf_save_interval=-1 and checkpoint\.export_hf=true"):
-        dispatch.save_hf_model("policy", "/tmp/x", None)
     with pytest.raises(ValueError, match="do not split"):
         ArcticWorkerDispatch.stage_data(_with_rows_multiple(dispatch, 3), "policy", data, [(0, 4)])
 

@@ -6,6 +6,7 @@ import pickle
 import subprocess
 import sys
 
+import pytest
 import skyrl_gym
 from adapter_skyrl.envs import BIRD_ENV_IDS, register_environments
 from adapter_skyrl.generator import score_rollouts
@@ -113,3 +114,18 @@ def test_environment_skyrl_gym_sections_reach_the_environments():
         ["x"], conv, ["arctic_echo_test"], [{}], env_configs={"arctic_echo_test": {"reward": 0.25}}
     )
     assert rewards == [0.25]
+
+
+@pytest.mark.parametrize("max_turns", [1, 5])
+def test_every_environment_gets_generator_max_turns_in_its_extras_as_skyrl_gives_it(max_turns):
+    """SkyRL's generator sets `env_extras["max_turns"] = generator.max_turns` before it builds each
+    environment; gsm8k_multi_turn (SkyRL's turn_level_rewards example) sizes its format reward by it,
+    over the data's own `extra_info.max_turns`. A well-formatted wrong answer there: 0.2 / max_turns."""
+    row = {"reward_spec": {"ground_truth": "72"}, "extra_info": {"max_turns": 5}}
+    conv = [[{"role": "user", "content": "How many?"}]]
+    wrong = "Working it out.\n#### 71"
+    rewards, _ = score_rollouts([wrong], conv, ["gsm8k_multi_turn"], [row], max_turns=max_turns)
+    # the environment exactly as SkyRLGymGenerator builds it (its extras: the row's plus max_turns)
+    env = skyrl_gym.make("gsm8k_multi_turn", env_config={}, extras={**row, "max_turns": max_turns})
+    env.init(conv[0])
+    assert rewards == [env.step(wrong)["reward"]] == [pytest.approx(0.2 / max_turns)]

@@ -16,9 +16,6 @@ import pytest
 import torch
 from skyrl_e2e_run import IN_PROCESS, TINY_FULLY_ASYNC, TINY_GRPO, RecordingGenerator, logged_steps, run_grpo
 
-LAUNCHERS = Path(__file__).parent / "launchers"
-RECORDED = json.loads((LAUNCHERS / "recorded_commands.json").read_text())  # see launchers/README.md
-
 ASYNC_BASE = TINY_FULLY_ASYNC
 
 
@@ -30,7 +27,10 @@ def _dry(args: list[str], config_cls=None) -> tuple[int, str, str]:
 
 
 def _recorded(name: str, home: Path) -> list[str]:
-    return [a.replace("@HOME@", str(home)) for a in RECORDED[name]]
+    """SkyRL's launcher `examples/train/<name>` at the recorded default branch (launchers/README.md)."""
+    from skyrl_launcher_data import launcher_overrides
+
+    return launcher_overrides(f"head/examples/train/{name}", home)
 
 
 def _translate(args: list[str]):
@@ -43,7 +43,7 @@ def _translate(args: list[str]):
 
 
 def test_stock_fully_async_gsm8k_launcher_passes_dry_run_with_its_staleness_on_the_core(tmp_path):
-    args = _recorded("stock_fully_async_run_gsm8k.sh", tmp_path)
+    args = [*_recorded("fully_async/fully_async_run_gsm8k.sh", tmp_path), "trainer.logger=console"]
     code, out, err = _dry(args)
     assert code == 0, err
     arctic = _translate(args).arctic
@@ -58,7 +58,7 @@ def test_stock_fully_async_gsm8k_launcher_passes_dry_run_with_its_staleness_on_t
     )
 
 
-DAPO_LAUNCHER = "stock_run_dapo_qwen3_1.7b_aime_fully_async.sh"
+DAPO_LAUNCHER = "algorithms/dapo/run_dapo_qwen3_1.7b_aime_fully_async.sh"
 
 
 def _dapo_args(home: Path, launcher: str = DAPO_LAUNCHER, rows: int = 320) -> list[str]:
@@ -89,7 +89,8 @@ def test_stock_dapo_fully_async_launcher_on_the_adapters_dapo_entry_point(tmp_pa
     code, _, err = _dry(args)
     assert code == 2
     assert (
-        "overlong_buffer_len, overlong_buffer_penalty_factor" in err and "python -m adapter_skyrl.dapo" in err
+        "trainer.algorithm.overlong_buffer_len, trainer.algorithm.overlong_buffer_penalty_factor" in err
+        and "python -m adapter_skyrl.dapo" in err
     )
 
     code, _, err = _dry(args, config_cls=ArcticDAPOConfig)
@@ -132,11 +133,11 @@ def test_stock_dapo_fully_async_launcher_on_the_adapters_dapo_entry_point(tmp_pa
 @pytest.mark.parametrize(
     ("launcher", "refused", "fixes"),
     [
-        ("stock_run_dapo_qwen3_1.7b_aime.sh", ["trainer.algorithm.loss_reduction", "trainer.hf_save_interval"],
+        ("algorithms/dapo/run_dapo_qwen3_1.7b_aime.sh", ["trainer.algorithm.loss_reduction", "trainer.hf_save_interval"],
          ["trainer.algorithm.loss_reduction=token_mean", "trainer.hf_save_interval=-1",
           "trainer.arctic_rl.checkpoint.export_hf=true"]),
         # dynamic_sampling.type=filter with max_sample_batches=30: SkyRL's synchronous trainer runs it
-        ("stock_run_dapo_gsm8k.sh", ["trainer.algorithm.loss_reduction"],
+        ("algorithms/dapo/run_dapo_gsm8k.sh", ["trainer.algorithm.loss_reduction"],
          ["trainer.algorithm.loss_reduction=token_mean"]),
     ],
 )  # fmt: skip

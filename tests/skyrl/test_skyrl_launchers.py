@@ -29,7 +29,7 @@ def recorded_command(name: str, tmp_path: Path) -> list[str]:
 
     for file in ("train.parquet", "validation.parquet", "val.parquet"):  # 7473 rows: GSM8K's train size
         pq.write_table(pa.table({"prompt": ["q"] * 7473}), data / file)
-    args = [arg.replace("@HOME@", str(tmp_path)) for arg in RECORDED[name]]
+    args = [arg.replace("$HOME", str(tmp_path)) for arg in RECORDED[name]]
     # The one change: our entry point instead of the seed's (the FSDP baseline names none).
     return [a for a in args if not a.startswith("trainer.override_entrypoint=")]
 
@@ -115,7 +115,10 @@ def test_dry_run_through_skyrl_main_base(monkeypatch, capsys):
 
 def test_stock_gsm8k_example_with_the_switch(tmp_path):
     """SkyRL's examples/train/gsm8k/run_gsm8k.sh, NUM_GPUS=4 default, LOGGER=console (its own knob)."""
-    args = recorded_command("stock_run_gsm8k.sh", tmp_path)
+    from skyrl_launcher_data import launcher_overrides, write_training_files
+
+    args = [*launcher_overrides("head/examples/train/gsm8k/run_gsm8k.sh", tmp_path), "trainer.logger=console"]
+    write_training_files(args, rows=7473)  # GSM8K's train size
     code, out, err = run_dry(args)
     assert code == 0, err  # no problem at all (the allowance is one)
     document = document_of(out)
@@ -297,7 +300,7 @@ def test_seed_launchers_send_what_the_seed_sent_but_where_the_readme_says_why(sc
     assert code == 0, err
     document = document_of(out)
     client, shape = document["plan"]["client"], document["plan"]["shape"]
-    sent = json.loads(json.dumps(SENT[name]).replace("@HOME@", str(tmp_path)))
+    sent = json.loads(json.dumps(SENT[name]).replace("$HOME", str(tmp_path)))
     differing = seed_differences(sent, client)
     unexplained = {k: v for k, v in differing.items() if k not in SEED_DIFFERENCES}
     assert not unexplained, unexplained

@@ -562,6 +562,23 @@ def test_truncated_training_sampling_is_refused_where_the_logprobs_are_processed
     assert issues(cortex, 0.5, 4) == []
     cortex_processed = load_config(CONFIGS / "cortex.yaml", ["vllm.logprobs_mode=processed_logprobs"])
     assert [i.path for i in issues(cortex_processed, 0.5, -1)] == ["s.top_p"]
+    # a run that builds no weight from the rollout log-probs never reads them: its truncation stands,
+    # unless the core itself reads them (asynchronous: the truncated IS weights; Cortex: old log-probs)
+    assert (
+        truncated_sampling_issues(reference, top_p=0.95, top_k=40, reads_rollout_logprobs=False, **names)
+        == []
+    )
+    stale = load_config(CONFIGS / "reference-cpu.yaml", ["async.max_staleness=1"])
+    assert [
+        i.path
+        for i in truncated_sampling_issues(stale, top_p=0.95, top_k=-1, reads_rollout_logprobs=False, **names)
+    ] == ["s.top_p"]
+    assert [
+        i.path
+        for i in truncated_sampling_issues(
+            cortex_processed, top_p=0.5, top_k=-1, reads_rollout_logprobs=False, **names
+        )
+    ] == ["s.top_p"]
 
 
 def test_user_compilation_config_keeps_the_injected_workaround() -> None:

@@ -17,6 +17,7 @@ ARGS=(data.train_files="['$HOME/data/x/train.parquet']" trainer.device=${DEVICE}
 uv run --frozen --extra vllm python3 -X faulthandler -m verl.trainer.main_ppo "${ARGS[@]}" \
     trainer.experiment_name=run_$(date +%Y%m%d_%H%M) trainer.default_local_dir="$PWD/ckpt" "$@"
 ray job submit --no-wait -- python -m recipe.thing.main key=value
+uv run --isolated --extra fsdp --env-file .env.x --with pkg -m skyrl.train.entrypoints.main_base a.b=1
 """
 
 
@@ -40,5 +41,6 @@ def test_a_launcher_is_expanded_without_running_anything(tmp_path):
             ],
         ),
         ("recipe.thing.main", ["key=value"]),
+        ("skyrl.train.entrypoints.main_base", ["a.b=1"]),  # uv's own `-m`, after its options
     ]
     assert (tmp_path / "logs").is_dir()  # the launcher ran in its working directory

@@ -211,20 +211,25 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
     issues += _cross_field(cfg, core_groups, values)
 
     data = _merge(nest(values), core_groups)
-    arctic = None
+    arctic = provisional = None
     try:
-        arctic = ArcticRLConfig.from_dict(data)
+        arctic = provisional = ArcticRLConfig.from_dict(data)
     except ConfigError as error:
         issues += [_core_issue(issue, legacy_flat) for issue in error.issues]
-    if arctic is not None:
+        # the later checks still run, on the config without the refused settings (every problem at once)
+        provisional = _without(data, [issue.path for issue in error.issues])
+    if provisional is not None:
+        from adapter_skyrl.samples import reads_rollout_logprobs
+
         sampling = cfg.generator.sampling_params
         issues += truncated_sampling_issues(
-            arctic,
+            provisional,
             top_p=sampling.top_p,
             top_k=sampling.top_k,
             top_p_field="generator.sampling_params.top_p",
             top_k_field="generator.sampling_params.top_k",
             logprobs_mode_field="trainer.arctic_rl.vllm.logprobs_mode",
+            reads_rollout_logprobs=reads_rollout_logprobs(cfg),
         )
     if issues:
         arctic = None
@@ -313,6 +318,24 @@ def dapo_notices(cfg: SkyRLTrainConfig) -> list[str]:
             "trains no token (all-zero loss mask, as SkyRL's generator sets it)"
         )
     return notices
+
+
+def _without(data: Mapping[str, Any], paths: Sequence[str]) -> ArcticRLConfig | None:
+    """The core config of `data` with the settings at `paths` left at their defaults (None if it
+    still does not validate): what the checks after core validation look at when it failed."""
+    trimmed = copy.deepcopy(dict(data))
+    for path in paths:
+        node, *rest = path.split(".")
+        parent: Any = trimmed
+        for part in rest:
+            parent = parent.get(node) if isinstance(parent, dict) else None
+            node = part
+        if isinstance(parent, dict):
+            parent.pop(node, None)
+    try:
+        return ArcticRLConfig.from_dict(trimmed)
+    except ConfigError:
+        return None
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -435,6 +458,9 @@ def _cross_field(
         )
     found += fully_async_issues(cfg)
     found += dynamic_sampling_issues(cfg)
+    from adapter_skyrl.registries import environment_issues, estimator_issues
+
+    found += environment_issues(cfg) + estimator_issues(cfg)
     if algo.use_kl_loss and algo.kl_ctrl.type != "fixed":
         found.append(
             ConfigIssue(

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 CHECKPOINT_MARKER = (
     "arctic_checkpoint.json"  # in SkyRL's global_step_<n>/policy: names the backend's checkpoint
 )
+# in SkyRL's <export_path>/global_step_<n>/policy: names the folder of the Hugging Face weights
+HF_EXPORT_MARKER = "arctic_hf_export.json"
 _MODELS = ("policy", "ref")
 
 
@@ -420,11 +422,27 @@ class ArcticWorkerDispatch(WorkerDispatch):
             self.trace.record_event("load_checkpoint", path=marker["backend_path"], step=self.optimizer_steps)
 
     def save_hf_model(self, model: str, export_dir: str, tokenizer: Any) -> None:
-        raise NotImplementedError(
-            f"save_hf_model({model!r}, {export_dir!r}): the Arctic backend exports Hugging Face weights only "
-            "inside its checkpoints: set trainer.hf_save_interval=-1 and checkpoint.export_hf=true (each "
-            "trainer.ckpt_interval checkpoint then has an hf/ copy in its backend folder)"
+        """SkyRL's HF export (`trainer.hf_save_interval`, into `<export_path>/global_step_<n>/policy`).
+        The Arctic server writes Hugging Face weights only with a checkpoint
+        (`save_checkpoint(export_hf=True)`), so the export is a backend checkpoint of the current
+        step in `export_dir` (`checkpoint-<step>`, its `hf/` the weights, `save_pretrained`), and the
+        tokenizer beside it, as SkyRL saves it; `arctic_hf_export.json` names the weights' folder."""
+        self._check_model(model, ("policy",))
+        self._ensure_training()
+        start = time.perf_counter()
+        os.makedirs(export_dir, exist_ok=True)
+        saved = self._run(
+            self.backend.save_checkpoint(
+                os.path.abspath(export_dir), self.optimizer_steps, export_hf=True, save_total_limit=None
+            )
         )
+        with open(os.path.join(export_dir, HF_EXPORT_MARKER), "w", encoding="utf-8") as f:
+            json.dump({"hf_dir": os.path.join(str(saved), "hf"), "step": self.optimizer_steps}, f)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(export_dir)
+        if self.trace is not None:
+            self.trace.record_event("save_hf_model", path=str(saved), step=self.optimizer_steps)
+        self._timed("save_hf_model", start)
 
     def init_model(self, model: str, model_path: str, num_training_steps: int | None = None) -> None:
         raise NotImplementedError(

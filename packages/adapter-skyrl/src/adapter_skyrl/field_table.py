@@ -44,7 +44,6 @@ LOSS_REDUCTION_TO_AGG_MODE = {
 }
 SCHEDULERS = {"constant_with_warmup": "constant", "cosine": "cosine"}
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
-CRITIC_FREE_ESTIMATORS = ("grpo", "rloo", "reinforce++", "maxrl")
 ARCTIC_BACKEND = "@arctic.backend"  # pseudo field: the run's core `backend` group (kind defaulted)
 # SkyRL policy_loss_type -> a core loss family the server computes (arctic_rl_core.losses); SkyRL's
 # `regular` is PPO clip WITHOUT dual clip, `dual_clip` adds it.
@@ -349,8 +348,9 @@ ENTRIES = [
     Rejected("trainer.critic.model.path", "unset trainer.critic.model.path", why=_CRITIC),
     NotApplicable("trainer.critic_mini_batch_size", _CRITIC),
     # -- algorithm ---------------------------------------------------------------------------------
-    Rejected("trainer.algorithm.advantage_estimator", f"use one of {list(CRITIC_FREE_ESTIMATORS)}",
-             why="the Arctic backend trains no critic", accepts=lambda v: v in CRITIC_FREE_ESTIMATORS),
+    PassedThrough("trainer.algorithm.advantage_estimator",
+                  "SkyRL's trainer computes the advantages: any estimator in SkyRL's registry but a critic's "
+                  "(checked at dry run: adapter_skyrl.registries)"),
     PassedThrough("trainer.algorithm.kl_ctrl", "SkyRL's KL-in-reward controller (use_kl_in_reward)"),
     Mapped("trainer.algorithm.kl_estimator_type", "loss.kl_loss_type", _kl_type),
     Mapped("trainer.algorithm.use_kl_in_reward", "loss.use_kl_in_reward", bool,

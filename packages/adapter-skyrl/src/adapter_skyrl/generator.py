@@ -85,6 +85,7 @@ class ArcticGenerator(GeneratorInterface):
         chat_template_kwargs: Mapping[str, Any] | None = None,
         env_configs: Any = None,
         apply_overlong_filtering: bool = False,
+        max_turns: int = 1,
         call_timeout_s: float | None = None,
         expected_weights_version: Callable[[], int | None] | None = None,
         remember_inputs: bool = False,
@@ -100,6 +101,9 @@ class ArcticGenerator(GeneratorInterface):
         self.env_configs = env_configs
         # SkyRL's generator.apply_overlong_filtering (DAPO): a truncated response trains no token
         self.apply_overlong_filtering = apply_overlong_filtering
+        # SkyRL's generator.max_turns: SkyRLGymGenerator puts it in every environment's extras (an
+        # environment such as gsm8k_multi_turn sizes its per-turn format reward by it)
+        self.max_turns = max_turns
         self.call_timeout_s = call_timeout_s
         # The version the last weight sync produced (the dispatch's); rollouts must use exactly it.
         self.expected_weights_version = expected_weights_version
@@ -174,6 +178,7 @@ class ArcticGenerator(GeneratorInterface):
             input_batch["env_classes"],
             input_batch.get("env_extras") or [{}] * len(texts),
             env_configs=self.env_configs,
+            max_turns=self.max_turns,
         )
         score_s = time.perf_counter() - score_start
         errors = sum(1 for v in verdicts if v.get("scoring_error"))
@@ -249,13 +254,15 @@ def score_rollouts(
     env_classes: Sequence[str],
     env_extras: Sequence[Mapping[str, Any] | None],
     env_configs: Any = None,
+    max_turns: int = 1,
 ) -> tuple[list[float], list[dict[str, Any]]]:
     """Reward and verdict of each response. BIRD rows are scored together by the core batch
     scorer (each distinct query executed once, gold results cached); other rows, or BIRD rows
-    whose batch could not be scored, step their row's skyrl-gym environment (single turn)."""
+    whose batch could not be scored, step their row's skyrl-gym environment (single turn) with
+    `max_turns` in its extras, as SkyRL's generator builds them."""
     rewards: list[float | None] = [None] * len(texts)
     verdicts: list[dict[str, Any] | None] = [None] * len(texts)
-    extras = [dict(e or {}) for e in env_extras]
+    extras = [{**dict(e or {}), "max_turns": max_turns} for e in env_extras]
     bird_rows = [i for i, env_class in enumerate(env_classes) if env_class in BIRD_ENV_IDS]
     if bird_rows:
         try:

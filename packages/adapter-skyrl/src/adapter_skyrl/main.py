@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 USAGE = """\
 usage: python -m adapter_skyrl.main [--dry-run] [--help] <SkyRL overrides> [trainer.arctic_rl.<group>.<knob>=...]
@@ -54,46 +56,108 @@ def _count_rows(files: Sequence[str]) -> int | None:
     return total
 
 
+@dataclass
+class Checked:
+    """Every problem of a launcher's overrides in one round: SkyRL's parse (unknown keys named, the
+    rest still checked), the field table, the seed keys, core validation, SkyRL's registries and
+    SkyRL's own `validate_cfg`; the run's config, translation and notices."""
+
+    cfg: Any
+    translation: Any
+    issues: list[Any] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+
+
+def check(argv: Sequence[str], config_cls: type | None = None, *, read_data: bool = True) -> Checked:
+    """`read_data`: count the training rows for the LR horizon when the files are readable here (the
+    dry run); the run leaves that to SkyRL's trainer. Never needed to check the settings."""
+    from arctic_rl_core.config import ConfigError
+
+    from adapter_skyrl.cli_overrides import parse_overrides
+    from adapter_skyrl.config import translate
+
+    parsed = parse_overrides(argv, config_cls)
+    checked = Checked(parsed.cfg, None, list(parsed.issues), list(parsed.notices))
+    cfg = parsed.cfg
+    if cfg is None:
+        return checked
+    steps_per_epoch = None
+    if read_data:
+        rows = _count_rows(list(cfg.data.train_data))
+        if rows is not None:
+            steps_per_epoch = rows // cfg.trainer.train_batch_size
+        else:
+            checked.notices.append(
+                "data.train_data is not readable here: the LR horizon is counted from it at run time "
+                "(trainer.max_training_steps caps it)"
+            )
+    try:
+        result = translate(cfg, steps_per_epoch=steps_per_epoch)
+    except ConfigError as error:  # trainer.arctic_rl is not a mapping: nothing more can be read
+        checked.issues += error.issues
+        return checked
+    checked.translation = result
+    checked.issues += result.issues
+    checked.issues += _validate_cfg_issues(cfg, result.arctic, checked.issues)
+    checked.notices += result.notices
+    return checked
+
+
+# A refused SkyRL setting -> the value its fix names, on the copy SkyRL's own validate_cfg checks, so
+# that SkyRL names a further problem instead of the same one again.
+_AS_FIXED = {
+    "trainer.algorithm.advantage_estimator": "grpo",
+    "trainer.critic.model.path": None,
+    "trainer.algorithm.policy_loss_type": "regular",
+    "trainer.strategy": "fsdp",
+}
+
+
+def _validate_cfg_issues(cfg: Any, arctic: Any, reported: Sequence[Any]) -> list[Any]:
+    """SkyRL's own `validate_cfg` on the run's config with the refused settings as their fix names
+    them, unless its first failure names a setting already reported (the same problem, said once)."""
+    import copy
+
+    from adapter_skyrl.config import skyrl_validation_issues
+
+    paths = {part.split(" ", 1)[0] for issue in reported for part in issue.path.split(", ")}
+    view = copy.deepcopy(cfg)
+    for path, value in _AS_FIXED.items():
+        if path in paths:
+            parent_path, _, name = path.rpartition(".")
+            parent = view
+            for part in parent_path.split("."):
+                parent = getattr(parent, part)
+            setattr(parent, name, value)
+    if "trainer.algorithm.advantage_estimator" in paths:
+        view.trainer.critic.model.path = None
+    found = skyrl_validation_issues(view, arctic)
+    names = {path.rsplit(".", 1)[-1] for path in paths}
+    return [issue for issue in found if not any(name in issue.problem for name in names)]
+
+
 def dry_run(argv: Sequence[str], out=None, err=None, *, config_cls: type | None = None) -> int:
     """The dry run: 0 with the document and the settings table on `out`, 2 with every problem on `err`.
     `config_cls`: SkyRL's config class to parse with (default the adapter's; `adapter_skyrl.dapo` its DAPO one)."""
-    from arctic_rl_core.config import ConfigError
     from arctic_rl_core.config.settings_table import render_settings_table
     from arctic_rl_core.config.show import render_config_document
 
-    from adapter_skyrl.config import parse_cli_with_notices, skyrl_validation_issues, translate
     from adapter_skyrl.field_table import FRAMEWORK
 
     out = out or sys.stdout
     err = err or sys.stderr
-    try:
-        cfg, dropped = parse_cli_with_notices(argv, config_cls)
-    except (ValueError, TypeError) as error:  # SkyRL's strict parse (unknown key, bad type)
-        err.write(f"1 problem in the SkyRL overrides:\n  - {error}\n")
-        return 2
-    rows = _count_rows(list(cfg.data.train_data))
-    steps_per_epoch = rows // cfg.trainer.train_batch_size if rows is not None else None
-    try:
-        result = translate(cfg, steps_per_epoch=steps_per_epoch)
-    except ConfigError as error:
-        err.write(f"{error}\n")
-        return 2
-    issues = list(result.issues) + skyrl_validation_issues(cfg, result.arctic)
-    notices = [*dropped, *result.notices]
-    if rows is None:
-        notices.append(
-            "data.train_data is not readable here: the LR horizon uses trainer.max_training_steps only"
-        )
-    if issues or result.arctic is None:
-        count = len(issues)
+    checked = check(argv, config_cls)
+    arctic = checked.translation.arctic if checked.translation is not None else None
+    if checked.issues or arctic is None:
+        count = len(checked.issues)
         err.write(f"{count} problem{'s' if count != 1 else ''} in the SkyRL config for the Arctic path:\n")
-        err.writelines(f"  - {issue.render()}\n" for issue in issues)
-        err.writelines(f"  notice: {notice}\n" for notice in notices)
+        err.writelines(f"  - {issue.render()}\n" for issue in checked.issues)
+        err.writelines(f"  notice: {notice}\n" for notice in checked.notices)
         return 2
-    out.write(render_config_document(result.arctic))
+    out.write(render_config_document(arctic))
     out.write(
         render_settings_table(
-            result.arctic, framework=FRAMEWORK, not_applied=result.not_applied, notices=notices
+            arctic, framework=FRAMEWORK, not_applied=checked.translation.not_applied, notices=checked.notices
         )
     )
     return 0
@@ -114,17 +178,17 @@ def run_main(
     if "--dry-run" in args:
         raise SystemExit(dry_run([a for a in args if a not in FLAGS], config_cls=config_cls))
 
-    from adapter_skyrl.config import parse_cli_with_notices, skyrl_validation_issues, translate
+    from adapter_skyrl.config import UnsupportedSkyRLSettingError
     from adapter_skyrl.trainer import ArcticPPOExp
 
-    cfg, dropped = parse_cli_with_notices(args, config_cls)
-    for notice in dropped:
+    # Every problem SkyRL's settings, the seed keys, the registries and core validation can show
+    # without the data.
+    checked = check(args, config_cls, read_data=False)
+    for notice in checked.notices:
         print(f"notice: {notice}", file=sys.stderr)
-    # Every problem SkyRL's settings, the seed keys and core validation can show without the data.
-    result = translate(cfg, steps_per_epoch=None)
-    result.issues += skyrl_validation_issues(cfg, result.arctic)
-    result.raise_for_issues()
-    (exp_cls or ArcticPPOExp)(cfg).run()
+    if checked.issues or checked.translation is None or checked.translation.arctic is None:
+        raise UnsupportedSkyRLSettingError(checked.issues)
+    (exp_cls or ArcticPPOExp)(checked.cfg).run()
 
 
 def cli(entry: Callable[[], None]) -> None:

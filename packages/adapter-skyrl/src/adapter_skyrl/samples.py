@@ -99,6 +99,25 @@ def rollout_anchored(algorithm: Any) -> bool:
     return loss == "rollout_is" or (loss == "cispo" and algorithm.cispo.cispo_anchor == "rollout")
 
 
+def reads_rollout_logprobs(cfg: Any) -> bool:
+    """Whether SkyRL's settings build anything from the sampler's log-probs: a rollout-anchored loss,
+    the off-policy correction (or the deprecated use_tis), the fully asynchronous trainer. Otherwise
+    the old log-probs are the trainer's own forward and the rollout log-probs are never read."""
+    import copy
+
+    from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import off_policy_correction_enabled
+
+    algorithm = cfg.trainer.algorithm
+    opc = copy.copy(algorithm.off_policy_correction)
+    if opc.tis_ratio_type is None and algorithm.use_tis:
+        opc.tis_ratio_type = "token"
+    return (
+        rollout_anchored(algorithm)
+        or off_policy_correction_enabled(opc)
+        or bool(cfg.trainer.fully_async.enabled)
+    )
+
+
 def behaviour_logprobs(data: TrainingInputBatch, algorithm: Any) -> torch.Tensor:
     """The log-probs the server's loss takes as old: the trainer's forward (`action_log_probs`), or
     the sampler's (`rollout_logprobs`) for a rollout-anchored loss, as SkyRL's own loss reads them."""

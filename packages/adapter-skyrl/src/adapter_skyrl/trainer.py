@@ -152,8 +152,14 @@ class ArcticPPOTrainer(RayPPOTrainer):
         prompt_boundaries: list[tuple[int, int]] | None = None,
     ) -> TrainingInputBatch:
         """SkyRL's advantage batch normalisation (when enabled), but NOT its loss-reduction
-        pre-scaling: the Arctic server aggregates the loss itself (`loss.loss_agg_mode`, mapped
-        from `trainer.algorithm.loss_reduction`), so pre-scaled advantages would be reduced twice."""
+        pre-scaling where the Arctic server aggregates the loss itself (`loss.loss_agg_mode`, mapped
+        from `trainer.algorithm.loss_reduction`): pre-scaled advantages would be reduced twice. The
+        reductions that depend on SkyRL's own grouping of the rows (token_mean_legacy, prompt_mean)
+        keep SkyRL's scaling, computed by SkyRL, and the server sums them (`adapter_skyrl.loss_reductions`)."""
+        from adapter_skyrl.loss_reductions import keeps_skyrl_scaling
+
+        if keeps_skyrl_scaling(self.cfg.trainer.algorithm.loss_reduction):
+            return super()._normalize_advantages(data, mini_batch_boundaries, prompt_boundaries)
         if self.cfg.trainer.algorithm.advantage_batch_normalize:
             advantages, response_mask = data["advantages"], data["response_mask"]
             num_actions = response_mask.sum()
@@ -308,12 +314,14 @@ class ArcticPPOExp(BasePPOExp):
     def generator_options(self) -> dict[str, Any]:
         """What SkyRL's settings ask of the generator (every subclass of `ArcticGenerator` the
         experiment builds takes these): prompt format, chat template, environments, DAPO's overlong
-        filtering, and the asynchronous options."""
+        filtering, `generator.max_turns` (every environment gets it, as SkyRL's generator passes it),
+        and the asynchronous options."""
         return {
             "prompt_format": self.prompt_format,
             "chat_template_kwargs": self.cfg.generator.chat_template_kwargs,
             "env_configs": self.cfg.environment.skyrl_gym,
             "apply_overlong_filtering": bool(self.cfg.generator.apply_overlong_filtering),
+            "max_turns": int(self.cfg.generator.max_turns),
             **self.generator_async_options(),
         }
 

@@ -13,6 +13,12 @@ the processed ones are truncated), and the trainer's forward cannot be told the 
 combination is refused at dry run, naming both fixes: no truncation on the training rollouts
 (evaluation sampling may keep it), or sampling at temperature 1 with `raw_logprobs`, which is then
 exactly the trainer's full-vocabulary distribution whatever top-k/top-p keep.
+
+A run that builds no weight from the rollout log-probs (synchronous, the old log-probs from the
+trainer's own forward, no rollout correction) never reads them: its truncation is what the user chose
+to sample with, and is accepted. The adapter says whether the framework's settings read them
+(`reads_rollout_logprobs`); an asynchronous run (async.max_staleness > 0) and Cortex (old log-probs
+served by the sampler) always do.
 """
 
 from __future__ import annotations
@@ -35,10 +41,14 @@ def truncated_sampling_issues(
     top_p_field: str,
     top_k_field: str,
     logprobs_mode_field: str,
+    reads_rollout_logprobs: bool = True,
 ) -> list[ConfigIssue]:
     """The issue when the training rollouts' top-k/top-p make the reported log-probs disagree with the
-    trainer's (`*_field`: the framework's names of the settings, for the message)."""
+    trainer's and the run builds importance weights from them (`*_field`: the framework's names of
+    the settings, for the message; `reads_rollout_logprobs`: whether the framework's settings do)."""
     if not truncates(top_p, top_k) or logprobs_mode(cfg) != "processed_logprobs":
+        return []
+    if not (reads_rollout_logprobs or cfg.async_settings.max_staleness > 0 or cfg.backend.kind == "cortex"):
         return []
     given = [
         f"{field}={value}"

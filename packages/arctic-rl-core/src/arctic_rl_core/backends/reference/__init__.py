@@ -4,7 +4,8 @@ Public names are loaded on first use (this package imports no torch, transformer
 `ReferenceBackend`, `ReferenceEngineSettings`, `OptimizerSettings`, `ScheduleSettings`,
 `ReferenceModelConfig`, `build_tokenizer`, `build_model`, `load_tokenizer`, `save_model_dir`,
 `launch_reference_actor`, `RayReferenceHandle`, `ReferenceServer`, `REFERENCE_MODEL_NAME`,
-`PayloadError`, `BackendStateError`. The loss math is in `arctic_rl_core.backends.reference.loss`.
+`PayloadError`, `BackendStateError`, `create_reference_backend` and `DeepSpeedReferenceBackend` (the
+`trainer="deepspeed"` engine: arctic-platform 0.1.4's own server code and DeepSpeedWorkers on CPU). The loss math is in `arctic_rl_core.backends.reference.loss`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ _EXPORTS: dict[str, str] = {
     "REFERENCE_MODEL_NAME": "http_server",
     "PayloadError": "validation",
     "BackendStateError": "sleep_state",
+    "DeepSpeedTrainerSettings": "settings",
+    "create_reference_backend": "deepspeed_backend",
+    "DeepSpeedReferenceBackend": "deepspeed_backend",
 }
 
 __all__ = sorted(_EXPORTS)

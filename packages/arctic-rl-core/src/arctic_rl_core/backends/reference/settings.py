@@ -74,6 +74,32 @@ class ScheduleSettings(BaseModel):
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * decay
 
 
+class DeepSpeedTrainerSettings(BaseModel):
+    """The jobs of the `deepspeed` trainer (arctic-platform 0.1.4's own server code and DeepSpeedWorker on
+    CPU, `deepspeed_backend`) when the engine starts them itself. Behind `arctic-rl serve --reference
+    --trainer deepspeed`, the client's `/initialize` bodies configure the jobs instead."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    zero_stage: Literal[0, 1, 2, 3] = Field(
+        default=2,
+        description="ZeRO stage of the training job (0.1.4 fails on 0 with bf16 and fp32 accumulation).",
+    )
+    log_prob_zero_stage: Literal[0, 1, 2, 3] | None = Field(
+        default=None,
+        description="ZeRO stage of the log-prob (reference) job; None = zero_stage, as arctic-rl's client config "
+        "sends. The 0.1.4 log-prob job has no optimizer, which DeepSpeed refuses on stages 1 and 2.",
+    )
+    offload_optimizer: bool = Field(
+        default=False, description="ZeRO offload_optimizer to the CPU (stage >= 2)."
+    )
+    attn_implementation: Literal["sdpa", "eager"] = Field(
+        default="sdpa", description="The worker's attention (flash-attention does not run on a CPU)."
+    )
+    gradient_checkpointing: bool = Field(default=True, description="The worker's activation checkpointing.")
+    autocast: bool = Field(default=False, description="DeepSpeed torch_autocast (bf16) of the forward.")
+
+
 class ReferenceEngineSettings(BaseModel):
     """Everything the reference engine needs. `dp_size` and `grad_accum_steps` simulate the
     server's DeepSpeed topology: payload rows are split across `dp_size` simulated ranks, then
@@ -126,6 +152,15 @@ class ReferenceEngineSettings(BaseModel):
         "model's logits; processed = of the temperature-scaled, top-k/top-p-masked logits (the trainer's "
         "apply_temperature distribution).",
     )
+    trainer: Literal["torch", "deepspeed"] = Field(
+        default="torch",
+        description="Who trains: 'torch' (this engine's own trainer: forward, loss, AdamW in torch) or 'deepspeed' "
+        "(arctic-platform 0.1.4's own server code and DeepSpeedWorkers, on CPU, in their own processes; the "
+        "sampler stays this engine's and receives the workers' weights at every sync).",
+    )
+    deepspeed: DeepSpeedTrainerSettings = Field(
+        default_factory=DeepSpeedTrainerSettings, description="The deepspeed trainer's own jobs."
+    )
     num_threads: int | None = Field(
         default=1,
         ge=1,
@@ -139,6 +174,22 @@ class ReferenceEngineSettings(BaseModel):
         "asynchronous GRPO on CPU, where generation overlaps training and two threads would share one GIL; "
         "needs num_threads and device 'cpu'.",
     )
+
+    @model_validator(mode="after")
+    def _check_trainer(self) -> ReferenceEngineSettings:
+        if self.trainer != "deepspeed":
+            return self
+        if self.peft is not None:
+            raise ValueError(
+                "trainer='deepspeed' with peft: arctic-platform 0.1.4's DeepSpeedWorker trains full weights; "
+                "use trainer='torch' for LoRA"
+            )
+        if self.model.device != "cpu":
+            raise ValueError(
+                f"trainer='deepspeed' with model.device={self.model.device!r}: the DeepSpeed workers run on the "
+                "CPU here (a GPU runs the real Arctic server); use device='cpu'"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_sampler_process(self) -> ReferenceEngineSettings:
