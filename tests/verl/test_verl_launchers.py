@@ -1,0 +1,74 @@
+"""Every recorded GRPO-family example launcher of verl (tests/verl/launchers/recorded.json: the Hydra
+overrides each script passes, expanded by its own bash) through `python -m adapter_verl.main --dry-run`'s
+check, with only the entry point switched, as a new user would run it: each must end as
+tests/verl/launchers/expected.yaml says, a pass or a refusal of exactly the fields listed there (each
+one something the Arctic stack cannot do, of a kind the README lists with its reason). In process, no
+Ray: about 1 s of CPU per launcher (Hydra composes each twice: once for the FSDP stand-in's field list,
+cached, and once for the launcher). The README's figure is the one computed here."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+HERE = Path(__file__).resolve().parent / "launchers"
+README = Path(__file__).resolve().parents[2] / "README.md"
+RECORDED = json.loads((HERE / "recorded.json").read_text())
+EXPECTED = yaml.safe_load((HERE / "expected.yaml").read_text())
+LAUNCHERS = sorted(k for k, v in RECORDED["launchers"].items() if v.get("entry"))
+_FIELD = re.compile(r"^[\w.@-]+")
+
+
+def argv_of(key: str, home: Path) -> list[str]:
+    return [a.replace("$HOME", str(home)).replace("$REPO", str(home / "repo")) for a in RECORDED["launchers"][key]["overrides"]]
+
+
+@lru_cache(maxsize=None)
+def outcome(key: str, home: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the fields of the problems, the problems) `--dry-run` reports for launcher `key`."""
+    from adapter_verl.main import check
+
+    result = check(argv_of(key, Path(home)))
+    fields = tuple(sorted({_FIELD.match(p).group(0) for p in result.problems}))
+    return fields, tuple(result.problems)
+
+
+def expected_fields(key: str) -> tuple[str, ...]:
+    spec = EXPECTED["launchers"][key]
+    return () if spec == "pass" else tuple(sorted(spec))
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("home"))
+
+
+def test_every_recorded_launcher_has_an_expected_outcome_of_a_listed_kind():
+    assert set(LAUNCHERS) == set(EXPECTED["launchers"])
+    kinds = set(EXPECTED["kinds"])
+    for key, spec in EXPECTED["launchers"].items():
+        assert spec == "pass" or (isinstance(spec, dict) and set(spec.values()) <= kinds), (key, spec)
+
+
+@pytest.mark.parametrize("key", LAUNCHERS)
+def test_the_launcher_ends_as_it_should(key, home, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing is downloaded by a dry run
+    fields, problems = outcome(key, home)
+    assert fields == expected_fields(key), "\n".join(problems)
+    for problem in problems:  # field=value / field = value, why, and the fix
+        assert "Fix:" in problem or ": set" in problem or ": remove" in problem, problem
+
+
+def test_the_readme_states_the_figure(home, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    correct = sum(outcome(key, home)[0] == expected_fields(key) for key in LAUNCHERS)
+    passes = sum(EXPECTED["launchers"][key] == "pass" for key in LAUNCHERS)
+    assert correct / len(LAUNCHERS) >= 0.9
+    text = README.read_text()
+    assert f"{correct} of the {len(LAUNCHERS)} recorded launchers end as they should" in text
+    assert f"{passes} pass" in text
