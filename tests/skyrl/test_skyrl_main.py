@@ -116,3 +116,43 @@ def test_skyrl_launcher_runs_a_grpo_step_through_us(tmp_path, bird_jsonl):
     ops = [json.loads(line)["op"] for line in trace.read_text().splitlines()]
     assert ops.count("forward_backward") == 1 and ops.count("step") == 1 and "forward_ref" in ops
     assert (tmp_path / "ckpt" / "global_step_1" / "policy" / "arctic_checkpoint.json").is_file()
+
+
+# -- issue 32: override values SkyRL's parser reads wrongly or cannot read -------------------------
+
+
+def test_dry_run_names_each_value_skyrl_would_misread_never_a_traceback():
+    """Before: `weight_decay=1:2:3` became 3723 and `trainer.epochs=two` the text "two" without a word.
+    Now each is one problem naming the key and the fix, with the rest of the run's."""
+    import io
+
+    from adapter_skyrl.main import dry_run
+
+    out, err = io.StringIO(), io.StringIO()
+    code = dry_run(
+        [
+            *GOOD,
+            "trainer.logger=console",
+            "trainer.policy.optimizer_config.weight_decay=1:2:3",
+            "trainer.epochs=two",
+            "trainer.seed=7",
+        ],
+        out,
+        err,
+    )
+    assert code == 2 and out.getvalue() == ""
+    text = err.getvalue()
+    assert text.startswith("2 problems in the SkyRL config") and "Traceback" not in text, text
+    assert 'weight_decay = "1:2:3": YAML 1.1 reads 1:2:3 as the base-60 (sexagesimal) number 3723' in text
+    assert 'trainer.epochs = "two": must be a number (its default is 1). Fix: give a number' in text
+
+
+def test_a_misread_value_stops_the_run_with_the_message():
+    proc = subprocess.run(
+        [sys.executable, "-m", "adapter_skyrl.main", *GOOD, "trainer.logger=console", "trainer.epochs=two"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert 'trainer.epochs = "two": must be a number' in proc.stderr

@@ -381,9 +381,31 @@ def test_keys_verl_has_no_field_for_get_did_you_mean_and_the_rest_is_still_check
     assert any("not divisible by placement.sampling_tensor_parallel_size=3" in p for p in problems[3:])
 
 
-def test_a_bare_dry_run_lists_problems_without_a_traceback(capsys, monkeypatch):
+# -- issue 32: messages, never a traceback ------------------------------------------------------
+
+
+def test_a_bare_dry_run_lists_what_verl_needs_set(capsys, monkeypatch):
+    """Before: verl's config class raised inside Hydra's instantiate (a 60-line traceback). verl's default
+    estimator is GAE: the critic is refused first, and verl's own check (which would load the critic's
+    tokenizer, a download) does not run; the rest is still listed."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     code, out, err = dry_run(capsys)
     assert code == 2 and out == "" and "Traceback" not in err
-    # verl's default estimator is GAE: the critic, refused before verl's own check
     assert problems_of(err)[0].startswith("algorithm.adv_estimator=gae: GAE needs a critic")
+    assert "ppo_micro_batch_size_per_gpu" in err
+
+
+def test_values_of_the_wrong_type_are_named_before_anything_reads_them(capsys, tmp_path):
+    """Before: `optim.weight_decay=1:2:3` and `trainer.n_gpus_per_node=two` were kept as text by Hydra
+    and failed in the first int()/float() (a traceback)."""
+    code, out, err = dry_run(
+        capsys,
+        *STOCK_QWEN2_7B,
+        f"trainer.default_local_dir={tmp_path}/ckpt",
+        "actor_rollout_ref.actor.optim.weight_decay=1:2:3",
+        "trainer.n_gpus_per_node=two",
+    )
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert "2 problems in the settings" in err
+    assert "actor_rollout_ref.actor.optim.weight_decay=1:2:3: YAML 1.1 reads 1:2:3 as the base-60" in err
+    assert "trainer.n_gpus_per_node=two: must be a number (its default is 8)" in err

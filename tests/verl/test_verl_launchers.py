@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -25,10 +25,13 @@ _FIELD = re.compile(r"^[\w.@-]+")
 
 
 def argv_of(key: str, home: Path) -> list[str]:
-    return [a.replace("$HOME", str(home)).replace("$REPO", str(home / "repo")) for a in RECORDED["launchers"][key]["overrides"]]
+    return [
+        a.replace("$HOME", str(home)).replace("$REPO", str(home / "repo"))
+        for a in RECORDED["launchers"][key]["overrides"]
+    ]
 
 
-@lru_cache(maxsize=None)
+@cache
 def outcome(key: str, home: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(the fields of the problems, the problems) `--dry-run` reports for launcher `key`."""
     from adapter_verl.main import check

@@ -159,3 +159,59 @@ def test_a_bad_override_and_the_schema_errors_are_listed_together() -> None:
     paths = [where for where, _ in issues]
     assert paths[:2] == ["override", "placement.colocate"]  # the two overrides that cannot apply
     assert "batch.nope" in paths and "optimizer.lr" in paths  # and what the schema says of the rest
+
+
+# -- issue 32: values YAML would silently change ------------------------------------------------
+
+SURPRISES = """\
+vllm:
+  engine_args:
+    when: 2024-01-01
+    stamp: 2024-01-01T10:00:00Z
+    blob: !!binary aGVsbG8=
+    things: !!set {a, b}
+    bad_day: 2024-02-30
+    kept: '2024-01-01'
+optimizer:
+  weight_decay: 1:2:3
+"""
+
+
+def test_dates_binary_sets_and_base_60_numbers_are_refused_naming_each_field(tmp_path: Path) -> None:
+    """Before: dates and timestamps became date objects (then text in another spelling), `!!binary`
+    bytes, `!!set` an unordered list, `1:2:3` the number 3723, and `2024-02-30` a traceback."""
+    issues = _issues(_write(tmp_path, "c.yaml", SURPRISES))
+    assert [where for where, _ in issues] == [
+        "vllm.engine_args.when",
+        "vllm.engine_args.stamp",
+        "vllm.engine_args.blob",
+        "vllm.engine_args.things",
+        "vllm.engine_args.bad_day",
+        "optimizer.weight_decay",
+    ]
+    messages = dict(issues)
+    assert "YAML date/timestamp" in messages["vllm.engine_args.when"]
+    assert "line 4" in messages["vllm.engine_args.stamp"]
+    assert "!!binary" in messages["vllm.engine_args.blob"] and "!!set" in messages["vllm.engine_args.things"]
+    assert "base-60 (sexagesimal) number 3723" in messages["optimizer.weight_decay"]
+    assert all("Fix: " in message for message in messages.values())
+
+
+def test_quoted_dates_stay_exactly_as_written(tmp_path: Path) -> None:
+    path = _write(tmp_path, "c.yaml", "vllm:\n  engine_args:\n    kept: '2024-01-01T10:00:00Z'\n")
+    assert load_config(path).vllm.engine_args["kept"] == "2024-01-01T10:00:00Z"
+
+
+def test_a_date_key_and_base_60_overrides_are_refused(tmp_path: Path) -> None:
+    issues = _issues(_write(tmp_path, "c.yaml", "vllm:\n  engine_args:\n    2024-01-01: x\n"))
+    assert [where for where, _ in issues] == ["vllm.engine_args.2024-01-01"]
+    assert "the key is a YAML date" in issues[0][1]
+    issues = _issues(None, ["optimizer.weight_decay=1:2:3", "++vllm.engine_args={a: 2024-01-01}"])
+    assert [where for where, _ in issues] == ["optimizer.weight_decay", "vllm.engine_args.a"]
+
+
+def test_config_validate_on_an_impossible_date_is_a_message_not_a_traceback(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, "c.yaml", "vllm:\n  engine_args:\n    when: 2024-02-30\n")
+    assert main(["config", "validate", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "vllm.engine_args.when" in err and "quote it" in err

@@ -23,7 +23,11 @@ def test_the_hub_cache_is_read_without_a_download(tmp_path, monkeypatch):
     (snapshot / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     found = model_type_of("Org/Some-Model")
-    assert (found.model_type, found.has_vision, found.source) == ("qwen2_5_vl", True, f"config.json at {snapshot}")
+    assert (found.model_type, found.has_vision, found.source) == (
+        "qwen2_5_vl",
+        True,
+        f"config.json at {snapshot}",
+    )
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,9 @@ def test_the_whole_group_fits_and_nothing_changes():
 def test_zorro_groups_shrink_to_the_token_budget_and_the_micro_batch_follows_it():
     """verl's dapo launcher: 16 rollouts of <= 8192 tokens, a 20480-token budget: prompt + 2 responses
     (18432) fit, prompt + 4 (34816) do not; micro-batches from the budget: one group of 2."""
-    cfg, notices = fitted(shape(max_token_len_per_gpu=20480), model_type="qwen3", micro_from_token_budget=True)
+    cfg, notices = fitted(
+        shape(max_token_len_per_gpu=20480), model_type="qwen3", micro_from_token_budget=True
+    )
     assert (cfg.zorro.enable, cfg.zorro.max_rollouts, cfg.batch.micro_batch_size_per_gpu) == (True, 2, 2)
     assert cfg.zorro.load_balancer is True
     assert "ZoRRo packs groups of 2 of each prompt's 16 rollouts" in notices[0]

@@ -29,7 +29,7 @@ def small_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def executor():
-    with SQLExecutor(ExecutorSettings(num_workers=1, timeout_s=5, max_result_mb=8)) as shared:
+    with SQLExecutor(ExecutorSettings(num_workers=1, timeout_s=60, max_result_mb=8)) as shared:
         yield shared
 
 
@@ -53,6 +53,38 @@ def test_many_rows_that_add_up_are_refused_too(executor, small_db) -> None:
     assert result.error_kind == "result_too_large" and "(3 row(s) fetched)" in result.error_message
     # under the cap: an ordinary result is untouched
     assert executor.execute(small_db, "SELECT a, b FROM t").rows == frozenset({(1, "x"), (2, "y")})
+
+
+def _worker_peak_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmHWM for worker {pid}")
+
+
+def test_the_memory_cap_holds_for_the_whole_worker_process(small_db) -> None:
+    """`max_memory_mb` caps the worker process, not only SQLite's heap: a blob under the SQLite cap
+    used to be copied into a Python bytes object as well (a 1 GiB cap reached 1.77 GB with
+    `zeroblob(900000000)`; here a 128 MiB cap reached ~200 MB). Now the query fails as
+    `resource_limit` and the worker's peak stays under the cap, and it serves the next query."""
+    cap_mb = 128
+    settings = ExecutorSettings(
+        num_workers=1, max_memory_mb=cap_mb, max_result_mb=4096, kept_connections=1, page_cache_mb=1
+    )
+    with SQLExecutor(settings) as pool:
+        assert pool.execute(small_db, "SELECT 1").ok  # the worker is up
+        (pid,) = pool.worker_pids()
+        result = pool.execute(small_db, "SELECT zeroblob(100000000)")
+        assert (result.ok, result.error_kind) == (False, "resource_limit"), result
+        assert _worker_peak_mb(pid) < cap_mb
+        assert pool.worker_pids() == [pid]  # the same worker, still serving
+        assert pool.execute(small_db, "SELECT a FROM t").rows == frozenset({(1,), (2,)})
+
+
+def test_a_memory_cap_below_what_the_worker_needs_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"max_memory_mb=32: 0 \(no cap\) or at least 64"):
+        ExecutorSettings(max_memory_mb=32, kept_connections=0)
+    assert ExecutorSettings(max_memory_mb=0).max_memory_mb == 0
 
 
 def test_the_default_cap_is_set_and_bounded() -> None:

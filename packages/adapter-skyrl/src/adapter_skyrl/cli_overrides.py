@@ -335,6 +335,11 @@ def parse_overrides(argv: Sequence[str], config_cls: type | None = None) -> Pars
             problem = str(error).splitlines()[0]
             issues.append(ConfigIssue(key, value, f"not a value SkyRL's parser (YAML) can read: {problem}",
                                       "quote it as a YAML string"))  # fmt: skip
+    for arg in list(args):  # a value of another type than the field's (SkyRL keeps `two` as text), or base 60
+        issue = mistyped(arg, skyrl_defaults(cls))
+        if issue is not None:
+            args.remove(arg)
+            issues.append(issue)
     try:
         cfg = cls.from_cli_overrides(args)
     except (ValueError, TypeError, OmegaConfBaseException) as error:  # SkyRL refuses a value: its message
@@ -343,3 +348,20 @@ def parse_overrides(argv: Sequence[str], config_cls: type | None = None) -> Pars
             ConfigIssue("SkyRL's parse", type(error).__name__, str(error), "change the override it names")
         ]
     return ParsedOverrides(cfg, [*notices, *read.notices], issues)
+
+
+def mistyped(arg: str, defaults: Any) -> ConfigIssue | None:
+    """The problem of a `key=value` override whose value, as SkyRL's parser (OmegaConf, YAML 1.1) reads
+    it, has another type than SkyRL's default for the field (`trainer.epochs=two` stays the text "two"),
+    or is written in base 60 (`weight_decay=1:2:3` is read as 3723); None when it is fine."""
+    from arctic_rl_core.config.override_values import value_problem
+    from omegaconf import OmegaConf
+
+    key, _, text = arg.partition("=")
+    node = defaults
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(node) or part not in {f.name for f in dataclasses.fields(node)}:
+            return None  # a mapping's key or a path SkyRL reports itself
+        node = getattr(node, part)
+    problem = value_problem(text, OmegaConf.select(OmegaConf.from_cli([arg]), key), node)
+    return None if problem is None else ConfigIssue(key, text, *problem)

@@ -311,9 +311,36 @@ def unknown_key_problem(override: str, existing: Any, *, config_class: bool = Fa
     return f"{key}={value}: {where}. Fix: {suggest_key_among(sorted(known), group, name)}"
 
 
+def override_type_problems(overrides: Sequence[str]) -> list[str]:
+    """Each `key=value` override whose value, as Hydra parses it, does not have the type of verl's
+    default for that key (Hydra keeps `two` and `1:2:3` as text where verl wants a number: a
+    traceback later)."""
+    from arctic_rl_core.config.override_values import value_problem
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from adapter_verl.config import default_leaves
+
+    defaults = default_leaves()
+    parser = OverridesParser.create()
+    problems = []
+    for override in overrides:
+        key, sep, text = override.lstrip("+").partition("=")
+        if not sep or override.startswith("~") or key not in defaults or text.lstrip().startswith("${"):
+            continue
+        try:
+            value = parser.parse_override(override).value()
+        except HydraException:  # composing reports it
+            continue
+        problem = value_problem(text, value, defaults[key])
+        if problem is not None:
+            problems.append(f"{key}={text}: {problem[0]}; {problem[1]}")
+    return problems
+
+
 def verl_validation_problems(config) -> list[str]:
     """verl's own startup check (`verl.utils.config.validate_config`, as `main_ppo` runs it)."""
-    from hydra.errors import InstantiationException
+    from hydra.errors import HydraException
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
@@ -324,10 +351,20 @@ def verl_validation_problems(config) -> list[str]:
             )
     except (AssertionError, ValueError, TypeError, KeyError) as error:
         return [f"verl's own check: {error}"]
-    except InstantiationException as error:  # a verl config class refused its fields
-        cause = error.__cause__ or error
-        return [f"verl's own check: {cause}".replace("\n", " ")]
+    except HydraException as error:  # a config class of verl's refused its fields (InstantiationException)
+        return [f"verl's own check: {instantiation_cause(error)}"]
     return []
+
+
+def instantiation_cause(error: BaseException) -> str:
+    """What a Hydra instantiation failure says, without Hydra's wrapping: the innermost cause's
+    message and the config key (`full_key`) it was building."""
+    cause = error
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    key = re.search(r"full_key: (\S+)", str(error))
+    where = f" (building {key.group(1)})" if key else ""
+    return f"{cause}{where}".replace("\n", " ")
 
 
 @dataclass
@@ -375,6 +412,9 @@ def check(argv: Sequence[str]) -> Check:
     problems.extend(composition_problems)
     if config is None:
         return Check(prepared, None, None, problems, notices, engine.selection)
+    typed = override_type_problems(prepared.overrides)
+    if typed:  # the checks below would read these values as numbers
+        return Check(prepared, None, None, problems + typed, notices, engine.selection)
     refused = unsupported.refusals(config, engine.overrides)
     problems.extend(refused.problems)
     estimator = unsupported.estimator_problem(config)

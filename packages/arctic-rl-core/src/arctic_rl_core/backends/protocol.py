@@ -12,6 +12,7 @@ No torch import at module level: tensors appear only in type hints.
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -41,8 +42,8 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.max_tokens <= 0:
             raise ValueError(f"SamplingParams.max_tokens={self.max_tokens}: must be > 0")
-        if self.temperature < 0:
-            raise ValueError(f"SamplingParams.temperature={self.temperature}: must be >= 0")
+        if not self.temperature >= 0 or math.isinf(self.temperature):  # NaN fails every comparison
+            raise ValueError(f"SamplingParams.temperature={self.temperature}: must be a finite number >= 0")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"SamplingParams.top_p={self.top_p}: must be in (0, 1]")
         if self.top_k == 0 or self.top_k < -1:

@@ -8,8 +8,10 @@ scalars and flow collections: `1e-6`, `true`, `null`, `[0.9,0.95]`, `{cudagraph_
 Hostile input is a message, never a traceback or a stall: a file over `MAX_FILE_BYTES` or an
 override over `MAX_OVERRIDE_CHARS` is refused unread, a file that is not UTF-8 or nests too deep to
 parse is reported as such, a key written twice in one YAML mapping is an error (YAML would keep the
-last one silently; `<<:` merges still override), and the data's own bounds (aliases, cycles,
-non-finite numbers) are `input_bounds`'.
+last one silently; `<<:` merges still override), so is a value YAML would silently change: a date
+or timestamp (`2024-01-01`: quote it), `!!binary`, `!!set`, `!!omap`, `!!pairs`, and a YAML 1.1
+base-60 number (`1:2:3` is 3723), each naming its field; and the data's own bounds (aliases,
+cycles, non-finite numbers) are `input_bounds`'.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import yaml
 
 from arctic_rl_core.config.errors import ConfigError, ConfigIssue
 from arctic_rl_core.config.input_bounds import MAX_FILE_BYTES, MAX_OVERRIDE_CHARS
+from arctic_rl_core.config.override_values import base_60_value
 from arctic_rl_core.config.schema import ArcticRLConfig
 
 
@@ -46,16 +49,68 @@ class DuplicateKeyError(ValueError):
         self.path, self.first_line, self.second_line = path, first_line, second_line
 
 
-def _check_duplicate_keys(root: yaml.Node | None) -> None:
-    """Raise DuplicateKeyError for a key written twice in one mapping (each node visited once,
-    so aliases are not expanded)."""
+class SurprisingYamlValue(ValueError):
+    """Values YAML would turn into something other than what was written (module doc): one
+    `Surprise` each."""
+
+    def __init__(self, surprises: list[Surprise]) -> None:
+        super().__init__("; ".join(f"{s.path or '(top level)'} = {s.text!r}: {s.problem}" for s in surprises))
+        self.surprises = surprises
+
+
+@dataclass(frozen=True)
+class Surprise:
+    path: str
+    line: int
+    text: str
+    problem: str
+    fix: str
+
+
+_YAML = "tag:yaml.org,2002:"
+_TYPED_TAGS = {
+    f"{_YAML}timestamp": "a YAML date/timestamp (it would become a date object, then text in another spelling)",
+    f"{_YAML}binary": "a YAML !!binary value (it would become bytes)",
+    f"{_YAML}set": "a YAML !!set (it would become an unordered set)",
+    f"{_YAML}omap": "a YAML !!omap",
+    f"{_YAML}pairs": "a YAML !!pairs",
+}
+
+
+def surprising_scalar(node: yaml.Node) -> tuple[str, str] | None:
+    """(problem, fix) when YAML would not keep the value of `node` as written: a date or timestamp,
+    the tags !!binary / !!set / !!omap / !!pairs, or a YAML 1.1 base-60 number; None otherwise."""
+    if node.tag in _TYPED_TAGS:
+        return (
+            f"is {_TYPED_TAGS[node.tag]}; no setting takes one",
+            "quote it to keep the text as written, or write the value the setting takes",
+        )
+    base_60 = node.tag in (f"{_YAML}int", f"{_YAML}float") and isinstance(node, yaml.ScalarNode)
+    sixty = base_60_value(node.value) if base_60 else None
+    if sixty is not None:
+        return (
+            f"is read by YAML 1.1 as the base-60 (sexagesimal) number {sixty:g}",
+            "write the number you mean (e.g. 0.01), or quote the text",
+        )
+    return None
+
+
+def _check_nodes(root: yaml.Node | None) -> None:
+    """Raise DuplicateKeyError for a key written twice in one mapping, then SurprisingYamlValue
+    with every value (or key) YAML would change (`surprising_scalar`). Each node is visited once,
+    so aliases are not expanded."""
     seen: set[int] = set()
+    surprises: list[Surprise] = []
     pending: list[tuple[yaml.Node, str]] = [] if root is None else [(root, "")]
     while pending:
         node, path = pending.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
+        surprise = surprising_scalar(node)
+        if surprise is not None:
+            text = node.value if isinstance(node, yaml.ScalarNode) else "!!" + node.tag.rsplit(":", 1)[-1]
+            surprises.append(Surprise(path, node.start_mark.line + 1, text, *surprise))
         if isinstance(node, yaml.MappingNode):
             lines: dict[str, int] = {}
             for key_node, value_node in node.value:
@@ -65,19 +120,24 @@ def _check_duplicate_keys(root: yaml.Node | None) -> None:
                 key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "(complex key)"
                 child = f"{path}.{key}" if path else key
                 line = key_node.start_mark.line + 1
+                surprise = surprising_scalar(key_node)
+                if surprise is not None:
+                    surprises.append(Surprise(child, line, key, "the key " + surprise[0], surprise[1]))
                 if key in lines:
                     raise DuplicateKeyError(child, lines[key], line)
                 lines[key] = line
                 pending.append((value_node, child))
         elif isinstance(node, yaml.SequenceNode):
             pending.extend((item, f"{path}[{index}]") for index, item in enumerate(node.value))
+    if surprises:
+        raise SurprisingYamlValue(sorted(surprises, key=lambda s: s.line))
 
 
 def parse_yaml(text: str) -> Any:
     loader = _YamlLoader(text)  # a SafeLoader subclass: no arbitrary objects
     try:
         node = loader.get_single_node()
-        _check_duplicate_keys(node)
+        _check_nodes(node)
         return None if node is None else loader.construct_document(node)
     finally:
         loader.dispose()
@@ -142,9 +202,20 @@ def read_file(path: str | Path) -> dict[str, Any]:
                 )
             ]
         ) from None
+    except SurprisingYamlValue as error:
+        raise ConfigError(
+            [
+                ConfigIssue(x.path or "file", f"{x.text} (line {x.line} of {file})", x.problem, x.fix)
+                for x in error.surprises
+            ]
+        ) from None
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(
             [ConfigIssue("file", str(file), f"cannot be parsed: {error}", "fix the file's syntax")]
+        ) from None
+    except ValueError as error:  # a value YAML recognised but cannot build (a 30th of February)
+        raise ConfigError(
+            [ConfigIssue("file", str(file), f"cannot be read: {error}", "fix the value, or quote it")]
         ) from None
     except RecursionError:
         raise _too_deep("file", str(file)) from None
@@ -232,6 +303,14 @@ def _parse_value(raw: str, text: str) -> Any:
     except DuplicateKeyError as error:
         raise ConfigError(
             [ConfigIssue("override", text, f"writes the key {error.path!r} twice", "keep one of them")]
+        ) from None
+    except SurprisingYamlValue as error:
+        key = text.split("=", 1)[0].lstrip("+")
+        raise ConfigError(
+            [
+                ConfigIssue(f"{key}.{x.path}" if x.path else key, x.text, x.problem, x.fix)
+                for x in error.surprises
+            ]
         ) from None
     except yaml.YAMLError as error:
         problem = str(error).splitlines()[0]

@@ -13,14 +13,31 @@ idempotency key of a data-plane call (SnowAPI's rules, `DSS-Server-API-Specifica
 
 The store keeps the chunks of open groups and, of completed groups, the per-chunk digests and the
 execution handle (the newest `max_completed` groups per job).
+
+Bounds, checked on each chunk before its payload is stored (a hostile or broken client cannot make
+the emulator hang or grow): the declared frame size is at most `max_frame_bytes`, the declared chunk
+count at most `MAX_CHUNKS` and at most the frame size (a chunk carries at least one byte), a chunk's
+payload never takes the group past its declared frame size, and a job's open groups hold at most
+`max_open_bytes` (a new group past it is answered 429: retry once others complete or expire). An
+open group untouched for `idle_expiry_s` is dropped (abandoned uploads are freed), and `clear()`
+frees everything (a cancelled job).
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+MAX_CHUNKS = 4096
+"""Most chunks one group may declare (0.1.4 splits at 60 MiB: 4096 chunks are 240 GiB)."""
+MAX_FRAME_BYTES = 1 << 30
+"""Default for the largest frame a group may declare (the on-prem reference server's body limit)."""
+IDLE_EXPIRY_S = 600.0
+"""Default for how long an open group may wait for its next chunk before it is dropped."""
 
 RESTART_REQUIRED = "chunk_group_restart_required"
 CONFLICT = "chunk_group_conflict"
@@ -41,7 +58,12 @@ class ChunkGroupError(Exception):
 
 
 class ChunkFrameError(ValueError):
-    """A body that is not a well-formed DSSST1 request chunk (answered 400)."""
+    """A body that is not a well-formed DSSST1 request chunk, or that declares more than the bounds
+    allow (answered 400)."""
+
+
+class ChunkStoreFull(Exception):
+    """A new group while the job's open groups already hold `max_open_bytes` (answered 429)."""
 
 
 @dataclass
@@ -54,6 +76,8 @@ class _Group:
     payloads: dict[int, bytes] = field(default_factory=dict)
     digests: dict[int, str] = field(default_factory=dict)
     execution: Any = None  # set by the caller once the complete frame was handed over
+    touched: float = 0.0  # the clock's time of the group's last chunk
+    held: int = 0  # payload bytes stored (until the frame is reassembled)
 
     @property
     def complete(self) -> bool:
@@ -79,9 +103,21 @@ class Accepted:
 class ChunkGroups:
     """Chunk groups of one job."""
 
-    def __init__(self, *, max_completed: int = 256) -> None:
+    def __init__(
+        self,
+        *,
+        max_completed: int = 256,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        max_open_bytes: int | None = None,
+        idle_expiry_s: float = IDLE_EXPIRY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._groups: OrderedDict[str, _Group] = OrderedDict()
         self._max_completed = max_completed
+        self.max_frame_bytes = max_frame_bytes
+        self.max_open_bytes = max_frame_bytes if max_open_bytes is None else max_open_bytes
+        self.idle_expiry_s = idle_expiry_s
+        self._clock = clock
 
     def accept(self, body: bytes, *, operation: str, bare_allowed: bool) -> Accepted:
         """Take one posted body of `operation` (the wire name: `fwd-bwd`, `generate`)."""
@@ -112,8 +148,9 @@ class ChunkGroups:
             raise ChunkFrameError(
                 f"{operation}: the chunk's operation is {desc.get('operation')!r}; post it to its own endpoint"
             )
-        if total < 1 or not 0 <= idx < total:
-            raise ChunkFrameError(f"{operation}: chunk_idx={idx} total_chunks={total} is out of range")
+        self._check_declared(operation, idx, total, frame_size)
+        now = self._clock()
+        self.expire(now)
         payload = _chunk_payload(body, operation)
         digest = hashlib.sha256(payload).hexdigest()
 
@@ -125,6 +162,12 @@ class ChunkGroups:
                     group_id,
                     f"chunk group {group_id} is unknown and chunk {idx} is not its first chunk: replay the group "
                     "from chunk 0",
+                )
+            if self.open_bytes() + len(payload) > self.max_open_bytes:
+                raise ChunkStoreFull(
+                    f"{operation}: this job's unfinished chunk groups already hold {self.open_bytes():,} bytes "
+                    f"(limit {self.max_open_bytes:,}); finish or abandon them (an untouched group is dropped "
+                    f"after {self.idle_expiry_s:g} s), then retry"
                 )
             group = _Group(group_id, operation, frame_sha, frame_size, total)
             self._groups[group_id] = group
@@ -151,12 +194,21 @@ class ChunkGroups:
             if idx == total - 1:
                 return Accepted(group_id, idx, total, execution=group.execution)
             return Accepted(group_id, idx, total)
+        group.touched = now
+        if idx not in group.payloads:
+            if group.held + len(payload) > group.frame_size:
+                self._groups.pop(group_id, None)
+                raise ChunkFrameError(
+                    f"{operation}: chunk group {group_id}'s chunks carry more than its declared frame_size_bytes="
+                    f"{group.frame_size:,}; the group is dropped: send the frame again with a new group id"
+                )
+            group.held += len(payload)
         group.digests[idx] = digest
         group.payloads[idx] = payload
         if idx != total - 1:
             return Accepted(group_id, idx, total)
-        missing = [i for i in range(total) if i not in group.payloads]
-        if missing:
+        if len(group.payloads) < total:
+            missing = [i for i in range(total) if i not in group.payloads][:8]
             raise ChunkGroupError(
                 MISSING_CHUNKS,
                 group_id,
@@ -170,7 +222,42 @@ class ChunkGroups:
                 "descriptor"
             )
         group.payloads.clear()
+        group.held = 0
         return Accepted(group_id, idx, total, frame=frame)
+
+    def _check_declared(self, operation: str, idx: int, total: int, frame_size: int) -> None:
+        """The descriptor's numbers within the bounds (module doc), before anything is stored."""
+        if not 1 <= frame_size <= self.max_frame_bytes:
+            raise ChunkFrameError(
+                f"{operation}: frame_size_bytes={frame_size} is outside 1..{self.max_frame_bytes:,} (the largest "
+                "frame this server takes); send less per call"
+            )
+        most = min(MAX_CHUNKS, frame_size)
+        if not 1 <= total <= most:
+            raise ChunkFrameError(
+                f"{operation}: total_chunks={total} is outside 1..{most} (at most {MAX_CHUNKS} chunks, each carrying "
+                f"at least one of the frame's {frame_size:,} bytes); split the frame with wire.encode_byte_chunks"
+            )
+        if not 0 <= idx < total:
+            raise ChunkFrameError(f"{operation}: chunk_idx={idx} is outside 0..{total - 1}")
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Drop the open groups untouched for `idle_expiry_s` (abandoned uploads); their ids."""
+        now = self._clock() if now is None else now
+        stale = [
+            gid for gid, g in self._groups.items() if not g.complete and now - g.touched > self.idle_expiry_s
+        ]
+        for gid in stale:
+            del self._groups[gid]
+        return stale
+
+    def clear(self) -> None:
+        """Drop every group (the job was cancelled or released)."""
+        self._groups.clear()
+
+    def open_bytes(self) -> int:
+        """Payload bytes the open groups hold."""
+        return sum(g.held for g in self._groups.values())
 
     def attach(self, group_id: str | None, execution: Any) -> None:
         """Record the one execution of a completed group (the idempotent answer to its replays)."""

@@ -37,7 +37,6 @@ import base64
 import contextlib
 import datetime as dt
 import hashlib
-import json
 import logging
 import secrets
 import shutil
@@ -46,9 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from arctic_rl_core.backends.reference import http_auth
+from arctic_rl_core.backends.reference import http_auth, request_bounds
 from arctic_rl_core.backends.reference.app_runner import serve_application
-from arctic_rl_core.backends.reference.cortex_chunks import ChunkFrameError, ChunkGroupError, ChunkGroups
+from arctic_rl_core.backends.reference.cortex_chunks import (
+    ChunkFrameError,
+    ChunkGroupError,
+    ChunkGroups,
+    ChunkStoreFull,
+)
 from arctic_rl_core.backends.reference.fidelity import Fidelity
 from arctic_rl_core.backends.reference.file_root import FileRoot
 from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, vllm_sampling
@@ -240,8 +244,14 @@ class CortexEmulator:
         from aiohttp import web
 
         self.files.root.mkdir(parents=True, exist_ok=True)
+        limit = MAX_REQUEST_BYTES + 64 * 1024
         app = web.Application(
-            client_max_size=MAX_REQUEST_BYTES + 64 * 1024, middlewares=[self._errors, self._authenticate]
+            client_max_size=limit,
+            middlewares=[
+                request_bounds.size_limit_middleware(limit, _too_large),
+                self._errors,
+                self._authenticate,
+            ],
         )
         job = "{job_id:[^/:]+}"
         routes: list[tuple[str, str, Callable[[web.Request], Awaitable[Any]]]] = [
@@ -294,12 +304,12 @@ class CortexEmulator:
                 return web.json_response(err.body(), status=409)
             except ChunkFrameError as err:
                 return web.json_response({"message": str(err), "code": 400}, status=400)
+            except ChunkStoreFull as err:
+                return web.json_response({"message": str(err), "code": 429}, status=429)
             except web.HTTPRequestEntityTooLarge:
-                message = (
-                    f"{request.path}: the body is over SnowAPI's {MAX_REQUEST_BYTES} byte request limit; split the "
-                    "DSSST1 frame into request chunks (wire.encode_byte_chunks max_bytes=60 MiB)"
+                return web.json_response(
+                    {"message": _too_large_message(request.path), "code": 413}, status=413
                 )
-                return web.json_response({"message": message, "code": 413}, status=413)
             except web.HTTPException as err:
                 return web.json_response(
                     {"message": f"{request.path}: {err.reason}", "code": err.status}, status=err.status
@@ -511,6 +521,7 @@ class CortexEmulator:
         if job.starter is not None and not job.starter.done() and job.starter is not asyncio.current_task():
             job.starter.cancel()
         engine, job.engine = job.engine, None
+        job.chunks.clear()  # an unfinished upload of a cancelled or failed job is freed with it
         if engine is not None:
             await engine.shutdown()
 
@@ -994,6 +1005,20 @@ def _check_scope(request: web.Request) -> None:
             raise CortexError(400, f"the URL names no {key}: set the client's database and schema")
 
 
+def _too_large_message(path: str) -> str:
+    return (
+        f"{path}: the body is over SnowAPI's {MAX_REQUEST_BYTES} byte request limit; split the DSSST1 frame into "
+        "request chunks (wire.encode_byte_chunks max_bytes=60 MiB)"
+    )
+
+
+def _too_large(error: request_bounds.BodyTooLarge) -> web.Response:
+    from aiohttp import web
+
+    message = f"{_too_large_message(error.path)} (Content-Length {error.size} bytes)"
+    return web.json_response({"message": message, "code": 413}, status=413)
+
+
 def _scope(request: web.Request) -> tuple[str, str]:
     return request.match_info["database"], request.match_info["schema"]
 
@@ -1005,7 +1030,9 @@ async def _json_object(request: web.Request, *, required: bool = True) -> dict[s
             raise CortexError(400, f"{request.path.rsplit('/', 1)[-1]} needs a JSON body")
         return {}
     try:
-        body = json.loads(raw)
+        body = request_bounds.parse_json(raw, what=request.path)
+    except request_bounds.JsonTooDeep as err:
+        raise CortexError(400, str(err)) from None
     except ValueError:
         raise CortexError(400, "the body is not JSON") from None
     if not isinstance(body, dict):

@@ -59,7 +59,9 @@ def authorized(request: web.Request, token: str | None) -> bool:
         return True
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+    # aiohttp decodes header bytes that are not UTF-8 as surrogates: compare the bytes as sent
+    sent = given.strip().encode("utf-8", errors="surrogateescape")
+    return scheme.lower() == "bearer" and hmac.compare_digest(sent, token.encode())
 
 
 def middleware(token: str | None):

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends.protocol import SamplingParams
-from arctic_rl_core.backends.reference import http_auth
+from arctic_rl_core.backends.reference import http_auth, request_bounds
 from arctic_rl_core.backends.reference.app_runner import serve_application
 from arctic_rl_core.backends.reference.checkpoint import prune_checkpoint_dirs, write_text_atomic
 from arctic_rl_core.backends.reference.fidelity import (
@@ -145,7 +145,9 @@ class ReferenceServer:
         from aiohttp import web
 
         self.files.root.mkdir(parents=True, exist_ok=True)
-        middlewares = [] if self.request_log is None else [_request_logger(self.request_log)]
+        middlewares = [request_bounds.size_limit_middleware(self.max_body_bytes, _too_large)]
+        if self.request_log is not None:
+            middlewares.append(_request_logger(self.request_log))
         middlewares.append(http_auth.middleware(self.token))
         app = web.Application(client_max_size=self.max_body_bytes, middlewares=middlewares)
         routes: list[tuple[str, str, Callable[[web.Request], Awaitable[Any]]]] = [
@@ -839,6 +841,12 @@ def _fidelity_response(err: FidelityRefusal | InternalServerError) -> web.Respon
     return web.Response(status=500, text=INTERNAL_ERROR_BODY)
 
 
+def _too_large(error: request_bounds.BodyTooLarge) -> web.Response:
+    from aiohttp import web
+
+    return web.json_response({"detail": str(error)}, status=413)
+
+
 def _job_id(request: web.Request) -> int:
     raw = request.query.get("job_id")
     if raw is None:
@@ -856,7 +864,9 @@ async def _json_body(request: web.Request, *, required: bool) -> Any:
             raise HTTPError(422, f"{request.path} needs a JSON body")
         return None
     try:
-        return json.loads(raw)
+        return request_bounds.parse_json(raw, what=request.path)
+    except request_bounds.JsonTooDeep as err:
+        raise HTTPError(400, str(err)) from None
     except ValueError:
         raise HTTPError(422, f"{request.path}: the body is not JSON") from None
 
@@ -892,6 +902,7 @@ def vllm_sampling(
             continue
         fidelity.unknown_sampling_key(key)
     fidelity.sampling_n(params.get("n"))
+    _check_sampling_ranges(params)
     max_tokens = params.get("max_tokens", VLLM_DEFAULT_MAX_TOKENS)
     if max_tokens is None:
         max_tokens = max(1, max_model_len)
@@ -916,6 +927,30 @@ def vllm_sampling(
         raise HTTPError(400, f"sampling_params.logprobs={logprobs!r}: must be an integer >= 0")
     stop_ids = frozenset(int(t) for t in (params.get("stop_token_ids") or ()))
     return sampling, logprobs, stop_ids
+
+
+# vLLM's ranges of the numeric sampling fields: key -> (integer?, in range?, the range in words)
+_SAMPLING_RANGES: dict[str, tuple[bool, Callable[[float], bool], str]] = {
+    "temperature": (False, lambda v: v >= 0, ">= 0 (0 is greedy)"),
+    "top_p": (False, lambda v: 0 < v <= 1, "in (0, 1]"),
+    "max_tokens": (True, lambda v: v >= 1, ">= 1"),
+    "top_k": (True, lambda v: v >= -1, ">= 1, or -1 or 0 for no limit"),
+    "seed": (True, lambda v: True, "any"),
+}
+
+
+def _check_sampling_ranges(params: Mapping[str, Any]) -> None:
+    """400 naming the field for a numeric sampling value of the wrong type, not finite (NaN, Infinity)
+    or out of vLLM's range (a negative temperature; 0.1.4's vLLM would fail inside the server with a
+    bare 500)."""
+    for key, (integer, in_range, words) in _SAMPLING_RANGES.items():
+        value = params.get(key)
+        if value is None:
+            continue
+        kind = "an integer" if integer else "a finite number"
+        wrong_type = isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
+        if wrong_type or not math.isfinite(value) or not in_range(value):
+            raise HTTPError(400, f"sampling_params.{key}={value!r}: must be {kind} {words}")
 
 
 def _logprob_entries(entries: Mapping[int, tuple[float, int]]) -> dict[int, dict[str, float | int]]:
@@ -1015,8 +1050,8 @@ def _request_logger(path: Path) -> Any:
         if request.content_type != "application/octet-stream" and request.can_read_body:
             raw = await request.read()  # aiohttp keeps the body for the handler
             try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
+                body = request_bounds.parse_json(raw, what=request.path) if raw else None
+            except ValueError:  # the handler answers it
                 body = None
             entry.update(_control_fields(body))
         response = await handler(request)

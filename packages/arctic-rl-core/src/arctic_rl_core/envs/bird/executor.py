@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 logger = logging.getLogger(__name__)
 
 _WORKER_SCRIPT = Path(__file__).with_name("sql_worker.py")
+MIN_WORKER_MEMORY_MB = 64
 # Tasks sent ahead to one worker: the running one and the next, so it never idles between them.
 _QUEUE_DEPTH = 2
 
@@ -89,7 +90,12 @@ class ExecutorSettings(BaseModel):
         le=4096,
         description="most bytes (MiB) of distinct result rows a query may return, measured in the worker",
     )
-    max_memory_mb: int = Field(default=1024, ge=0, description="SQLite heap cap per worker; 0 = no cap")
+    max_memory_mb: int = Field(
+        default=1024,
+        ge=0,
+        description="memory cap of each worker process (address space: SQLite's heap and the result's Python "
+        "objects together); 0 = no cap",
+    )
     cooperative_cancel: bool = Field(
         default=True, description="cancel at timeout_s with a progress handler (else only the hard kill)"
     )
@@ -104,6 +110,11 @@ class ExecutorSettings(BaseModel):
 
     @model_validator(mode="after")
     def _caches_fit_heap(self) -> ExecutorSettings:
+        if 0 < self.max_memory_mb < MIN_WORKER_MEMORY_MB:
+            raise ValueError(
+                f"max_memory_mb={self.max_memory_mb}: 0 (no cap) or at least {MIN_WORKER_MEMORY_MB}; the worker "
+                "process itself (Python and SQLite) takes about 20 MB of it"
+            )
         needed = self.kept_connections * self.page_cache_mb
         if self.max_memory_mb and needed * 2 > self.max_memory_mb:
             raise ValueError(

@@ -9,6 +9,10 @@ nothing from the environment. Messages are pickled tuples on one socket:
   worker -> parent: ("result", request_id, outcome) where outcome is
   ("ok", rows: frozenset[tuple], fetched: int, seconds) or ("error", kind, message, seconds)
 - parent -> worker: ("stats",); worker -> parent: ("stats", pid, open_fds, kept_connections)
+
+`HEAP_BYTES` (`max_memory_mb`, 0 = none) caps the whole process (`cap_memory`: RLIMIT_AS), not only
+SQLite's heap: `SELECT zeroblob(900000000)` under a 1 GiB cap used to reach 1.7 GB (SQLite's blob
+plus its Python copy).
 - parent -> worker: ("exit",), or end of file: the worker exits.
 
 Every connection is opened read-only (`mode=ro`) and `immutable` (so a WAL-mode database gets no
@@ -240,7 +244,16 @@ def serve(channel: Connection, cache: ConnectionCache) -> None:
         if kind == "run":
             _, request_id, db_path, sql, max_rows, timeout_s, cooperative, max_result_bytes = message
             outcome = run_query(db_path, sql, max_rows, timeout_s, cooperative, cache, max_result_bytes)
-            channel.send(("result", request_id, outcome))
+            try:
+                channel.send(("result", request_id, outcome))
+            except MemoryError:  # pickling the result passed the process's memory cap
+                outcome = (
+                    "error",
+                    "resource_limit",
+                    "MemoryError: the result does not fit the worker's memory cap",
+                    outcome[-1],
+                )
+                channel.send(("result", request_id, outcome))
         elif kind == "stats":
             channel.send(("stats", os.getpid(), _open_fd_count(), len(cache)))
         elif kind == "exit":
@@ -249,15 +262,28 @@ def serve(channel: Connection, cache: ConnectionCache) -> None:
             raise ValueError(f"sql worker: unknown message kind {kind!r}")
 
 
+def cap_memory(limit_bytes: int) -> None:
+    """Cap this whole process at `limit_bytes` of address space (RLIMIT_AS: SQLite's heap, the
+    Python objects of a result, the interpreter itself), and SQLite's own heap at the same number
+    so that SQLite fails first, with "out of memory", where it can. A query that needs more fails
+    with `resource_limit` (a MemoryError), and the worker goes on serving."""
+    import resource
+
+    probe = sqlite3.connect(":memory:")
+    try:
+        probe.execute(f"PRAGMA hard_heap_limit = {limit_bytes}")
+    finally:
+        probe.close()
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit_bytes = min(limit_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, hard))
+
+
 def main(argv: list[str]) -> int:
-    fd, heap_limit_bytes, max_open, page_cache_kib = (int(value) for value in argv[1:5])
-    if heap_limit_bytes > 0:
-        # Process-wide cap on SQLite's heap: a memory bomb fails with "out of memory".
-        probe = sqlite3.connect(":memory:")
-        try:
-            probe.execute(f"PRAGMA hard_heap_limit = {heap_limit_bytes}")
-        finally:
-            probe.close()
+    fd, memory_limit_bytes, max_open, page_cache_kib = (int(value) for value in argv[1:5])
+    if memory_limit_bytes > 0:
+        cap_memory(memory_limit_bytes)
     channel = Connection(fd)
     cache = ConnectionCache(max_open, page_cache_kib)
     try:
