@@ -1,14 +1,15 @@
 """The SkyRL field table covers the installed SkyRL 0.4.0: every leaf of `SkyRLTrainConfig` (walked with
 `dataclasses.fields`) is classified, no entry names a field SkyRL no longer has, and the README's
-mapping and seed-key tables are the ones the code generates."""
+mapping and legacy-key tables are the ones the code generates."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from adapter_skyrl import field_table
-from adapter_skyrl.seed_keys import SEED_KEYS
+from adapter_skyrl import field_table, field_transforms
+from adapter_skyrl.legacy_keys import LEGACY_KEYS
 from arctic_rl_core.config.framework_fields import marked_section
+from field_table_checks import assert_functions_are_named_transforms
 from skyrl.train.config import SkyRLTrainConfig
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -60,4 +61,8 @@ def test_the_issue_fields_are_mapped_not_dropped():
 def test_readme_tables_are_generated_from_the_code():
     text = README.read_text(encoding="utf-8")
     assert marked_section(text, "skyrl-fields") == field_table.TABLE.markdown()
-    assert marked_section(text, "skyrl-seed-keys") == SEED_KEYS.markdown()
+    assert marked_section(text, "skyrl-legacy-keys") == LEGACY_KEYS.markdown()
+
+
+def test_the_table_calls_only_named_transforms():
+    assert_functions_are_named_transforms(field_table.TABLE, field_transforms)

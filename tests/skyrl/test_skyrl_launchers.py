@@ -329,6 +329,6 @@ def test_seed_launchers_send_what_the_seed_sent_but_where_the_readme_says_why(sc
         assert client["training"][field] is (knobs.get(f"trainer.arctic_rl.{knob}", "false") == "true")
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     table = readme[readme.index("#### Coming from the SkyRL integration") :]
-    table = table[table.index("Field by field") : table.index("<!-- skyrl-seed-keys:start -->")]
+    table = table[table.index("Field by field") : table.index("<!-- skyrl-legacy-keys:start -->")]
     for path in differing:
         assert f"| {SEED_DIFFERENCES[path][0]} |" in table, path

@@ -100,8 +100,8 @@ def test_every_separate_async_and_sampler_field_has_its_own_row():
             leaves.append(f"{prefix}.{key}")
     assert len(leaves) >= 8
     for leaf in leaves:
-        (entry, *_) = VERL_FIELDS.entries_for(leaf)
-        names = set(getattr(entry, "sources", ())) | {getattr(entry, "field", None)}
+        (row, *_) = VERL_FIELDS.rows_for(leaf)
+        names = set(row.fields)
         assert not names <= catch_all, leaf
         assert leaf in names or any(leaf.startswith(f"{n}.") or n == leaf for n in names if n), leaf
 

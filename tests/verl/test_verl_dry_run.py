@@ -206,7 +206,7 @@ def test_help_prints_usage(capsys):
 
 def test_a_users_searchpath_is_merged_and_ours_wins(capsys, tmp_path):
     """A user's own Hydra search path (here with a same-named `remote_backend/arctic.yaml`, as the
-    incumbent integration ships) keeps its groups; the adapter's group is found first."""
+    legacy integration ships) keeps its groups; the adapter's group is found first."""
     from adapter_verl.main import compose, prepare
 
     mine = tmp_path / "conf"

@@ -187,3 +187,11 @@ def test_the_check_is_the_same_on_the_config_verl_resolves():
     after = translate_fields(cfg)
     assert after.values == before.values and after.issues == before.issues == []
     assert [s.field for s in after.not_applied] == ["actor_rollout_ref.ref.fsdp_config.param_offload"]
+
+
+def test_the_table_calls_only_named_transforms():
+    from adapter_verl import field_transforms
+    from adapter_verl.field_table import VERL_FIELDS
+    from field_table_checks import assert_functions_are_named_transforms
+
+    assert_functions_are_named_transforms(VERL_FIELDS, field_transforms)

@@ -10,15 +10,19 @@ import pytest
 from arctic_rl_core.config import ArcticRLConfig, ConfigError
 from arctic_rl_core.config.framework_fields import (
     UNSET,
-    Derived,
     FieldProblem,
+    Fields,
     FieldTable,
-    Mapped,
-    NotApplicable,
+    Found,
     NotAppliedSetting,
-    PassedThrough,
-    Rejected,
+    Notice,
+    Rule,
+    derived,
+    mapped,
     marked_section,
+    not_applicable,
+    passed_through,
+    rejected,
     replace_marked_section,
 )
 from arctic_rl_core.config.legacy_keys import Alias, LegacyKeys, Replaced
@@ -77,19 +81,19 @@ def _loss(value):
 TABLE = FieldTable(
     "Toy 1.0",
     [
-        Derived(
+        derived(
             "placement.training_gpus",
             ("placement.gpus_per_node", "placement.nodes"),
             lambda r: r("placement.gpus_per_node") * r("placement.nodes"),
             "gpus_per_node x nodes",
         ),
-        Mapped("lr", "optimizer.lr"),
-        Mapped("micro", "batch.micro_batch_size_per_gpu", lambda v: UNSET if v == 1 else v, "unset at 1"),
-        Mapped("loss", "loss.loss_fn", _loss, "regular/dual_clip -> verl_grpo"),
-        Rejected("lora_rank", "set lora_rank=0", why="LoRA is not trained by the Arctic server"),
-        NotApplicable("critic", "the Arctic path trains no critic"),
-        Rejected("critic.path", "unset critic.path", accepts=lambda v: v == ""),
-        PassedThrough("logger", "the framework's tracker"),
+        mapped("lr", "optimizer.lr"),
+        mapped("micro", "batch.micro_batch_size_per_gpu", lambda v: UNSET if v == 1 else v, "unset at 1"),
+        mapped("loss", "loss.loss_fn", _loss, "regular/dual_clip -> verl_grpo"),
+        rejected("lora_rank", "set lora_rank=0", why="LoRA is not trained by the Arctic server"),
+        not_applicable("critic", "the Arctic path trains no critic"),
+        rejected("critic.path", "unset critic.path", accepts=lambda v: v == ""),
+        passed_through("logger", "the framework's tracker"),
     ],
 )
 LEAVES = list(leaves(Trainer()))
@@ -103,19 +107,19 @@ def test_every_leaf_classified_and_nothing_stale():
 
 
 def test_an_unclassified_leaf_and_a_stale_entry_fail_the_check():
-    table = FieldTable("Toy 1.0", [e for e in TABLE.entries if getattr(e, "field", None) != "logger"])
+    table = FieldTable("Toy 1.0", [e for e in TABLE.rows if getattr(e, "field", None) != "logger"])
     with pytest.raises(AssertionError, match=r"1 unclassified field\(s\)[\s\S]*  logger"):
         table.check_complete(LEAVES)
-    table = FieldTable("Toy 1.0", [*TABLE.entries, PassedThrough("gone.field", "x")])
+    table = FieldTable("Toy 1.0", [*TABLE.rows, passed_through("gone.field", "x")])
     with pytest.raises(AssertionError, match=r"naming no field[\s\S]*gone\.field"):
         table.check_complete(LEAVES)
 
 
 def test_conflicting_classifications_are_refused():
     with pytest.raises(ValueError, match=r"lr: classified as mapped and passed through"):
-        FieldTable("Toy", [Mapped("lr", "optimizer.lr"), PassedThrough("lr", "x")])
+        FieldTable("Toy", [mapped("lr", "optimizer.lr"), passed_through("lr", "x")])
     # One field may feed several core fields.
-    FieldTable("Toy", [Mapped("lr", "optimizer.lr"), Mapped("lr", "loss.temperature")])
+    FieldTable("Toy", [mapped("lr", "optimizer.lr"), mapped("lr", "loss.temperature")])
 
 
 def test_translation_maps_rejects_and_lists_what_does_not_apply():
@@ -171,12 +175,81 @@ def test_markdown_has_one_row_per_entry():
     text = TABLE.markdown()
     rows = text.strip().splitlines()
     assert rows[0] == "| Toy 1.0 field | how | core field / reason / fix |"
-    assert len(rows) == 2 + len(TABLE.entries)
+    assert len(rows) == 2 + len(TABLE.rows)
     assert (
         "| `placement.gpus_per_node`, `placement.nodes` | gpus_per_node x nodes | `placement.training_gpus` |"
         in rows
     )
     assert "| `critic` | not applicable | the Arctic path trains no critic |" in rows
+
+
+def _critic_lr_without_critic(fields):
+    if fields("critic.path") is None and fields.changed("critic.lr"):
+        return Found(names={"lr": fields("critic.lr")})
+    return None
+
+
+def _micro_over_gpus(fields):
+    gpus = fields("placement.gpus_per_node") * fields("placement.nodes")
+    return Found(names={"gpus": gpus}) if fields("micro") > gpus else None
+
+
+def _wandb_notice(fields):
+    return "the tracker is wandb: set WANDB_API_KEY" if fields("logger") == "wandb" else None
+
+
+RULED = FieldTable(
+    "Toy 1.0",
+    TABLE.rows,
+    [
+        Rule(
+            "a critic lr needs a critic",
+            ("critic.lr", "critic.path"),
+            _critic_lr_without_critic,
+            "critic.lr={lr} is set but no critic.path",
+            "unset critic.lr",
+        ),
+        Rule(
+            "micro-batch within the GPUs",
+            ("micro", "placement.gpus_per_node", "placement.nodes"),
+            _micro_over_gpus,
+            "exceeds the {gpus} GPUs",
+            "lower micro to <= {gpus}",
+        ),
+    ],
+    [Notice("tracker", ("logger",), _wandb_notice)],
+)
+
+
+def test_rules_report_every_problem_with_the_rows_and_notices_are_said():
+    cfg = Trainer(micro=9, lora_rank=8, critic=Critic(lr=2e-5), logger="wandb")
+    result = RULED.translate(reader(cfg), reader(Trainer()), LEAVES)
+    # the rows' problems and the rules' problems in the same round
+    assert [issue.render() for issue in result.issues] == [
+        "lora_rank = 8: LoRA is not trained by the Arctic server. Fix: set lora_rank=0"
+    ]
+    assert [issue.render() for issue in result.rule_issues] == [
+        "critic.lr = 2e-05: critic.lr=2e-05 is set but no critic.path. Fix: unset critic.lr",
+        "micro = 9: exceeds the 1 GPUs. Fix: lower micro to <= 1",
+    ]
+    assert result.notices == ["the tracker is wandb: set WANDB_API_KEY"]
+    fine = RULED.translate(reader(Trainer()), reader(Trainer()), LEAVES)
+    assert fine.rule_issues == [] and fine.notices == []
+    assert RULED.check_rules(Fields(reader(cfg), reader(Trainer()))) == result.rule_issues
+
+
+def test_rules_must_read_classified_fields_that_exist():
+    with pytest.raises(ValueError, match=r"rule r: reads nowhere\.field, which no row classifies"):
+        FieldTable("Toy", TABLE.rows, [Rule("r", ("nowhere.field",), bool, "p", "f")])
+    with pytest.raises(ValueError, match="rule r: declared twice"):
+        FieldTable(
+            "Toy", TABLE.rows, [Rule("r", ("lr",), bool, "p", "f"), Rule("r", ("lr",), bool, "p", "f")]
+        )
+    # under a subtree row, but no field of the installed config: caught by the completeness check
+    stale = FieldTable("Toy", TABLE.rows, [Rule("r", ("critic.gone",), bool, "p", "f")])
+    with pytest.raises(AssertionError, match=r"1 rule input\(s\) naming no field[\s\S]*r: critic\.gone"):
+        stale.check_complete(LEAVES)
+    RULED.check_complete(LEAVES)
 
 
 def test_marked_section_round_trip():

@@ -298,19 +298,18 @@ def parse_overrides(argv: Sequence[str], config_cls: type | None = None) -> Pars
 
     from adapter_skyrl.config import (
         DAPO_ONLY_FIELDS,
-        SEED_SKYRL_KEYS,
         ArcticSkyRLConfig,
         skyrl_defaults,
-        split_dropped_keys,
         strip_override_entrypoint,
     )
+    from adapter_skyrl.legacy_keys import LEGACY_SKYRL_KEYS, split_dropped_keys
 
     cls = config_cls or ArcticSkyRLConfig
     read = read_overrides(
         strip_override_entrypoint(argv),
         skyrl_defaults(cls),
         sft_fields=[f.name for f in dataclasses.fields(SFTConfig)],
-        also_known=list(SEED_SKYRL_KEYS),
+        also_known=list(LEGACY_SKYRL_KEYS),
     )
     read.args, notices = split_dropped_keys(read.args)
     issues = [i for i in read.issues if i.path.rsplit(".", 1)[-1] not in DAPO_ONLY_FIELDS]

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from adapter_verl.modes import ASYNC_TRAINER_MODE
+
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
     from arctic_rl_core.demo.options import DemoOptions
@@ -123,8 +125,6 @@ def separate_async_overrides(max_staleness: int) -> list[str]:
     async.max_staleness is K), K batches prefetched ahead of training, and what verl's separate-async
     trainer asserts (a collective checkpoint engine; the adapter syncs through its backend). Sampling
     runs on its own device (`--async` excludes `--colocate`: hybrid_engine=false, set with the backend)."""
-    from adapter_verl.field_table import ASYNC_TRAINER_MODE
-
     if max_staleness <= 0:
         return []
     return [

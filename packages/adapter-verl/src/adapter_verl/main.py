@@ -1,7 +1,7 @@
 """`python -m adapter_verl.main [--dry-run] <verl overrides>`: verl's `main_ppo` V1 path on Arctic RL.
 
 Before anything starts: rewrites the overrides of Arctic-Platform's verl launchers
-(`adapter_verl.incumbent`), merges the user's `hydra.searchpath` with the adapter's, accepts
+(`adapter_verl.legacy_keys`), merges the user's `hydra.searchpath` with the adapter's, accepts
 `actor_rollout_ref.rollout.name=vllm` as the Arctic server's vLLM, adds the overrides that select the
 Arctic path (printed, never silent), composes the config and checks it completely (the mapping
 table's rejections, verl's own `validate_config`, the Arctic path's rules and the core validation:
@@ -19,30 +19,38 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import yaml
+from arctic_rl_core.config.override_values import value_problem
+from arctic_rl_core.config.settings_table import render_settings_table
+from arctic_rl_core.config.show import render_config_document
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig
 
-from adapter_verl.command_line import ConfigSelection, package_folder
-from adapter_verl.field_table import ASYNC_TRAINER_MODE, VERL_SEPARATE_ASYNC
+from adapter_verl import entry_points, training_engine, unsupported
+from adapter_verl.command_line import ConfigSelection, package_folder, parse, select_config
+from adapter_verl.compose import (
+    compose,
+    compose_reporting,
+    config_class_accepts,
+    merge_searchpath,
+    override_key,
+    unknown_key_problem,
+    with_arctic_defaults,
+)
+from adapter_verl.config import Resolution, default_leaves, resolve
+from adapter_verl.legacy_keys import LegacyOverrides, check_gpu_counts, translate
+from adapter_verl.modes import ASYNC_TRAINER_MODE, ROLLOUT_NAME, VERL_SEPARATE_ASYNC
 from adapter_verl.verl_internals import turn_off_ray_uv_hook_constant
+
+# composition is adapter_verl.compose's; re-exported for the callers that compose as `main` does
+__all__ = ["Check", "Prepared", "check", "compose", "main", "prepare", "with_arctic_defaults"]
 
 RAY_UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
 EXIT_BAD_SETTINGS = 2
 
-SEARCHPATH_ENTRY = "pkg://adapter_verl.hydra_config"
-SEARCHPATH = f"hydra.searchpath=[{SEARCHPATH_ENTRY}]"
-# key -> the override the adapter adds when the user did not set that key
-ARCTIC_DEFAULTS: dict[str, str] = {
-    "hydra.searchpath": SEARCHPATH,
-    "remote_backend": "+remote_backend=arctic",
-    "trainer.use_v1": "trainer.use_v1=true",
-    "trainer.v1.trainer_mode": "trainer.v1.trainer_mode=arctic",
-    "actor_rollout_ref.rollout.name": "actor_rollout_ref.rollout.name=arctic",
-}
-
 USAGE = """\
-usage: python -m adapter_verl.main [--dry-run] [--help] [--config-path=DIR --config-name=NAME] <verl Hydra overrides>
+usage: python -m adapter_verl.main [--dry-run] [--help] [--config-path=DIR --config-name=NAME] <verl overrides>
 
 Runs verl 0.9.1's own PPO/GRPO trainer (main_ppo, V1) with Arctic RL doing generation, log-probs,
 the loss, the optimizer step and weight sync. verl's fields keep their meaning: GPUs are
@@ -68,57 +76,8 @@ translated, each with a notice. So do launchers of verl's fully-async and one-st
 (their rollout.* / async_training.* keys select verl's separate-async trainer, each with a notice).
 """
 
-
 # verl's other rollout engines: on the Arctic path every rollout is the Arctic server's vLLM
 OTHER_ROLLOUT_ENGINES = ("sglang", "trtllm", "hf")
-
-
-def config_class_accepts(key: str, existing: Any) -> bool:
-    """Whether `+key` adds a field verl's config class for the group accepts (a group without a
-    `_target_` is free-form: anything goes). verl instantiates each such group as a dataclass at
-    startup, which raises on a field it does not declare, even one its YAML leaves out."""
-    import dataclasses
-
-    from hydra.utils import get_class
-
-    group, _, name = key.rpartition(".")
-    target = existing.get(f"{group}._target_") if isinstance(existing, dict) else None
-    if not isinstance(target, str):
-        return True
-    try:
-        cls = get_class(target)
-    except (ImportError, ValueError, AttributeError):
-        return True
-    return not dataclasses.is_dataclass(cls) or name in {f.name for f in dataclasses.fields(cls)}
-
-
-def _override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def with_arctic_defaults(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
-    """`overrides` plus the Arctic selection overrides the user did not give; returns (all, added)."""
-    given = {_override_key(o) for o in overrides}
-    added = [value for key, value in ARCTIC_DEFAULTS.items() if key not in given]
-    return [*added, *overrides], added
-
-
-def merge_searchpath(override: str) -> tuple[str, str | None]:
-    """A user's `hydra.searchpath=[...]` with the adapter's entry first (its `remote_backend/arctic`
-    group must win over a same-named group elsewhere); returns (override, notice)."""
-    key, _, raw = override.partition("=")
-    entries = [
-        e.strip().strip("'\"")
-        for e in raw.strip().removeprefix("[").removesuffix("]").split(",")
-        if e.strip()
-    ]
-    if SEARCHPATH_ENTRY in entries:
-        return override, None
-    merged = [SEARCHPATH_ENTRY, *entries]
-    return (
-        f"{key}=[{','.join(merged)}]",
-        f"hydra.searchpath: {SEARCHPATH_ENTRY} added before yours ({','.join(entries)})",
-    )
 
 
 @dataclass
@@ -129,21 +88,18 @@ class Prepared:
     added: list[str]
     notices: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    translation: object | None = None
+    translation: LegacyOverrides | None = None
 
 
 def prepare(argv: Sequence[str]) -> Prepared:
     """Rewrite the user's overrides into what verl composes (no Hydra yet)."""
-    from adapter_verl.config import default_leaves
-    from adapter_verl.incumbent import translate
-
     translation = translate(argv)
     notices = list(translation.notices)
     problems = list(translation.problems)
     existing = default_leaves()
     out: list[str] = []
     for override in translation.overrides:
-        key = _override_key(override)
+        key = override_key(override)
         value = override.partition("=")[2]
         if key == "hydra.searchpath":
             override, notice = merge_searchpath(override)
@@ -159,15 +115,15 @@ def prepare(argv: Sequence[str]) -> Prepared:
                 "trainer with the Arctic forwarders and rollout replicas)"
             )
         elif key == "actor_rollout_ref.rollout.name" and value == "vllm":
-            override = "actor_rollout_ref.rollout.name=arctic"
+            override = f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}"
             notices.append(
-                "actor_rollout_ref.rollout.name=vllm: now arctic (the Arctic server's vLLM engines)"
+                f"actor_rollout_ref.rollout.name=vllm: now {ROLLOUT_NAME} (the Arctic server's vLLM engines)"
             )
         elif key == "actor_rollout_ref.rollout.name" and value in OTHER_ROLLOUT_ENGINES:
-            override = "actor_rollout_ref.rollout.name=arctic"
+            override = f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}"
             notices.append(
-                f"actor_rollout_ref.rollout.name={value}: now arctic (the Arctic server samples with vLLM; "
-                f"{value}'s own settings, actor_rollout_ref.rollout.engine_kwargs.{value}, do not apply)"
+                f"actor_rollout_ref.rollout.name={value}: now {ROLLOUT_NAME} (the Arctic server samples with "
+                f"vLLM; {value}'s own settings, actor_rollout_ref.rollout.engine_kwargs.{value}, do not apply)"
             )
         elif re.match(r"^\+[^+]", override) and key in existing:
             override = override[1:]
@@ -206,121 +162,10 @@ def keep_ray_off_uv_run() -> str | None:
     )
 
 
-def compose(overrides: Sequence[str], selection: ConfigSelection | None = None):
-    """verl's `ppo_trainer` config (or the one `selection` names) composed with `overrides` (Hydra
-    compose API, no run)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    selection = selection or ConfigSelection()
-    GlobalHydra.instance().clear()
-    if selection.folder is not None:
-        overrides = with_selected_searchpath(overrides, selection)
-        with initialize_config_dir(config_dir=str(selection.folder), version_base=None):
-            return hydra_compose(config_name=selection.name, overrides=list(overrides))
-    with initialize_config_module(config_module=selection.package, version_base=None):
-        return hydra_compose(config_name=selection.name, overrides=list(overrides))
-
-
-def with_selected_searchpath(overrides: Sequence[str], selection: ConfigSelection) -> list[str]:
-    """A config outside verl's packages (a recipe's `config/` folder) names verl's configs by its own
-    `hydra.searchpath` (often `file://verl/trainer/config`, relative to a verl checkout): the adapter's
-    search path keeps those entries, and verl's installed package stands in for the relative one."""
-    assert selection.folder is not None
-    raw = yaml.safe_load((selection.folder / f"{selection.name}.yaml").read_text()) or {}
-    entries = [str(e) for e in ((raw.get("hydra") or {}).get("searchpath") or [])]
-    entries = ["pkg://verl.trainer.config" if e.startswith("file://verl/") else e for e in entries]
-    if "pkg://verl.trainer.config" not in entries:
-        entries.append("pkg://verl.trainer.config")
-    out = []
-    for override in overrides:
-        if _override_key(override) == "hydra.searchpath":
-            key, _, value = override.partition("=")
-            value = value.strip().removesuffix("]")
-            override = f"{key}={value},{','.join(entries)}]"
-        out.append(override)
-    return out
-
-
-_NOT_IN_CONFIG = (
-    re.compile(r"Could not override '([^']+)'"),
-    re.compile(r"full_key: (\S+)"),
-)
-
-
-def compose_reporting(overrides: Sequence[str], selection: ConfigSelection | None = None):
-    """`compose`, with every override verl's config has no field for reported (with "did you mean")
-    and left out, so that the rest is still composed and checked: (config or None, problems)."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    remaining = list(overrides)
-    problems: list[str] = []
-    for _ in range(len(remaining) + 1):
-        try:
-            return compose(remaining, selection), problems
-        except (HydraException, OmegaConfBaseException) as error:
-            unparsable = [o for o in remaining if not _parses(o)]
-            if unparsable:
-                for override in unparsable:
-                    problems.append(
-                        f"{override}: Hydra cannot parse this override (a placeholder left in the launcher, or a "
-                        "value with unquoted special characters). Fix: give the value, quoted if it holds =, <, >, "
-                        "spaces or brackets"
-                    )
-                    remaining.remove(override)
-                continue
-            text = f"{error} {error.__cause__ or ''}"
-            key = next((m.group(1) for pattern in _NOT_IN_CONFIG if (m := pattern.search(text))), None)
-            culprit = next((o for o in remaining if key is not None and _override_key(o) == key), None)
-            if culprit is None:
-                problems.append(f"verl's Hydra config: {error}".replace("\n", " "))
-                return None, problems
-            from adapter_verl.config import default_leaves
-
-            problems.append(unknown_key_problem(culprit, default_leaves()))
-            remaining.remove(culprit)
-    return None, problems
-
-
-def _parses(override: str) -> bool:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    try:
-        OverridesParser.create().parse_overrides([override])
-    except HydraException:
-        return False
-    return True
-
-
-def unknown_key_problem(override: str, existing: Any, *, config_class: bool = False) -> str:
-    """'key=value: not a field of verl 0.9.1's config. Fix: did you mean ...' for `override`."""
-    from arctic_rl_core.config.errors import suggest_key_among
-
-    key, value = _override_key(override), override.partition("=")[2]
-    known = {k for k in existing if not k.endswith("._target_")}
-    known |= {p.rsplit(".", i)[0] for p in known for i in range(1, p.count(".") + 1)}
-    group, _, name = key.rpartition(".")
-    where = (
-        f"{group} is a verl config class without a field {name!r} (verl's startup would fail instantiating it)"
-        if config_class
-        else "not a field of verl 0.9.1's config"
-    )
-    return f"{key}={value}: {where}. Fix: {suggest_key_among(sorted(known), group, name)}"
-
-
 def override_type_problems(overrides: Sequence[str]) -> list[str]:
     """Each `key=value` override whose value, as Hydra parses it, does not have the type of verl's
     default for that key (Hydra keeps `two` and `1:2:3` as text where verl wants a number: a
     traceback later)."""
-    from arctic_rl_core.config.override_values import value_problem
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    from adapter_verl.config import default_leaves
-
     defaults = default_leaves()
     parser = OverridesParser.create()
     problems = []
@@ -340,7 +185,6 @@ def override_type_problems(overrides: Sequence[str]) -> list[str]:
 
 def verl_validation_problems(config) -> list[str]:
     """verl's own startup check (`verl.utils.config.validate_config`, as `main_ppo` runs it)."""
-    from hydra.errors import HydraException
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
@@ -372,8 +216,8 @@ class Check:
     """One complete check of a command line."""
 
     prepared: Prepared
-    config: object | None  # the composed verl config
-    resolution: object | None  # adapter_verl.config.Resolution
+    config: DictConfig | None  # the composed verl config
+    resolution: Resolution | None
     problems: list[str]
     notices: list[str]
     selection: ConfigSelection = field(default_factory=ConfigSelection)
@@ -392,11 +236,6 @@ def check(argv: Sequence[str]) -> Check:
     selection, verl's other entry points, the training engine), verl's composition (keys verl has no
     field for, with "did you mean"), what the Arctic stack cannot run (critic, vision, NPUs), verl's own
     startup check, the mapping table, the Arctic path's rules and the core validation."""
-    from adapter_verl import entry_points, training_engine, unsupported
-    from adapter_verl.command_line import parse, select_config
-    from adapter_verl.config import default_leaves, resolve
-    from adapter_verl.incumbent import check_gpu_counts
-
     line = parse(argv)
     selection, problems = select_config(line)
     problems = [*line.problems, *problems]
@@ -430,27 +269,12 @@ def check(argv: Sequence[str]) -> Check:
     steps = config.trainer.get("total_training_steps")
     resolution = resolve(config, int(steps) if steps else None)
     problems.extend(p for p in resolution.problems if _field_of(p) not in refused.covered)
-    notices.extend(async_notices(config))
+    notices.extend(resolution.notices)
     return Check(prepared, config, resolution, problems, notices, engine.selection)
-
-
-def async_notices(config) -> list[str]:
-    """What verl's separate-async settings mean on the Arctic path beyond the core's `async` group."""
-    from adapter_verl.config import is_separate_async
-
-    if not is_separate_async(config) or config.trainer.v1.sampler.get("max_off_policy_strategy") != "wait":
-        return []
-    return [
-        "trainer.v1.sampler.max_off_policy_strategy=wait: verl's replay buffer holds each step until the prompts "
-        "in flight that reached max_off_policy_threshold finish, so no trained rollout exceeds the bound and "
-        "async.stale_policy is never applied (the core's StalenessGate still checks every trained row)"
-    ]
 
 
 def settings_table(result: Check) -> str:
     """The startup table: backend, model, GPUs, colocation, optimisations, settings not applied."""
-    from arctic_rl_core.config.settings_table import render_settings_table
-
     return render_settings_table(
         result.resolution.config, framework="verl 0.9.1", not_applied=result.resolution.not_applicable
     )
@@ -458,14 +282,10 @@ def settings_table(result: Check) -> str:
 
 def dump_document(cfg) -> str:
     """The resolved core config exactly as `arctic-rl config show` prints it."""
-    from arctic_rl_core.config.show import render_config_document
-
     return render_config_document(cfg)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from adapter_verl.command_line import parse
-
     args = list(sys.argv[1:] if argv is None else argv)
     line = parse(args)
     if line.help:

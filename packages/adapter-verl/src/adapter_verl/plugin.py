@@ -20,14 +20,10 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
+from adapter_verl.modes import ROLLOUT_NAME, TRAINER_MODE
 from adapter_verl.verl_internals import REPLICA_MODULE, TRAINER_PACKAGE
 
 logger = logging.getLogger("adapter_verl")
-
-TRAINER_MODE = "arctic"
-# what the adapter makes of verl's trainer.v1.trainer_mode=separate_async (adapter_verl.main)
-ASYNC_TRAINER_MODE = "arctic_separate_async"
-ROLLOUT_NAME = "arctic"
 
 _lock = threading.Lock()
 _registered: dict[str, bool] = {}

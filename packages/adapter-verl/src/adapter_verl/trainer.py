@@ -33,7 +33,7 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from adapter_verl.batch_order import DataloaderOrder, restore_dataloader_order
-from adapter_verl.plugin import ASYNC_TRAINER_MODE, TRAINER_MODE
+from adapter_verl.modes import ASYNC_TRAINER_MODE, TRAINER_MODE, VERL_SEPARATE_ASYNC, VERL_SYNC
 from adapter_verl.verl_internals import (
     ROLLOUT_VERSIONS_KEY,
     add_step_metrics,
@@ -47,8 +47,6 @@ logger = logging.getLogger(__name__)
 
 tolerate_flush_in_separate_async_log()
 
-SYNC_MODE = "sync"
-SEPARATE_ASYNC_MODE = "separate_async"
 # verl's checkpoint engine that calls only `actor_wg.update_weights` (the forwarder's core weight sync)
 NAIVE_CHECKPOINT_ENGINE = "naive"
 
@@ -214,11 +212,11 @@ class ArcticTrainer(_ArcticForwarding, PPOTrainerSync):
     @property  # type: ignore[override]
     def trainer_mode(self) -> str:
         """Always "sync": verl's mode checks must take their synchronous branches."""
-        return SYNC_MODE
+        return VERL_SYNC
 
     @trainer_mode.setter
     def trainer_mode(self, value: str) -> None:
-        if value not in (TRAINER_MODE, SYNC_MODE):
+        if value not in (TRAINER_MODE, VERL_SYNC):
             raise ValueError(
                 f"trainer.v1.trainer_mode={value!r} reached ArcticTrainer: set trainer.v1.trainer_mode={TRAINER_MODE}"
             )
@@ -253,14 +251,14 @@ class ArcticSeparateAsyncTrainer(_ArcticForwarding, PPOTrainerSeparateAsync):
     def trainer_mode(self) -> str:
         """Always "separate_async": verl's mode checks take their asynchronous branches and read
         `trainer.v1.separate_async`."""
-        return SEPARATE_ASYNC_MODE
+        return VERL_SEPARATE_ASYNC
 
     @trainer_mode.setter
     def trainer_mode(self, value: str) -> None:
-        if value not in (ASYNC_TRAINER_MODE, SEPARATE_ASYNC_MODE):
+        if value not in (ASYNC_TRAINER_MODE, VERL_SEPARATE_ASYNC):
             raise ValueError(
                 f"trainer.v1.trainer_mode={value!r} reached ArcticSeparateAsyncTrainer: set "
-                f"trainer.v1.trainer_mode={SEPARATE_ASYNC_MODE} (the adapter selects {ASYNC_TRAINER_MODE})"
+                f"trainer.v1.trainer_mode={VERL_SEPARATE_ASYNC} (the adapter selects {ASYNC_TRAINER_MODE})"
             )
         self.selected_mode = value
 

@@ -1,30 +1,34 @@
-"""A framework's own config fields, classified and mapped onto the core schema.
+"""The one field-table mechanism of the adapters: a framework's config fields, classified, mapped
+onto the core schema and checked, declared as data.
 
-Each adapter declares ONE table (`FieldTable`) over every leaf of its framework's config. A leaf is
-exactly one of:
+Each adapter declares ONE `FieldTable` over every leaf of its framework's config:
 
-- `Mapped`: feeds a core field, with its transform (`Derived` when a core value needs several
-  framework fields, e.g. GPUs = GPUs per node x nodes);
-- `Rejected`: accepted only at the framework's default (or a value `accepts` allows); any other
-  value is a problem naming the field, the value and the fix;
-- `NotApplicable`: has no meaning on the Arctic path (critic, FSDP wrap policy, ...); a value
-  other than the default is listed at startup with the reason, never silently dropped;
-- `PassedThrough`: the framework keeps using it itself (logging, data loading, schedule).
+- rows (`Row`, built by `mapped`, `derived`, `rejected`, `not_applicable`, `passed_through`): one
+  per framework field (or subtree: `trainer.critic` classifies every leaf below it that has no row
+  of its own). A row names the framework field(s), its classification (`Kind`), the core field it
+  feeds and the named transform that computes the core value, or the reason and the fix;
+- rules (`Rule`): checks across several fields (the inputs), each with its problem and fix;
+- notices (`Notice`): what a combination of settings means on the Arctic path, said at startup.
 
-An entry's `field` may name a subtree (`trainer.critic`): it classifies every leaf below it that
-has no entry of its own. The same table drives the translation (`translate`), the startup report
-(`Translation.not_applied`), the README table (`markdown`) and the "every leaf is classified"
-test (`check_complete` over the installed framework's leaves).
+Transforms, rule checks and notices are named functions of the adapter's `field_transforms`
+module (a transform may raise `FieldProblem`; it returns `UNSET` to leave the core default).
+`FieldTable.translate` evaluates everything in one round: the core values, every problem (never
+stopping at the first), the non-default settings that do not apply and the startup notices. The
+same rows give the README table (`markdown`) and the "every leaf is classified" test
+(`check_complete` over the installed framework's leaves).
 
-Nothing here knows a framework: the adapter gives a reader of its config (`Reader`: dotted
-path -> value), a reader of the framework's defaults and the list of leaf paths.
+Nothing here knows a framework: the adapter gives a reader of its config (`Reader`: dotted path ->
+value), a reader of the framework's defaults and the list of leaf paths.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from arctic_rl_core.config.errors import ConfigIssue
@@ -43,7 +47,7 @@ UNSET: Any = _Unset()
 
 
 class FieldProblem(Exception):
-    """Raised by a transform: the framework value cannot be mapped. `field` defaults to the entry's."""
+    """Raised by a transform: the framework value cannot be mapped. `field` defaults to the row's."""
 
     def __init__(self, problem: str, fix: str, *, field: str | None = None, value: Any = UNSET):
         super().__init__(problem)
@@ -53,69 +57,136 @@ class FieldProblem(Exception):
         self.value = value
 
 
-@dataclass(frozen=True)
-class Mapped:
-    """Framework `field` -> core `core`, through `transform` (identity when None)."""
+# -- rows ----------------------------------------------------------------------------------------
 
-    field: str
-    core: str
-    transform: Callable[[Any], Any] | None = None
-    how: str = ""
+
+class Kind(StrEnum):
+    """How a framework field is treated on the Arctic path."""
+
+    MAPPED = "mapped"  # feeds a core field
+    REJECTED = "rejected unless default"  # any other value is a problem with its fix
+    NOT_APPLICABLE = "not applicable"  # no meaning here: a non-default value is listed at startup
+    PASSED_THROUGH = "passed through"  # the framework itself keeps using it
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a field table (build it with `mapped`, `derived`, `rejected`, `not_applicable` or
+    `passed_through`). `reason` is the how of a mapped row, the why of a rejected one, the reason of
+    a not applicable one and what a passed-through field is used for."""
+
+    kind: Kind
+    fields: tuple[str, ...]
+    core: str = ""
+    transform: Callable[[Any], Any] | None = None  # one field's value -> the core value
+    compute: Callable[[Reader], Any] | None = None  # several fields (read) -> the core value
+    reason: str = ""
+    fix: str = ""
+    accepts: Callable[[Any], bool] | None = None  # rejected: non-default values allowed after all
 
     @property
-    def sources(self) -> tuple[str, ...]:
-        return (self.field,)
+    def field(self) -> str:
+        return self.fields[0]
 
-    def compute(self, read: Reader) -> Any:
+    def core_value(self, read: Reader) -> Any:
+        if self.compute is not None:
+            return self.compute(read)
         value = read(self.field)
         return value if self.transform is None else self.transform(value)
 
 
-@dataclass(frozen=True)
-class Derived:
-    """Core `core` computed from several framework fields (`sources`), each of them mapped."""
-
-    core: str
-    sources: tuple[str, ...]
-    compute: Callable[[Reader], Any]
-    how: str
+def mapped(field: str, core: str, transform: Callable[[Any], Any] | None = None, how: str = "") -> Row:
+    """Framework `field` -> core `core`, through `transform` (as is when None)."""
+    return Row(Kind.MAPPED, (field,), core, transform=transform, reason=how)
 
 
-@dataclass(frozen=True)
-class Rejected:
+def derived(core: str, fields: tuple[str, ...], compute: Callable[[Reader], Any], how: str) -> Row:
+    """Core `core` computed from several framework fields (`compute` reads them), each of them mapped."""
+    return Row(Kind.MAPPED, tuple(fields), core, compute=compute, reason=how)
+
+
+NOT_SUPPORTED = "not supported on the Arctic path"
+
+
+def rejected(
+    field: str, fix: str, why: str = NOT_SUPPORTED, accepts: Callable[[Any], bool] | None = None
+) -> Row:
     """Accepted at the framework default (or where `accepts(value)`); otherwise a problem."""
-
-    field: str
-    fix: str
-    why: str = "not supported on the Arctic path"
-    accepts: Callable[[Any], bool] | None = None
+    return Row(Kind.REJECTED, (field,), reason=why, fix=fix, accepts=accepts)
 
 
-@dataclass(frozen=True)
-class NotApplicable:
+def not_applicable(field: str, reason: str) -> Row:
     """No meaning on the Arctic path; a non-default value is reported at startup with `reason`."""
+    return Row(Kind.NOT_APPLICABLE, (field,), reason=reason)
 
-    field: str
-    reason: str
+
+def passed_through(field: str, to: str) -> Row:
+    """The framework itself keeps using the field (`to` says what for)."""
+    return Row(Kind.PASSED_THROUGH, (field,), reason=to)
+
+
+# -- rules and notices ---------------------------------------------------------------------------
+
+
+class Fields:
+    """A framework config as rules and notices read it: `fields(path)` is a value,
+    `fields.default(path)` the framework's default, `fields.changed(path)` whether they differ."""
+
+    def __init__(self, read: Reader, default: Reader) -> None:
+        self.read, self.default = read, default
+
+    def __call__(self, path: str) -> Any:
+        return self.read(path)
+
+    def changed(self, path: str) -> bool:
+        return not _same(self.read(path), self.default(path))
 
 
 @dataclass(frozen=True)
-class PassedThrough:
-    """The framework itself keeps using the field (`to` says what for)."""
+class Found:
+    """What a rule's check found: the field and value to report (the rule's first input and its
+    value unless named) and the names its problem and fix templates use (`{name}`)."""
 
-    field: str
-    to: str
+    field: str | None = None
+    value: Any = UNSET
+    names: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
-Entry = Mapped | Derived | Rejected | NotApplicable | PassedThrough
-Classification = Mapped | Rejected | NotApplicable | PassedThrough
-KIND_NAMES: dict[type, str] = {
-    Mapped: "mapped",
-    Derived: "mapped",
-    Rejected: "rejected unless default",
-    NotApplicable: "not applicable",
-    PassedThrough: "passed through",
-}
+@dataclass(frozen=True)
+class Rule:
+    """A check across framework fields. `check(fields)` returns a falsy value when the settings
+    agree, else `True` or a `Found`: one problem, `problem` and `fix` (templates over `Found.names`)."""
+
+    name: str
+    inputs: tuple[str, ...]
+    check: Callable[[Fields], Found | bool | None]
+    problem: str
+    fix: str
+
+    def evaluate(self, fields: Fields) -> ConfigIssue | None:
+        found = self.check(fields)
+        if not found:
+            return None
+        found = found if isinstance(found, Found) else Found()
+        where = found.field or self.inputs[0]
+        value = fields(where) if found.value is UNSET else found.value
+        names = dict(found.names)
+        problem = self.problem.format_map(names) if names else self.problem
+        fix = self.fix.format_map(names) if names else self.fix
+        return ConfigIssue(where, value, problem, fix)
+
+
+@dataclass(frozen=True)
+class Notice:
+    """What a combination of settings means on the Arctic path, said at startup: `say(fields)`
+    returns the notice, or None when it has nothing to say."""
+
+    name: str
+    inputs: tuple[str, ...]
+    say: Callable[[Fields], str | None]
+
+
+# -- evaluation ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -129,11 +200,14 @@ class NotAppliedSetting:
 
 @dataclass
 class Translation:
-    """What a framework config becomes: core values (dotted), problems, settings not applied."""
+    """What a framework config becomes: core values (dotted), the rows' problems, the rules'
+    problems, the settings not applied and the startup notices."""
 
     values: dict[str, Any] = dataclasses.field(default_factory=dict)
     issues: list[ConfigIssue] = dataclasses.field(default_factory=list)
+    rule_issues: list[ConfigIssue] = dataclasses.field(default_factory=list)
     not_applied: list[NotAppliedSetting] = dataclasses.field(default_factory=list)
+    notices: list[str] = dataclasses.field(default_factory=list)
 
     def core_data(self) -> dict[str, Any]:
         """The values as the nested mapping `ArcticRLConfig.from_dict` takes."""
@@ -158,35 +232,43 @@ def _under(path: str, prefix: str) -> bool:
 
 @dataclass
 class FieldTable:
-    """Every framework field of one adapter, classified (see the module docstring)."""
+    """Every framework field of one adapter, classified, and its rules (see the module docstring)."""
 
     framework: str
-    entries: Sequence[Entry]
-    _by_field: dict[str, list[Entry]] = field(init=False, repr=False)
+    rows: Sequence[Row]
+    rules: Sequence[Rule] = ()
+    notices: Sequence[Notice] = ()
+    _by_field: dict[str, list[Row]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.entries = tuple(self.entries)
+        self.rows, self.rules, self.notices = tuple(self.rows), tuple(self.rules), tuple(self.notices)
         self._by_field = {}
-        for entry in self.entries:
-            for name in self._fields_of(entry):
-                self._by_field.setdefault(name, []).append(entry)
+        for row in self.rows:
+            for name in row.fields:
+                self._by_field.setdefault(name, []).append(row)
         problems = []
         for name, found in self._by_field.items():
-            kinds = {KIND_NAMES[type(e)] for e in found}
+            kinds = {row.kind for row in found}
             if len(kinds) > 1:
                 problems.append(f"{name}: classified as {' and '.join(sorted(kinds))}")
-            elif len(found) > 1 and kinds != {"mapped"}:
+            elif len(found) > 1 and kinds != {Kind.MAPPED}:
                 problems.append(f"{name}: classified {len(found)} times")
+        names = [check.name for check in (*self.rules, *self.notices)]
+        problems += [
+            f"rule {name}: declared twice" for name in sorted({n for n in names if names.count(n) > 1})
+        ]
+        for check in (*self.rules, *self.notices):
+            problems += [
+                f"rule {check.name}: reads {name}, which no row classifies"
+                for name in check.inputs
+                if not name.startswith("@") and not self.rows_for(name)
+            ]
         if problems:
             raise ValueError(f"{self.framework} field table is ambiguous:\n  " + "\n  ".join(problems))
 
-    @staticmethod
-    def _fields_of(entry: Entry) -> tuple[str, ...]:
-        return entry.sources if isinstance(entry, (Mapped, Derived)) else (entry.field,)
-
     # -- classification ---------------------------------------------------------------------------
-    def entries_for(self, path: str) -> list[Entry]:
-        """The entries classifying `path`: its own, else the closest subtree entry's."""
+    def rows_for(self, path: str) -> list[Row]:
+        """The rows classifying `path`: its own, else the closest subtree row's."""
         if path in self._by_field:
             return self._by_field[path]
         parts = path.split(".")
@@ -196,74 +278,102 @@ class FieldTable:
                 return found
         return []
 
-    def kind_of(self, path: str) -> str | None:
-        found = self.entries_for(path)
-        return KIND_NAMES[type(found[0])] if found else None
+    def kind_of(self, path: str) -> Kind | None:
+        found = self.rows_for(path)
+        return found[0].kind if found else None
 
     def unclassified(self, leaves: Iterable[str]) -> list[str]:
-        """Leaves no entry classifies (each one would be silently ignored)."""
-        return sorted(leaf for leaf in leaves if not self.entries_for(leaf))
+        """Leaves no row classifies (each one would be silently ignored)."""
+        return sorted(leaf for leaf in leaves if not self.rows_for(leaf))
 
     def stale(self, leaves: Iterable[str]) -> list[str]:
-        """Entries naming a field that is no leaf and covers no leaf (the framework dropped it)."""
+        """Rows naming a field that is no leaf and covers no leaf (the framework dropped it)."""
         leaves = list(leaves)
         return sorted(name for name in self._by_field if not any(_under(leaf, name) for leaf in leaves))
 
-    def check_complete(self, leaves: Iterable[str]) -> None:
-        """Raise AssertionError listing every unclassified leaf and every stale entry."""
+    def stale_inputs(self, leaves: Iterable[str]) -> list[str]:
+        """Rule and notice inputs that are no field of the config (nor inside a leaf mapping)."""
         leaves = list(leaves)
-        missing = self.unclassified(leaves)
-        stale = self.stale(leaves)
-        if missing or stale:
+        return sorted(
+            f"{check.name}: {name}"
+            for check in (*self.rules, *self.notices)
+            for name in check.inputs
+            if not name.startswith("@")
+            and not any(_under(leaf, name) or _under(name, leaf) for leaf in leaves)
+        )
+
+    def check_complete(self, leaves: Iterable[str]) -> None:
+        """Raise AssertionError listing every unclassified leaf, stale row and stale rule input."""
+        leaves = list(leaves)
+        missing, stale, inputs = self.unclassified(leaves), self.stale(leaves), self.stale_inputs(leaves)
+        if missing or stale or inputs:
             lines = [f"{self.framework}: the field table does not match the installed config"]
             if missing:
-                lines.append(f"{len(missing)} unclassified field(s) (add an entry for each):")
+                lines.append(f"{len(missing)} unclassified field(s) (add a row for each):")
                 lines.extend(f"  {name}" for name in missing)
             if stale:
-                lines.append(f"{len(stale)} entry(ies) naming no field of the installed config:")
+                lines.append(f"{len(stale)} row(s) naming no field of the installed config:")
                 lines.extend(f"  {name}" for name in stale)
+            if inputs:
+                lines.append(f"{len(inputs)} rule input(s) naming no field of the installed config:")
+                lines.extend(f"  {name}" for name in inputs)
             raise AssertionError("\n".join(lines))
 
     def core_fields(self) -> set[str]:
-        return {e.core for e in self.entries if isinstance(e, (Mapped, Derived))}
+        return {row.core for row in self.rows if row.kind is Kind.MAPPED}
 
     def sources_of(self, core: str) -> tuple[str, ...]:
         """The framework fields that feed core field `core`."""
         found: list[str] = []
-        for entry in self.entries:
-            if isinstance(entry, (Mapped, Derived)) and entry.core == core:
-                found.extend(s for s in entry.sources if s not in found)
+        for row in self.rows:
+            if row.kind is Kind.MAPPED and row.core == core:
+                found.extend(s for s in row.fields if s not in found)
         return tuple(found)
 
-    # -- translation ------------------------------------------------------------------------------
+    def functions(self) -> list[Callable[..., Any]]:
+        """Every function the table calls: transforms, computes, accepts, rule checks, notices."""
+        found = [
+            fn for row in self.rows for fn in (row.transform, row.compute, row.accepts) if fn is not None
+        ]
+        return [*found, *(rule.check for rule in self.rules), *(notice.say for notice in self.notices)]
+
+    # -- evaluation -------------------------------------------------------------------------------
     def translate(self, read: Reader, default: Reader, leaves: Iterable[str]) -> Translation:
-        """Map every field: core values, every problem at once, the non-default settings not applied."""
+        """Evaluate the table: core values, every problem at once, the non-default settings not
+        applied and the startup notices."""
         result = Translation()
-        for entry in self.entries:
-            if isinstance(entry, (Mapped, Derived)):
-                try:
-                    value = entry.compute(read)
-                except FieldProblem as problem:
-                    where = problem.field or entry.sources[0]
-                    shown = read(where) if problem.value is UNSET else problem.value
-                    result.issues.append(ConfigIssue(where, shown, problem.problem, problem.fix))
-                    continue
-                if value is not UNSET:
-                    result.values[entry.core] = value
+        for row in self.rows:
+            if row.kind is not Kind.MAPPED:
+                continue
+            try:
+                value = row.core_value(read)
+            except FieldProblem as problem:
+                where = problem.field or row.field
+                shown = read(where) if problem.value is UNSET else problem.value
+                result.issues.append(ConfigIssue(where, shown, problem.problem, problem.fix))
+                continue
+            if value is not UNSET:
+                result.values[row.core] = value
         for leaf in leaves:
-            found = self.entries_for(leaf)
-            if not found or isinstance(found[0], (Mapped, Derived, PassedThrough)):
+            found = self.rows_for(leaf)
+            if not found or found[0].kind in (Kind.MAPPED, Kind.PASSED_THROUGH):
                 continue
             value = read(leaf)
             if _same(value, default(leaf)):
                 continue
-            entry = found[0]
-            if isinstance(entry, Rejected):
-                if entry.accepts is None or not entry.accepts(value):
-                    result.issues.append(ConfigIssue(leaf, value, entry.why, entry.fix))
-            else:
-                result.not_applied.append(NotAppliedSetting(leaf, value, entry.reason))
+            row = found[0]
+            if row.kind is Kind.NOT_APPLICABLE:
+                result.not_applied.append(NotAppliedSetting(leaf, value, row.reason))
+            elif row.accepts is None or not row.accepts(value):
+                result.issues.append(ConfigIssue(leaf, value, row.reason, row.fix))
+        fields = Fields(read, default)
+        result.rule_issues = self.check_rules(fields)
+        result.notices = [text for notice in self.notices if (text := notice.say(fields))]
         return result
+
+    def check_rules(self, fields: Fields) -> list[ConfigIssue]:
+        """The problems the rules find (all of them)."""
+        return [issue for rule in self.rules if (issue := rule.evaluate(fields)) is not None]
 
     def in_framework_terms(self, issue: ConfigIssue, *, extension_prefix: str | None = None) -> ConfigIssue:
         """A core validation issue named by the framework field(s) to change. A core path no
@@ -283,28 +393,19 @@ class FieldTable:
 
     # -- documentation ----------------------------------------------------------------------------
     def markdown(self) -> str:
-        """The README table: one row per entry, in table order."""
+        """The README table: one line per row, in table order."""
         lines = [
             f"| {self.framework} field | how | core field / reason / fix |",
             "| --- | --- | --- |",
         ]
-        for entry in self.entries:
-            if isinstance(entry, Mapped):
-                names, how = f"`{entry.field}`", entry.how or "as is"
-                target = f"`{entry.core}`"
-            elif isinstance(entry, Derived):
-                names = ", ".join(f"`{s}`" for s in entry.sources)
-                how, target = entry.how, f"`{entry.core}`"
-            elif isinstance(entry, Rejected):
-                names, how, target = (
-                    f"`{entry.field}`",
-                    "rejected unless default",
-                    f"{entry.why}; {entry.fix}",
-                )
-            elif isinstance(entry, NotApplicable):
-                names, how, target = f"`{entry.field}`", "not applicable", entry.reason
+        for row in self.rows:
+            names = ", ".join(f"`{name}`" for name in row.fields)
+            if row.kind is Kind.MAPPED:
+                how, target = row.reason or "as is", f"`{row.core}`"
+            elif row.kind is Kind.REJECTED:
+                how, target = row.kind.value, f"{row.reason}; {row.fix}"
             else:
-                names, how, target = f"`{entry.field}`", "passed through", entry.to
+                how, target = row.kind.value, row.reason
             lines.append(f"| {names} | {_cell(how)} | {_cell(target)} |")
         return "\n".join(lines) + "\n"
 
@@ -318,6 +419,9 @@ def _same(value: Any, default: Any) -> bool:
         return bool(value == default)
     except Exception:  # e.g. arrays: compare their text
         return repr(value) == repr(default)
+
+
+# -- README sections -----------------------------------------------------------------------------
 
 
 def replace_marked_section(text: str, name: str, body: str) -> str:
@@ -336,3 +440,23 @@ def marked_section(text: str, name: str) -> str:
     if i < 0 or j < 0 or j < i:
         raise ValueError(f"the markers {start} ... {end} are missing or out of order")
     return text[i + len(start) + 1 : j]
+
+
+def readme_command(sections: Mapping[str, str], argv: Sequence[str] | None = None) -> int:
+    """`python -m adapter_<x>.field_table [--write README.md]`: print the generated README sections
+    (marker name -> body), or write them between their markers in the file named."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--write"] and len(args) == 2:
+        path = Path(args[1])
+        text = path.read_text(encoding="utf-8")
+        for name, body in sections.items():
+            text = replace_marked_section(text, name, body)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {', '.join(sections)} into {path}")
+        return 0
+    if args:
+        print("usage: python -m <adapter>.field_table [--write README.md]", file=sys.stderr)
+        return 2
+    for body in sections.values():
+        sys.stdout.write(body + "\n")
+    return 0

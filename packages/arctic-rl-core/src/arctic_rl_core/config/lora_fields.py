@@ -1,4 +1,4 @@
-"""Field-table entries that map a framework's LoRA settings onto the core's `peft.*` group.
+"""Field-table rows that map a framework's LoRA settings onto the core's `peft.*` group.
 
 Both SkyRL (`trainer.policy.model.lora.{rank,alpha,dropout,target_modules,exclude_modules}`) and
 verl (`actor_rollout_ref.model.{lora_rank,lora_alpha,target_modules,exclude_modules}`) spell LoRA as
@@ -12,13 +12,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from arctic_rl_core.config.framework_fields import UNSET, Derived, FieldProblem, Mapped, Reader
+from arctic_rl_core.config.framework_fields import UNSET, FieldProblem, Reader, Row, derived, mapped
 
 ALL_LINEAR = "all-linear"
 _MODULE_NAME = re.compile(r"[A-Za-z0-9_.]+")
 
 
-def _rank(value: Any) -> int:
+def lora_rank(value: Any) -> int:
     return int(value or 0)
 
 
@@ -49,43 +49,60 @@ def _names(value: Any, field: str, *, allow_all_linear: bool) -> Any:
     return names
 
 
-def lora_entries(
+def number(value: Any, field: str) -> float:
+    return float(value)
+
+
+def module_list(value: Any, field: str) -> Any:
+    """A list of target modules, or all-linear."""
+    return _names(value, field, allow_all_linear=True)
+
+
+def excluded_modules(value: Any, field: str) -> Any:
+    """A list of excluded modules (an empty list: none)."""
+    return _names(value, field, allow_all_linear=False)
+
+
+def _with_lora(rank: str, field: str, transform: Callable[[Any, str], Any]) -> Callable[[Reader], Any]:
+    """`transform(value, field)` of the framework's `field`, only with rank > 0 (LoRA off: the
+    framework ignores the setting too, and so does the core)."""
+
+    def lora_setting(read: Reader) -> Any:
+        return transform(read(field), field) if lora_rank(read(rank)) > 0 else UNSET
+
+    return lora_setting
+
+
+def lora_rows(
     *,
     rank: str,
     alpha: str | None = None,
     dropout: str | None = None,
     target_modules: str | None = None,
     exclude_modules: str | None = None,
-) -> list[Mapped | Derived]:
-    """The entries mapping one framework's LoRA fields (dotted paths) onto `peft.*`."""
-    entries: list[Mapped | Derived] = [
-        Mapped(rank, "peft.lora_rank", _rank, "0 = full-weight training; > 0 = LoRA (Cortex or reference)")
+) -> list[Row]:
+    """The rows mapping one framework's LoRA fields (dotted paths) onto `peft.*`."""
+    rows = [
+        mapped(
+            rank, "peft.lora_rank", lora_rank, "0 = full-weight training; > 0 = LoRA (Cortex or reference)"
+        )
     ]
-
-    def when_lora(field: str, transform: Callable[[Any], Any]) -> Callable[[Reader], Any]:
-        def compute(read: Reader) -> Any:
-            if _rank(read(rank)) <= 0:
-                return UNSET  # LoRA off: the framework ignores the setting too
-            return transform(read(field))
-
-        return compute
-
     for field, core, transform, how in (
-        (alpha, "peft.lora_alpha", float, "as is (with rank > 0)"),
-        (dropout, "peft.lora_dropout", float, "as is (with rank > 0)"),
+        (alpha, "peft.lora_alpha", number, "as is (with rank > 0)"),
+        (dropout, "peft.lora_dropout", number, "as is (with rank > 0)"),
         (
             target_modules,
             "peft.target_modules",
-            lambda value, f=target_modules: _names(value, f, allow_all_linear=True),
+            module_list,
             "all-linear or a list of module names (with rank > 0)",
         ),
         (
             exclude_modules,
             "peft.exclude_modules",
-            lambda value, f=exclude_modules: _names(value, f, allow_all_linear=False),
+            excluded_modules,
             "a list of module names; null = none (with rank > 0)",
         ),
     ):
         if field is not None:
-            entries.append(Derived(core, (field, rank), when_lora(field, transform), how))
-    return entries
+            rows.append(derived(core, (field, rank), _with_lora(rank, field, transform), how))
+    return rows

@@ -1,4 +1,5 @@
-"""Launchers of Arctic-Platform's verl integration (`arctic_platform/integrations/verl/`) keep working.
+"""Legacy keys: launchers of Arctic-Platform's verl integration (`arctic_platform/integrations/verl/`), the
+integration this adapter replaces, keep working.
 
 That integration targets a verl fork (`verl.remote_backend`, `trainer.remote_backend=arctic`) and
 reads a flat `remote_backend` Hydra group (`config/remote_backend/arctic.yaml`: `colocate`,
@@ -17,23 +18,25 @@ from typing import Any
 
 import yaml
 
+from adapter_verl.modes import TRAINER_MODE
+
 CORE = "++remote_backend.core."
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
 
 # Fork-only top-level overrides: dropped with a notice (what replaces them here).
 DROPPED: dict[str, str] = {
-    "trainer.remote_backend": "trainer.v1.trainer_mode=arctic (added by adapter_verl.main)",
+    "trainer.remote_backend": f"trainer.v1.trainer_mode={TRAINER_MODE} (added by adapter_verl.main)",
     "trainer.use_legacy_worker_impl": "nothing: verl 0.9.1 has no such field; the arctic trainer's workers are the adapter's",
 }
 
 
 @dataclass
-class Translation:
+class LegacyOverrides:
     overrides: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    # incumbent GPU counts, checked against verl's fields once the config is composed
+    # the legacy GPU counts, checked against verl's fields once the config is composed
     gpu_counts: dict[str, int] = field(default_factory=dict)
 
 
@@ -80,7 +83,7 @@ def _offload(verl_path: str) -> Alias:
 
 
 def _max_rollouts(raw: str) -> list[str]:
-    if "${" in raw:  # the incumbent's default `${actor_rollout_ref.rollout.n}` is the core default
+    if "${" in raw:  # the legacy default `${actor_rollout_ref.rollout.n}` is the core default
         return []
     return [f"{CORE}zorro.max_rollouts={raw}"]
 
@@ -106,7 +109,7 @@ def _protocol(raw: str) -> list[str]:
         return [f"{CORE}backend.kind=ray"]
     if value == "http":
         raise ValueError(
-            "the incumbent launched a local HTTP server on port 7000 by itself; here say so: "
+            "the legacy integration launched a local HTTP server on port 7000 by itself; here say so: "
             f"{CORE}backend.kind=http {CORE}backend.launch_local_server=true {CORE}backend.port=7000"
         )
     raise ValueError(f"protocol must be ray or http: set {CORE}backend.kind")
@@ -177,9 +180,9 @@ def _split(override: str) -> tuple[str, str, str]:
     return key[: len(key) - len(stripped)], stripped, raw
 
 
-def translate(overrides: Sequence[str]) -> Translation:
-    """Rewrite the incumbent's `remote_backend.*` and fork-only overrides (others pass unchanged)."""
-    out = Translation()
+def translate(overrides: Sequence[str]) -> LegacyOverrides:
+    """Rewrite the legacy `remote_backend.*` and fork-only overrides (others pass unchanged)."""
+    out = LegacyOverrides()
     given = {_split(o)[1]: _split(o)[2] for o in overrides}
     for override in overrides:
         prefix, key, raw = _split(override)
@@ -235,7 +238,7 @@ def translate(overrides: Sequence[str]) -> Translation:
         out.notices.append(
             f"{key}={raw}: now {new_key}" + (f" ({' '.join(new)})" if new else " (the default)")
         )
-    # the incumbent's sampling GPUs when not colocated: verl's standalone rollout pool
+    # the legacy sampling GPUs when not colocated: verl's standalone rollout pool
     colocate = _value(given.get("remote_backend.colocate", "true"))
     sampling = out.gpu_counts.get("sampling_gpus")
     if colocate is False and sampling is not None:
@@ -245,8 +248,8 @@ def translate(overrides: Sequence[str]) -> Translation:
     return out
 
 
-def check_gpu_counts(translation: Translation, config: Any) -> tuple[list[str], list[str]]:
-    """(notices, problems): the incumbent's GPU counts against verl's fields (composed config)."""
+def check_gpu_counts(translation: LegacyOverrides, config: Any) -> tuple[list[str], list[str]]:
+    """(notices, problems): the legacy GPU counts against verl's fields (composed config)."""
     notices: list[str] = []
     problems: list[str] = []
     trainer = config.trainer

@@ -1,6 +1,6 @@
 """Arctic-Platform's verl launchers with only the entry point changed: every `remote_backend.*` key
 is translated with a notice, the one setting each launcher gets wrong for the 0.1.4 server is the
-one problem reported, and with it fixed the plan equals what the incumbent integration sends
+one problem reported, and with it fixed the plan equals what the legacy integration sends
 (`arctic_platform/integrations/verl/adapter.py` `_initialize_client`), but for the differences the
 README's "Coming from Arctic's verl integration" table explains."""
 
@@ -170,7 +170,7 @@ def problems_of(err: str) -> list[str]:
     return [line[4:] for line in err.splitlines() if line.startswith("  - ")]
 
 
-# What the incumbent's `_initialize_client` builds from each launcher (read from its source): the
+# What the legacy integration's `_initialize_client` builds from each launcher (read from its source): the
 # client config fields, by dotted path. `checkpoint_path` is verl's trainer.default_local_dir as is.
 INCUMBENT = {
     "bird": {
@@ -263,7 +263,7 @@ FIXES = {
     ),
 }
 MISSING = "(not sent)"
-# Where our plan differs from the incumbent's, by field: the first cell of the README table's row that
+# Where our plan differs from the legacy integration's, by field: the first cell of the README table's row that
 # says why, and what ours must be. Fields only our plan sends are compared with "not sent".
 DIFFERENCES = {
     "training.checkpoint_path": (
@@ -351,11 +351,11 @@ def _get(data: dict, dotted: str):
 
 @pytest.fixture(scope="module")
 def config_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("incumbent") / "config")
+    return str(tmp_path_factory.mktemp("legacy") / "config")
 
 
 @pytest.mark.parametrize("launcher", ["bird", "gsm8k"])
-def test_incumbent_launcher_dry_run(launcher, capsys, config_dir, monkeypatch, tmp_path):
+def test_legacy_launcher_dry_run(launcher, capsys, config_dir, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     argv = LAUNCHERS[launcher](config_dir, "/data")
     # as shipped: every remote_backend key translated, exactly one problem, the 0.1.4 server's
@@ -392,12 +392,12 @@ def test_incumbent_launcher_dry_run(launcher, capsys, config_dir, monkeypatch, t
         assert f"| {DIFFERENCES[path][0]} |" in section, path
 
 
-def test_incumbent_keys_are_all_translated_or_named(capsys):
-    """Every key of the incumbent's `remote_backend/arctic.yaml` has a translation; a key it never
+def test_legacy_keys_are_all_translated_or_named(capsys):
+    """Every key of the legacy integration's `remote_backend/arctic.yaml` has a translation; a key it never
     had is rejected naming where core settings go."""
-    from adapter_verl.incumbent import ALIASES, GPU_COUNTS, translate
+    from adapter_verl.legacy_keys import ALIASES, GPU_COUNTS, translate
 
-    incumbent_keys = {
+    legacy_keys = {
         "colocate", "training_gpus", "sampling_gpus", "log_prob_gpus", "sampling_tp_size",
         "weight_sync.cuda_ipc", "weight_sync.low_memory", "train.load_balancer", "train.zorro_train.enable",
         "train.zorro_train.max_rollouts", "train.logits.optimization",
@@ -407,7 +407,7 @@ def test_incumbent_keys_are_all_translated_or_named(capsys):
         "train.deepspeed.zero_optimization.offload_param.device", "rollout.zorro_inference.enable",
         "rollout.speculative_decoding.model", "comms.protocol", "comms.drop_position_ids",
     }  # fmt: skip
-    assert incumbent_keys == set(ALIASES) | set(GPU_COUNTS)
+    assert legacy_keys == set(ALIASES) | set(GPU_COUNTS)
     out = translate(
         [
             "remote_backend.train.deepspeed.log_level=INFO",

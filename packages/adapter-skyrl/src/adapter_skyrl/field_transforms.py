@@ -1,0 +1,470 @@
+"""The named functions SkyRL's field table (`adapter_skyrl.field_table`) calls: transforms (one
+SkyRL value -> a core value), computes (several SkyRL fields -> a core value), the checks of its
+cross-field rules and its startup notices. A transform raises `FieldProblem` for a value the Arctic
+path cannot map and returns `UNSET` to leave the core default.
+
+Besides SkyRL's fields, a reader may be asked for pseudo fields the adapter resolves: `ARCTIC_ZORRO`
+(whether ZoRRo is on for this run, which decides what SkyRL's micro-batch means), `ARCTIC_BACKEND`
+(the run's core `backend` group) and `STEPS_PER_EPOCH` (from the data files; None when unreadable).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS
+from arctic_rl_core.config.framework_fields import UNSET, FieldProblem, Fields, Found, Reader
+from arctic_rl_core.config.loss_selection import server_loss_for
+
+from adapter_skyrl.registries import CRITIC_ESTIMATORS, registered_environments, registered_estimators
+from adapter_skyrl.samples import rollout_anchored
+
+ARCTIC_ZORRO = "@arctic.zorro"  # pseudo field: ZoRRo on for this run (resolved by the adapter)
+ARCTIC_BACKEND = "@arctic.backend"  # pseudo field: the run's core `backend` group (kind defaulted)
+STEPS_PER_EPOCH = "@data.steps_per_epoch"  # pseudo field: training rows // train_batch_size
+
+# loss_reduction -> the server's aggregation (the server aggregates; SkyRL's advantage pre-scaling is off).
+LOSS_REDUCTION_TO_AGG_MODE = {
+    "token_mean": "token-mean",
+    "sequence_mean": "seq-mean-token-mean",
+    "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
+}
+SCHEDULERS = {"constant_with_warmup": "constant", "cosine": "cosine"}
+KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+# SkyRL policy_loss_type -> a core loss family the server computes (arctic_rl_core.losses); SkyRL's
+# `regular` is PPO clip WITHOUT dual clip, `dual_clip` adds it.
+SKYRL_POLICY_LOSSES = {
+    "regular": "ppo_clip",
+    "dual_clip": "dual_clip",
+    "gspo": "gspo",
+    "sapo": "sapo",
+    "cispo": "cispo",
+    "clip_cov": "clip_cov",
+    "kl_cov": "kl_cov",
+    # the behaviour policy is the rollout: the adapter sends the rollout log-probs as old log-probs
+    "rollout_is": "rollout_is",
+}
+DYNAMIC_SAMPLING_TYPES = ("filter", "replace")
+ALGO = "trainer.algorithm"
+FULLY_ASYNC = "trainer.fully_async"
+DS = f"{ALGO}.dynamic_sampling"
+
+# -- placement -------------------------------------------------------------------------------------
+
+
+def training_gpus(r: Reader) -> int:
+    return int(r("trainer.placement.policy_num_gpus_per_node")) * int(r("trainer.placement.policy_num_nodes"))
+
+
+def sampling_gpus(r: Reader) -> int:
+    return int(r("generator.inference_engine.num_engines")) * int(
+        r("generator.inference_engine.tensor_parallel_size")
+    )
+
+
+def log_prob_gpus(r: Reader) -> int:
+    if not (r(f"{ALGO}.use_kl_loss") or r(f"{ALGO}.use_kl_in_reward")):
+        return 0
+    return int(r("trainer.placement.ref_num_gpus_per_node")) * int(r("trainer.placement.ref_num_nodes"))
+
+
+def is_one(value: Any) -> bool:
+    return value == 1
+
+
+def is_fsdp(value: Any) -> bool:
+    return value in ("fsdp", "fsdp2")
+
+
+# -- model, kernels, checkpoints -------------------------------------------------------------------
+
+
+def attn_implementation(r: Reader) -> Any:
+    return UNSET if r("trainer.flash_attn") else "sdpa"
+
+
+def model_name(value: Any) -> Any:
+    return value
+
+
+def keep_count(value: Any) -> Any:
+    if int(value) < 0:
+        return UNSET  # SkyRL's -1: keep every checkpoint
+    if int(value) == 0:
+        raise FieldProblem(
+            "SkyRL's cleanup would delete every checkpoint, the one just saved included",
+            "set trainer.max_ckpts_to_keep=-1 (keep all) or a count >= 1",
+        )
+    return int(value)
+
+
+# -- batch -----------------------------------------------------------------------------------------
+
+
+def micro_batch(r: Reader) -> Any:
+    value = int(r("trainer.micro_train_batch_size_per_gpu"))
+    if r(ARCTIC_ZORRO):
+        return UNSET  # ZoRRo sizes micro-batches to whole prompt groups (the legacy integration's rule)
+    return value
+
+
+def token_budget(value: Any) -> Any:
+    return UNSET if int(value) <= 0 else int(value)
+
+
+# -- optimizer -------------------------------------------------------------------------------------
+
+
+def scheduler(value: Any) -> str:
+    if value not in SCHEDULERS:
+        raise FieldProblem(
+            "the core schedule is a linear warmup then constant or cosine",
+            f"use one of {list(SCHEDULERS)}",
+        )
+    return SCHEDULERS[value]
+
+
+def total_training_steps(r: Reader) -> int | None:
+    """Global training steps of the run, as SkyRL's trainer counts them (None without the data)."""
+    per_epoch = r(STEPS_PER_EPOCH)
+    if per_epoch is None:
+        return None
+    steps = int(per_epoch) * int(r("trainer.epochs"))
+    limit = r("trainer.max_training_steps")
+    return min(steps, int(limit)) if limit is not None else steps
+
+
+def total_steps(r: Reader) -> Any:
+    steps = total_training_steps(r)
+    if steps is None:
+        limit = r("trainer.max_training_steps")
+        return int(limit) if limit is not None else UNSET
+    return steps
+
+
+def warmup_ratio(r: Reader) -> float:
+    warmup = int(r("trainer.policy.optimizer_config.num_warmup_steps"))
+    if warmup == 0:
+        return 0.0
+    steps = total_steps(r)
+    if steps is UNSET:
+        raise FieldProblem(
+            "a warmup needs the run's length (the dataset or trainer.max_training_steps)",
+            "set trainer.max_training_steps",
+        )
+    per_step = (int(r("trainer.train_batch_size")) // int(r("trainer.policy_mini_batch_size"))) * int(
+        r("trainer.update_epochs_per_batch")
+    )
+    return warmup / (steps * per_step)
+
+
+# -- loss ------------------------------------------------------------------------------------------
+
+
+def loss_family(value: Any) -> str:
+    if value not in SKYRL_POLICY_LOSSES:
+        raise FieldProblem(
+            "the Arctic server computes the GRPO-family losses and rollout_is (arctic_rl_core.losses); "
+            "dppo's divergence mask has no server loss, the others are not RL losses",
+            f"use one of {list(SKYRL_POLICY_LOSSES)}",
+        )
+    return SKYRL_POLICY_LOSSES[value]
+
+
+def loss_fn(r: Reader) -> Any:
+    family = SKYRL_POLICY_LOSSES.get(r(f"{ALGO}.policy_loss_type"))
+    if family is None:
+        return UNSET  # reported once, by the policy_loss row
+    agg = LOSS_REDUCTION_TO_AGG_MODE.get(r(f"{ALGO}.loss_reduction"), "token-mean")
+    return server_loss_for(family, r(ARCTIC_BACKEND), loss_agg_mode=agg)
+
+
+def _is_family(r: Reader, family: str) -> bool:
+    return SKYRL_POLICY_LOSSES.get(r(f"{ALGO}.policy_loss_type")) == family
+
+
+def clip_ratio_low(r: Reader) -> Any:
+    if _is_family(r, "cispo"):  # CISPO clips its IS weight with its own bounds
+        return r(f"{ALGO}.cispo.cispo_eps_clip_low")
+    return r(f"{ALGO}.eps_clip_low")
+
+
+def clip_ratio_high(r: Reader) -> Any:
+    if _is_family(r, "cispo"):
+        return r(f"{ALGO}.cispo.cispo_eps_clip_high")
+    return r(f"{ALGO}.eps_clip_high")
+
+
+def only_with_loss(family: str, field: str) -> Any:
+    """A loss family's knob: SkyRL's `field` when `policy_loss_type` is that family, else unset."""
+
+    def knob_of_family(r: Reader) -> Any:
+        return r(field) if _is_family(r, family) else UNSET
+
+    return knob_of_family
+
+
+def loss_agg_mode(value: Any) -> str:
+    if value == "token_mean_legacy":  # SkyRL's DAPO fully async example sets it
+        raise FieldProblem(
+            "token_mean_legacy divides each micro-batch of trainer.micro_train_batch_size_per_gpu rows by its own "
+            "token count; the Arctic server forms its own micro-batches (balanced by sequence length), so that "
+            "per-micro-batch divisor cannot be reproduced",
+            "use token_mean (one divisor, the mini-batch's response tokens; token_mean_legacy gives the same loss "
+            "whenever every micro-batch holds as many response tokens)",
+        )
+    if value not in LOSS_REDUCTION_TO_AGG_MODE:
+        raise FieldProblem(
+            "the Arctic server aggregates the loss itself and has no such mode",
+            f"use one of {list(LOSS_REDUCTION_TO_AGG_MODE)}",
+        )
+    return LOSS_REDUCTION_TO_AGG_MODE[value]
+
+
+def kl_estimator(value: Any) -> str:
+    if value not in KL_ESTIMATORS:
+        raise FieldProblem(
+            "the server's kl_penalty has no such estimator", f"use one of {list(KL_ESTIMATORS)}"
+        )
+    return value
+
+
+def loss_scale_factor(r: Reader) -> Any:
+    if r(f"{ALGO}.loss_reduction") != "seq_mean_token_sum_norm":
+        return None
+    return r(f"{ALGO}.max_seq_len")
+
+
+def entropy_coeff(r: Reader) -> float:
+    return float(r(f"{ALGO}.entropy_loss_coef")) if r(f"{ALGO}.use_entropy_loss") else 0.0
+
+
+def loss_temperature(r: Reader) -> float:
+    algo = r(f"{ALGO}.temperature")
+    return float(algo if algo is not None else r("generator.sampling_params.temperature"))
+
+
+def is_null_0_or_1(value: Any) -> bool:
+    return value in (None, 0, 1)
+
+
+# -- asynchronous training -------------------------------------------------------------------------
+
+
+def max_staleness(r: Reader) -> Any:
+    if not r(f"{FULLY_ASYNC}.enabled"):
+        return UNSET  # the core default: 0, the synchronous path
+    return int(r(f"{FULLY_ASYNC}.max_staleness_steps")) * int(r("trainer.update_epochs_per_batch"))
+
+
+def is_weight_cap(r: Reader) -> Any:
+    """The token TIS cap of an asynchronous run (SkyRL computes the weights; the core records the cap)."""
+    if max_staleness(r) in (UNSET, 0):
+        return UNSET
+    opc = f"{ALGO}.off_policy_correction"
+    if r(f"{opc}.tis_ratio_type") == "token":
+        return float(r(f"{opc}.token_tis_ratio_clip_high"))
+    if r(f"{opc}.tis_ratio_type") is None and r(f"{ALGO}.use_tis"):
+        return float(r(f"{ALGO}.tis_imp_ratio_cap"))
+    return UNSET
+
+
+# -- rule checks -----------------------------------------------------------------------------------
+
+
+def attn_disagrees_with_flash_attn(f: Fields) -> Found | None:
+    attn = f("trainer.arctic_rl.kernels.attn_implementation")
+    if attn is None:
+        return None
+    flash = str(attn).startswith("flash_attention")
+    if flash == bool(f("trainer.flash_attn")):
+        return None
+    return Found(names={"flash_attn": f("trainer.flash_attn"), "want": str(flash).lower()})
+
+
+def ref_model_is_another(f: Fields) -> Found | None:
+    if not f.changed("trainer.ref.model.path") or f("trainer.ref.model.path") == f(
+        "trainer.policy.model.path"
+    ):
+        return None
+    return Found(names={"policy": f("trainer.policy.model.path")})
+
+
+def cortex_resumes_from_path(f: Fields) -> bool:
+    return f("trainer.arctic_rl.backend.kind") == "cortex" and f("trainer.resume_mode") == "from_path"
+
+
+def rollout_cispo_with_tis(f: Fields) -> Found | None:
+    rollout_cispo = f(f"{ALGO}.policy_loss_type") == "cispo" and f(f"{ALGO}.cispo.cispo_anchor") == "rollout"
+    tis = f(f"{ALGO}.off_policy_correction.tis_ratio_type")
+    if not (rollout_cispo and (tis is not None or f(f"{ALGO}.use_tis"))):
+        return None
+    return Found(value=tis or "token (use_tis)")
+
+
+def async_colocated(f: Fields) -> Found | None:
+    return Found(value=True) if f(f"{FULLY_ASYNC}.enabled") and f("trainer.placement.colocate_all") else None
+
+
+def async_batch_not_one_mini_batch(f: Fields) -> Found | None:
+    mini = f("trainer.policy_mini_batch_size")
+    if not f(f"{FULLY_ASYNC}.enabled") or f("trainer.train_batch_size") == mini:
+        return None
+    return Found(names={"mini": mini})
+
+
+def async_workers_out_of_range(f: Fields) -> Found | None:
+    if not f(f"{FULLY_ASYNC}.enabled"):
+        return None
+    mini, k = f("trainer.policy_mini_batch_size"), f(f"{FULLY_ASYNC}.max_staleness_steps")
+    if mini <= f(f"{FULLY_ASYNC}.num_parallel_generation_workers") <= mini * (k + 1):
+        return None
+    return Found(names={"low": mini, "high": mini * (k + 1)})
+
+
+def async_batched_generation(f: Fields) -> Found | None:
+    return Found(value=True) if f(f"{FULLY_ASYNC}.enabled") and f("generator.batched") else None
+
+
+def async_dynamic_sampling(f: Fields) -> bool:
+    return bool(f(f"{FULLY_ASYNC}.enabled")) and f(f"{DS}.type") is not None
+
+
+def async_full_batch_without_filter(f: Fields) -> Found | None:
+    wanted = f(f"{FULLY_ASYNC}.enabled") and f(f"{FULLY_ASYNC}.sample_full_batch")
+    return Found(value=True) if wanted and not f(f"{ALGO}.zero_variance_filter") else None
+
+
+def async_loss_not_rollout_anchored(f: Fields) -> bool:
+    if not f(f"{FULLY_ASYNC}.enabled"):
+        return False
+    return not rollout_anchored(f(ALGO)) and f(f"{ALGO}.policy_loss_type") != "dppo"
+
+
+def unknown_dynamic_sampling(f: Fields) -> bool:
+    return f(f"{DS}.type") is not None and f(f"{DS}.type") not in DYNAMIC_SAMPLING_TYPES
+
+
+def replace_never_replaces(f: Fields) -> bool:
+    return f(f"{DS}.type") == "replace" and not 0 <= f(f"{DS}.min_replace_ratio") < 1
+
+
+def unregistered_environment(f: Fields) -> Found | None:
+    """`environment.env_class` (the environment of rows without their own) not in skyrl-gym's registry."""
+    env_class = f("environment.env_class")
+    if env_class is None or env_class in (known := registered_environments()):
+        return None
+    return Found(names={"known": ", ".join(known), "env_class": env_class})
+
+
+def critic_estimator(f: Fields) -> bool:
+    return f(f"{ALGO}.advantage_estimator") in CRITIC_ESTIMATORS
+
+
+def unregistered_estimator(f: Fields) -> Found | None:
+    """An advantage estimator SkyRL's registry does not hold in this process (any registered one runs:
+    SkyRL's trainer computes the advantages)."""
+    name = f(f"{ALGO}.advantage_estimator")
+    if name in CRITIC_ESTIMATORS or name in (known := registered_estimators()):
+        return None
+    free = [n for n in known if n not in CRITIC_ESTIMATORS]
+    return Found(names={"known": ", ".join(known), "name": name, "free": free})
+
+
+def adaptive_kl_with_kl_loss(f: Fields) -> bool:
+    return bool(f(f"{ALGO}.use_kl_loss")) and f(f"{ALGO}.kl_ctrl.type") != "fixed"
+
+
+CORTEX_RESUME = CORTEX_LIMITS["load-checkpoint"]
+
+# -- notices ---------------------------------------------------------------------------------------
+
+
+def dapo_overlong_punishment(f: Fields) -> str | None:
+    """DAPO's soft overlong punishment of the rewards (the DAPO config: adapter_skyrl.dapo)."""
+    buffer = f(f"{ALGO}.overlong_buffer_len")
+    if buffer is None:
+        return None
+    return (
+        f"DAPO soft overlong punishment: rewards fall linearly over the last {buffer} of "
+        f"{f('generator.sampling_params.max_generate_length')} response tokens, by up to "
+        f"{f(f'{ALGO}.overlong_buffer_penalty_factor')} (adapter_skyrl.dapo)"
+    )
+
+
+def dapo_overlong_filtering(f: Fields) -> str | None:
+    if not f("generator.apply_overlong_filtering"):
+        return None
+    return (
+        "DAPO overlong filtering: a response truncated at generator.sampling_params.max_generate_length "
+        "trains no token (all-zero loss mask, as SkyRL's generator sets it)"
+    )
+
+
+def _sample_limit(f: Fields) -> str:
+    batches = f(f"{DS}.max_sample_batches")
+    return "no limit" if batches <= 0 else f"at most {batches}"
+
+
+def dynamic_sampling_filter(f: Fields) -> str | None:
+    """What SkyRL's synchronous trainer does with `dynamic_sampling.type=filter` (in SkyRL's trainer)."""
+    if f(f"{DS}.type") != "filter":
+        return None
+    return (
+        f"dynamic sampling (filter, SkyRL's trainer): groups whose {f('generator.n_samples_per_prompt')} rewards "
+        f"are all equal are dropped and the next dataloader batch is generated until "
+        f"{f('trainer.train_batch_size')} groups are kept ({_sample_limit(f)} generate calls a step, then the "
+        "run stops); the LR schedule counts dataloader batches, as SkyRL's does"
+    )
+
+
+def dynamic_sampling_replace(f: Fields) -> str | None:
+    if f(f"{DS}.type") != "replace":
+        return None
+    return (
+        f"dynamic sampling (replace, SkyRL's trainer): groups whose {f('generator.n_samples_per_prompt')} rewards "
+        f"are all equal are replaced by copies of groups with reward variance when more than "
+        f"{f(f'{DS}.min_replace_ratio'):g} of the batch's groups have it, else the next dataloader batch is "
+        f"generated ({_sample_limit(f)} generate calls a step, then the run stops); the LR schedule counts "
+        "dataloader batches, as SkyRL's does"
+    )
+
+
+def dynamic_sampling_one_sample(f: Fields) -> str | None:
+    if f(f"{DS}.type") in DYNAMIC_SAMPLING_TYPES and f("generator.n_samples_per_prompt") == 1:
+        return "dynamic sampling with generator.n_samples_per_prompt=1: SkyRL keeps every group"
+    return None
+
+
+def dynamic_sampling_unused(f: Fields) -> str | None:
+    """Dynamic-sampling settings SkyRL's trainer does not read with the type given."""
+    kind, unused = f(f"{DS}.type"), []
+    if kind is None and f.changed(f"{DS}.max_sample_batches"):
+        unused.append(f"max_sample_batches={f(f'{DS}.max_sample_batches')}")
+    if kind != "replace" and f.changed(f"{DS}.min_replace_ratio"):
+        unused.append(f"min_replace_ratio={f(f'{DS}.min_replace_ratio'):g}")
+    if not unused:
+        return None
+    return (
+        f"{DS} {', '.join(unused)} has no effect with type={kind} "
+        "(SkyRL reads max_sample_batches with a type, min_replace_ratio with replace)"
+    )
+
+
+# -- legacy keys (adapter_skyrl.legacy_keys) -------------------------------------------------------
+
+
+def logits_strategy(value: Any) -> str:
+    return "none" if value is None else str(value)
+
+
+def unset_if_none(value: Any) -> Any:
+    return UNSET if value is None else value
+
+
+def legacy_scheduler(value: Any) -> str:
+    if value not in ("constant", "cosine"):
+        raise FieldProblem(
+            "the core schedule is constant or cosine after the warmup", "use constant or cosine"
+        )
+    return str(value)
