@@ -183,7 +183,7 @@ def test_bad_settings_are_all_reported_in_one_round(capsys):
     problems = [line[4:] for line in err.splitlines() if line.startswith("  - ")]
     text = "\n".join(problems)
     for expected in (
-        "remote_backend.core.zorro.enabel = true: unknown key. Fix: did you mean 'zorro.enable'?",
+        "remote_backend.core.zorro.enabel = true: unknown key. Fix: did you mean '+remote_backend.core.zorro.enable'?",
         "not divisible by placement.sampling_tensor_parallel_size=3",
         "algorithm.use_kl_in_reward (core loss.use_kl_in_reward) = true: a KL penalty both in the reward and in "
         "the loss counts the KL twice",

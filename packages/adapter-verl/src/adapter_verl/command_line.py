@@ -126,8 +126,9 @@ def select_config(line: CommandLine) -> tuple[ConfigSelection, list[str]]:
     known = sorted(
         {p.stem for folder, _ in folders for p in folder.glob("*.yaml") if not p.stem.startswith("_")}
     )
-    where = path or "verl's config folders"
+    where = f"{path} (nor in verl's config folders)" if path else "verl's config folders"
     return ConfigSelection(), [
-        f"--config-name={line.config_name}: no such config in {where} (verl 0.9.1 ships {', '.join(known)}); "
-        "drop --config-path/--config-name to compose verl's ppo_trainer, or give the folder holding it"
+        f"--config-name={line.config_name}: no such config in {where}; verl 0.9.1 ships {', '.join(known)}. Fix: "
+        "give the folder holding it as --config-path=<folder> (with the entry point switched to the adapter, "
+        "Hydra no longer looks next to the recipe's own main), or drop --config-name for verl's ppo_trainer"
     ]

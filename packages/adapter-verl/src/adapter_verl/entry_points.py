@@ -22,7 +22,15 @@ the installed verl's own config file:
   counterpart (the arctic replicas never abort a request; there is no hybrid engine): notices.
 
 Both entry points' configs set `bypass_mode=true` (old log-probs = the rollout's), `calculate_log_probs`
-and an nccl checkpoint engine: kept unless the launcher set them."""
+and an nccl checkpoint engine: kept unless the launcher set them.
+
+The DAPO recipe (`recipe.dapo.main_dapo`, verl-recipe) runs verl's trainer with its own config on top of
+`ppo_trainer`: `reward.reward_kwargs` (DAPO's overlong buffer, read by verl's `dapo` reward manager) is
+declared there, and its older launchers spell the reward settings the way verl did before its reward
+loop (`reward_model.reward_manager`, `reward_model.overlong_buffer.*`, with `max_resp_len` taken from
+`data.max_response_length`). `dapo_reward_keys` rewrites them into verl 0.9.1's spelling (what verl's
+own `migrate_legacy_reward_impl` does for the fully-async entry point; verl 0.9.1's `main_ppo` leaves
+`reward_model.reward_manager` unread), each with a notice."""
 
 from __future__ import annotations
 
@@ -115,9 +123,10 @@ def _entry_defaults(entry: str) -> dict[str, Any]:
 def translate(overrides: Sequence[str], selection: ConfigSelection) -> EntryTranslation:
     """The command line rewritten onto the adapter's separate-async mode when it is one of verl's
     asynchronous entry points' (unchanged otherwise)."""
+    overrides, dapo_notices = dapo_reward_keys(overrides)
     entry = _entry_of(overrides, selection)
     if entry is None:
-        return EntryTranslation(list(overrides), selection)
+        return EntryTranslation(list(overrides), selection, notices=dapo_notices)
     _, config_name, module = ENTRY_POINTS[entry]
     megatron = "megatron" in selection.name
     out = EntryTranslation(
@@ -125,8 +134,9 @@ def translate(overrides: Sequence[str], selection: ConfigSelection) -> EntryTran
         ConfigSelection(name="ppo_megatron_trainer") if megatron else ConfigSelection(),
         entry=entry,
         notices=[
+            *dapo_notices,
             f"{module}'s settings ({config_name}) run on verl's V1 separate-async trainer, the Arctic path's "
-            "asynchronous mode: trainer.v1.trainer_mode=separate_async; each rewritten key below"
+            "asynchronous mode: trainer.v1.trainer_mode=separate_async; each rewritten key below",
         ],
     )
     given: dict[str, Any] = {}
@@ -246,3 +256,40 @@ def _fully_async(settings, given, mini, put, out) -> None:
         f"async_training.staleness_threshold={staleness:g}: a sample waits at most 1 + ceil({staleness:g}) weight "
         "syncs before it is trained",
     )
+
+
+OVERLONG = "reward_model.overlong_buffer."
+
+
+def dapo_reward_keys(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The DAPO recipe's reward settings in verl 0.9.1's spelling: (overrides, notices)."""
+    out: list[str] = []
+    notices: list[str] = []
+    response_length = next(
+        (o.partition("=")[2] for o in overrides if _key(o) == "data.max_response_length"), None
+    )
+    for override in overrides:
+        key, value = _key(override), override.partition("=")[2]
+        if key == "reward_model.reward_manager":
+            new = f"reward.reward_manager.name={value}"
+        elif key.startswith("reward_model.reward_kwargs."):
+            new = f"+reward.reward_kwargs.{key.removeprefix('reward_model.reward_kwargs.')}={value}"
+        elif key.startswith(OVERLONG):
+            new = f"+reward.reward_kwargs.overlong_buffer_cfg.{key.removeprefix(OVERLONG)}={value}"
+        elif key.startswith("reward.reward_kwargs.") and not override.startswith("+"):
+            new = f"+{override}"
+        else:
+            out.append(override)
+            continue
+        out.append(new)
+        notices.append(
+            f"{key}={value}: now {new} (verl 0.9.1's spelling of the DAPO recipe's reward settings)"
+        )
+    wants_length = any(_key(o).startswith("reward.reward_kwargs.overlong_buffer_cfg.") for o in out)
+    if wants_length and "reward.reward_kwargs.max_resp_len" not in {_key(o) for o in out} and response_length:
+        out.append(f"+reward.reward_kwargs.max_resp_len={response_length}")
+        notices.append(
+            f"+reward.reward_kwargs.max_resp_len={response_length}: data.max_response_length, as the DAPO recipe's "
+            "trainer gave verl's dapo reward manager (it needs it with the overlong buffer)"
+        )
+    return out, notices

@@ -119,6 +119,13 @@ def prepare(argv: Sequence[str]) -> Prepared:
             notices.append(
                 f"actor_rollout_ref.rollout.name=vllm: now {ROLLOUT_NAME} (the Arctic server's vLLM engines)"
             )
+        elif any(
+            key.startswith(f"actor_rollout_ref.rollout.engine_kwargs.{e}.") for e in OTHER_ROLLOUT_ENGINES
+        ):
+            notices.append(
+                f"{key}: {key.split('.')[3]}'s engine setting: the Arctic server samples with vLLM (not applied)"
+            )
+            continue
         elif key == "actor_rollout_ref.rollout.name" and value in OTHER_ROLLOUT_ENGINES:
             override = f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}"
             notices.append(
@@ -241,7 +248,7 @@ def check(argv: Sequence[str]) -> Check:
     problems = [*line.problems, *problems]
     entry = entry_points.translate(line.overrides, selection)
     notices = list(entry.notices)
-    engine = training_engine.refuse(entry.overrides, entry.selection, default_leaves())
+    engine = training_engine.refuse(entry.overrides, entry.selection, default_leaves(), line.config_name)
     if engine.problem is not None:
         problems.append(engine.problem)
     prepared = prepare(engine.overrides)
@@ -268,7 +275,13 @@ def check(argv: Sequence[str]) -> Check:
         problems.extend(verl_validation_problems(config))
     steps = config.trainer.get("total_training_steps")
     resolution = resolve(config, int(steps) if steps else None)
-    problems.extend(p for p in resolution.problems if _field_of(p) not in refused.covered)
+    problems.extend(
+        p
+        for p in resolution.problems
+        if _field_of(p) not in refused.covered
+        # the FSDP stand-in's data parallelism is not a refused engine's (its TP / PP / CP split the GPUs)
+        and not (engine.problem is not None and re.search(r"\(core (batch|placement)\.", p))
+    )
     notices.extend(resolution.notices)
     return Check(prepared, config, resolution, problems, notices, engine.selection)
 

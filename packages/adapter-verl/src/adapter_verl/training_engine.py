@@ -60,16 +60,21 @@ def _key(override: str) -> str:
 
 def _engine_name(value: str) -> str:
     value = value.strip().strip("'\"")
+    if value.startswith("actor_rollout_ref."):  # an engine's own setting: its segment names the engine
+        value = next((p for p in value.split(".") if p in ENGINES), value)
     for key, name in ENGINES.items():
         if key in value.lower():
             return name
     return value
 
 
-def _selection(overrides: Sequence[str], selection: ConfigSelection) -> tuple[str, str] | None:
+def _selection(
+    overrides: Sequence[str], selection: ConfigSelection, config_name: str | None
+) -> tuple[str, str] | None:
     """(the field as typed, its value) that selects a non-FSDP engine, or None."""
-    if "megatron" in selection.name:
-        return "--config-name", selection.name
+    for name in (selection.name, config_name or ""):
+        if "megatron" in name:
+            return "--config-name", name.removesuffix(".yaml")
     for override in overrides:
         key, value = _key(override), override.partition("=")[2].strip().strip("'\"")
         if key == "model_engine" and value not in FSDP_FAMILY:
@@ -78,6 +83,10 @@ def _selection(overrides: Sequence[str], selection: ConfigSelection) -> tuple[st
             return key, value
         if key in STRATEGY_KEYS and value and value not in FSDP_FAMILY:
             return key, value
+    for override in overrides:  # an engine's own settings (a recipe config that selected it)
+        parts = _key(override).split(".")
+        if parts[0] == "actor_rollout_ref" and len(parts) > 2 and parts[2] in ENGINES:
+            return _key(override), override.partition("=")[2]
     return None
 
 
@@ -89,9 +98,15 @@ def _engine_setting(key: str, fsdp_keys: set[str], addition: bool) -> bool:
     return not addition and key not in fsdp_keys
 
 
-def refuse(overrides: Sequence[str], selection: ConfigSelection, fsdp_keys: Iterable[str]) -> EngineCheck:
-    """The engine refusal (None when the command line trains with verl's FSDP engine)."""
-    found = _selection(overrides, selection)
+def refuse(
+    overrides: Sequence[str],
+    selection: ConfigSelection,
+    fsdp_keys: Iterable[str],
+    config_name: str | None = None,
+) -> EngineCheck:
+    """The engine refusal (None when the command line trains with verl's FSDP engine). `config_name`:
+    the `--config-name` as typed (a recipe's Megatron config may not be found at all)."""
+    found = _selection(overrides, selection, config_name)
     if found is None:
         return EngineCheck(list(overrides), selection)
     field_name, value = found

@@ -1,12 +1,12 @@
-"""`arctic_rl_core.config.shape_fit`: the seed defaults (ZoRRo, its load balancer) and DeepSpeed's equal
-micro-batches fitted to a framework's batch shape instead of failing it, each change with a notice; a
-knob the user set is never changed. Every fitted config validates."""
+"""`arctic_rl_core.config.engine_fit`: the seed defaults (ZoRRo, its load balancer), DeepSpeed's equal
+micro-batches and its ZeRO-3 parameter offload fitted to a framework's settings instead of failing them,
+each change with a notice; a knob the user set is never changed. Every fitted config validates."""
 
 from __future__ import annotations
 
 import pytest
 from arctic_rl_core.config import ArcticRLConfig
-from arctic_rl_core.config.shape_fit import fit_shapes, set_values
+from arctic_rl_core.config.engine_fit import fit_engine_defaults, set_values
 
 
 def shape(**batch) -> dict:
@@ -18,13 +18,13 @@ def shape(**batch) -> dict:
 
 
 def fitted(data: dict, **kwargs) -> tuple[ArcticRLConfig, list[str]]:
-    fit = fit_shapes(data, **kwargs)
+    fit = fit_engine_defaults(data, **kwargs)
     return ArcticRLConfig.from_dict(set_values(data, fit.values)), fit.notices
 
 
 def test_the_whole_group_fits_and_nothing_changes():
     data = shape(max_token_len_per_gpu=2048 + 16 * 8192, micro_batch_size_per_gpu=16)
-    fit = fit_shapes(data, model_type="qwen3")
+    fit = fit_engine_defaults(data, model_type="qwen3")
     assert fit.values == {} and fit.notices == []
     cfg = ArcticRLConfig.from_dict(data)
     assert cfg.zorro.enable is True and cfg.zorro.max_rollouts is None
@@ -97,7 +97,7 @@ def test_an_uneven_micro_batch_is_cut_to_a_divisor_of_the_rows_per_gpu():
 )
 def test_what_the_user_set_is_never_changed(user):
     data = {**shape(max_token_len_per_gpu=20480, micro_batch_size_per_gpu=16), **user}
-    fit = fit_shapes(data, model_type="qwen2")
+    fit = fit_engine_defaults(data, model_type="qwen2")
     for path in fit.values:
         group, _, key = path.partition(".")
         assert key not in user.get(group, {}), (path, fit.values)
@@ -106,5 +106,18 @@ def test_what_the_user_set_is_never_changed(user):
 def test_the_reference_backend_has_no_zorro_to_fit():
     data = shape(max_token_len_per_gpu=20480, micro_batch_size_per_gpu=16)
     data["backend"] = {"kind": "reference"}
-    fit = fit_shapes(data, model_type="qwen2")
+    fit = fit_engine_defaults(data, model_type="qwen2")
     assert "zorro.enable" not in fit.values
+
+
+def test_parameter_offload_takes_zero_3_unless_the_stage_is_set():
+    data = shape(max_token_len_per_gpu=2048 + 16 * 8192, micro_batch_size_per_gpu=16)
+    data["deepspeed"] = {"offload_param": True, "offload_optimizer": True}
+    cfg, notices = fitted(data, model_type="qwen3", knob=lambda path: f"+remote_backend.core.{path}")
+    assert (cfg.deepspeed.zero_stage, cfg.deepspeed.offload_param) == (3, True)
+    assert notices == [
+        "ZeRO stage 3: deepspeed.offload_param=true offloads the parameters, which DeepSpeed does on ZeRO-3 "
+        "only (set +remote_backend.core.deepspeed.zero_stage to choose)"
+    ]
+    data["deepspeed"]["zero_stage"] = 2  # the user's own stage: kept, and the core names the conflict
+    assert "deepspeed.zero_stage" not in fit_engine_defaults(data, model_type="qwen3").values

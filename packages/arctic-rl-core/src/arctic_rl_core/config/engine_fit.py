@@ -1,10 +1,10 @@
-"""Fit the Arctic engine's own defaults and constraints to a framework's batch shape, instead of
-failing a config the framework itself would run.
+"""Fit the Arctic engine's own defaults and constraints to a framework's settings (its batch shape, its
+offload), instead of failing a config the framework itself would run.
 
 A framework config carries the shapes (rollouts per prompt, lengths, the per-GPU token budget, the
 micro-batch); the core adds the seed integration's defaults (ZoRRo on the on-prem backends, its load
 balancer) and DeepSpeed's rule of equal micro-batches. Where those would turn the framework's valid
-config into a refusal, `fit_shapes` changes only what the user did not set themselves, and says so:
+config into a refusal, `fit_engine_defaults` changes only what the user did not set themselves, and says so:
 
 - ZoRRo (`zorro.enable` unset): kept on with groups of `m` rollouts, `m` the largest divisor of the
   group size whose prompt + m responses fit the token budget and that divides the micro-batch and the
@@ -14,7 +14,9 @@ config into a refusal, `fit_shapes` changes only what the user did not set thems
   not even one prompt + response fits it;
 - the micro-batch: from the token budget when the framework sizes micro-batches by tokens (verl's
   `use_dynamic_bsz`), and cut to a divisor of the rows each GPU trains in a mini-batch where the
-  framework would run a smaller last micro-batch (DeepSpeed needs equal ones).
+  framework would run a smaller last micro-batch (DeepSpeed needs equal ones);
+- the ZeRO stage (`deepspeed.zero_stage` unset): 3 when parameters are offloaded (DeepSpeed offloads
+  parameters on ZeRO-3 only; the optimizer state offloads on ZeRO-2, the default, too).
 
 Every change comes with a notice naming the knob that overrides it (`knob`: how the framework spells
 a core knob, e.g. verl's `+remote_backend.core.zorro.enable`) and the framework field that caused it
@@ -80,7 +82,7 @@ def _largest_divisor_at_most(n: int, limit: int, multiple_of: int = 1) -> int | 
     return None
 
 
-def fit_shapes(
+def fit_engine_defaults(
     data: Mapping[str, Any],
     *,
     model_type: str | None,
@@ -133,6 +135,12 @@ def fit_shapes(
                 f"{field_name('batch.max_token_len_per_gpu')}={budget}, the budget it packs each GPU to "
                 f"(set {knob('zorro.load_balancer')}=true after raising it)"
             )
+    if _value(data, "deepspeed.offload_param") and not _has(data, "deepspeed.zero_stage"):
+        fit.values["deepspeed.zero_stage"] = 3
+        fit.notices.append(
+            f"ZeRO stage 3: {field_name('deepspeed.offload_param')}=true offloads the parameters, which DeepSpeed "
+            f"does on ZeRO-3 only (set {knob('deepspeed.zero_stage')} to choose)"
+        )
     multiple = group if zorro_on else 1
     if micro_from_token_budget:
         _micro_from_budget(data, fit, budget, rows_per_gpu, multiple, tokens, field_name)
