@@ -409,3 +409,112 @@ def test_values_of_the_wrong_type_are_named_before_anything_reads_them(capsys, t
     assert "2 problems in the settings" in err
     assert "actor_rollout_ref.actor.optim.weight_decay=1:2:3: YAML 1.1 reads 1:2:3 as the base-60" in err
     assert "trainer.n_gpus_per_node=two: must be a number (its default is 8)" in err
+
+
+# -- issue 31: verl's settings translated, not refused ---------------------------------------------
+
+
+def stock_without(*keys: str) -> list[str]:
+    return [o for o in STOCK_QWEN2_7B if not o.startswith(keys)]
+
+
+def test_verls_settings_are_translated_instead_of_refused(tmp_path):
+    """What verl's example launchers set, served: a token budget instead of a micro-batch (verl's
+    use_dynamic_bsz), parameter offload (ZeRO-3, fitted), a warmup of 0 steps, the prefix grouper and
+    fused kernels, Ulysses SP; the stock model is Qwen2 (ZoRRo's 0.1.4 patch is Qwen3's): ZoRRo off with
+    the reason, the load balancer fitted. Every change is a notice, none a problem."""
+    from adapter_verl.main import check
+
+    actor = "actor_rollout_ref.actor"
+    result = check(
+        [
+            *stock_without(f"{actor}.ppo_micro_batch_size_per_gpu", f"{actor}.fsdp_config.param_offload"),
+            f"trainer.default_local_dir={tmp_path}/ckpt",
+            f"{actor}.use_dynamic_bsz=True",
+            f"{actor}.ppo_max_token_len_per_gpu=6144",
+            f"{actor}.fsdp_config.param_offload=True",
+            f"{actor}.optim.lr_warmup_steps=0",
+            f"{actor}.use_prefix_grouper=True",
+            f"{actor}.ulysses_sequence_parallel_size=2",
+            "actor_rollout_ref.model.use_fused_kernels=True",
+        ]
+    )
+    assert result.problems == [], result.problems
+    cfg = result.resolution.config
+    # 256 prompts x 5 = 1280 rows / 8 GPUs = 160 per GPU; a row is <= 512 + 1024 tokens: 8 fit the
+    # 6144 x 2 (SP) = 12288-token budget, and 8 divides 160
+    assert (cfg.batch.max_token_len_per_gpu, cfg.batch.micro_batch_size_per_gpu) == (12288, 8)
+    assert cfg.placement.ulysses_sequence_parallel_size == 1 and cfg.shape.gradient_accumulation_steps == 20
+    assert (cfg.deepspeed.offload_param, cfg.deepspeed.zero_stage) == (True, 3)
+    assert (cfg.optimizer.warmup_steps, cfg.optimizer.warmup_ratio) == (None, 0.0)
+    assert cfg.kernels.use_liger is True
+    assert (cfg.zorro.enable, cfg.zorro.load_balancer, cfg.zorro.max_rollouts) == (False, True, None)
+    said = "\n".join(result.notices)
+    for text in (
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2: the Arctic training job runs no Ulysses",
+        "ZoRRo (prompt de-duplication in training) is off: arctic-platform 0.1.4's ZoRRo patch supports "
+        "Qwen3-family models only, and Qwen/Qwen2-7B-Instruct is 'qwen2' (+remote_backend.core.zorro.enable=true",
+        "ZeRO stage 3: actor_rollout_ref.actor.fsdp_config.param_offload=true offloads the parameters",
+        "micro-batches of 8 rows from the token budget actor_rollout_ref.actor.ppo_max_token_len_per_gpu=12288",
+    ):
+        assert text in said, said
+    assert any(s.setting == f"{actor}.use_prefix_grouper" for s in result.resolution.not_applicable)
+
+
+def test_a_loss_the_server_does_not_compute_is_one_problem_with_the_nearest(tmp_path):
+    """GMPO (geo_mean, clip 0.4): one problem naming gspo and its own clip range, no follow-on clip
+    checks of a loss that does not run."""
+    from adapter_verl.main import check
+
+    actor = "actor_rollout_ref.actor"
+    result = check(
+        [
+            *STOCK_QWEN2_7B,
+            f"trainer.default_local_dir={tmp_path}/ckpt",
+            f"{actor}.policy_loss.loss_mode=geo_mean",
+            f"{actor}.clip_ratio_low=0.4",
+            f"{actor}.clip_ratio_high=0.4",
+        ]
+    )
+    (problem,) = result.problems
+    assert problem.startswith(f'{actor}.policy_loss.loss_mode = "geo_mean": the Arctic server computes')
+    assert (
+        f"Fix: set {actor}.policy_loss.loss_mode=gspo" in problem
+        and f"{actor}.clip_ratio_low=0.0003" in problem
+    )
+
+
+def test_a_group_of_one_is_warned_about_and_the_micro_batch_fitted(tmp_path):
+    """rollout.n=1 with GRPO: every advantage is zero (a warning, the run is verl's to make); 256 prompts x 1
+    on 8 GPUs is 32 rows a GPU, and the stock micro-batch of 40 becomes 32."""
+    from adapter_verl.main import check
+
+    result = check(
+        [
+            *stock_without("actor_rollout_ref.rollout.n"),
+            "actor_rollout_ref.rollout.n=1",
+            f"trainer.default_local_dir={tmp_path}/ckpt",
+        ]
+    )
+    assert result.problems == [], result.problems
+    assert result.resolution.config.batch.micro_batch_size_per_gpu == 32
+    assert any("every advantage is zero" in n for n in result.notices), result.notices
+
+
+def test_printed_fixes_are_typeable_as_given(tmp_path):
+    """A core knob in a fix is spelled as a verl command line sets it."""
+    from adapter_verl.main import check
+
+    result = check(
+        [
+            *STOCK_QWEN2_7B,
+            f"trainer.default_local_dir={tmp_path}/ckpt",
+            "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+            "+remote_backend.core.deepspeed.zero_stage=2",  # the user's stage: kept, and named
+        ]
+    )
+    (problem,) = result.problems
+    assert (
+        "Fix: set +remote_backend.core.deepspeed.zero_stage=3, or actor_rollout_ref.actor.fsdp_config.param_offload=false"
+        in problem
+    ), problem
