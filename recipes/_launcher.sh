@@ -5,6 +5,11 @@
 #   recipe_run CMD...      runs CMD; with RECIPE_DRY_RUN=1 it prints CMD instead, one line, every
 #                          argument shell-quoted (paste it into a shell to run that step alone).
 
+# Ray's `uv run` hook off (arctic_rl_core.ray_uv_hook): the drivers run under `uv run --isolated`, and
+# with the hook on Ray starts every worker, the Arctic server's actors included, with that command
+# (each one installing its own environment). A value already exported is kept.
+export RAY_ENABLE_UV_RUN_RUNTIME_ENV="${RAY_ENABLE_UV_RUN_RUNTIME_ENV:-0}"
+
 recipe_overrides() {
   local file=$1 line out name
   if [[ ! -f $file ]]; then
@@ -56,13 +61,17 @@ recipe_bird_data() {
 }
 
 # recipe_train FRAMEWORK OVERRIDES_FILE [OVERRIDE...]: the adapter's entry point in the framework's
-# locked GPU environment, with the file's overrides then the given ones (which win).
+# locked GPU environment, with the file's overrides then the given ones (which win). The `flash`
+# extra (flash-attn, compiled from its sdist) is added only when the file selects flash attention.
 recipe_train() {
   local framework=$1 file=$2 overrides
   shift 2
   overrides=$(recipe_overrides "$file")
-  local -a listed
+  local -a listed extras=(--extra gpu)
   mapfile -t listed <<<"$overrides"
-  recipe_run uv run --isolated --locked --package "adapter-$framework" --extra gpu \
+  if grep -Eq '(attn_implementation=flash_attention_|flash_attn=true)' <<<"$overrides"; then
+    extras+=(--extra flash)
+  fi
+  recipe_run uv run --isolated --locked --package "adapter-$framework" "${extras[@]}" \
     python -m "adapter_$framework.main" "${listed[@]}" "$@"
 }

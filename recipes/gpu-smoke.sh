@@ -6,9 +6,13 @@
 # worker-env.sh), generate with Arctic Inference on, the lean-wire forward (old log-probs against the
 # sampler's), forward-backward + step at PPO ratio 1, one weight sync and a generate after it,
 # checkpoint with export_hf + save_total_limit, a timed-out call's error. Each phase prints its time.
+# A third run, `ray`, is the separate placement over the in-process Ray transport (backend.kind=ray, the
+# 0.1.4 Ray server on the Ray head this script starts), with a generate and the server's health issued
+# while a long forward-backward runs (they must answer before it returns) and a blocking step timed out.
+# Attention: sdpa with ZoRRo off (the GPU environment has no flash-attn unless `--extra flash`).
 #
-#   bash recipes/gpu-smoke.sh            # both placements
-#   bash recipes/gpu-smoke.sh colocated  # or: separate
+#   bash recipes/gpu-smoke.sh            # colocated, separate, ray
+#   bash recipes/gpu-smoke.sh colocated  # or: separate, ray
 #   RECIPE_DRY_RUN=1 bash recipes/gpu-smoke.sh   # print the commands, run nothing (no GPU needed)
 # Environment:
 #   MODEL          model id or local path (default Qwen/Qwen3-0.6B; must be in the HF cache offline)
@@ -24,10 +28,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source recipes/_launcher.sh
 
-placements=("${@:-colocated separate}")
+placements=("${@:-colocated separate ray}")
 read -r -a placements <<<"${placements[*]}"
 for p in "${placements[@]}"; do
-  [[ $p == colocated || $p == separate ]] || { echo "gpu-smoke: unknown placement '$p' (colocated|separate)" >&2; exit 2; }
+  [[ $p == colocated || $p == separate || $p == ray ]] || { echo "gpu-smoke: unknown run '$p' (colocated|separate|ray)" >&2; exit 2; }
 done
 export MODEL="${MODEL:-Qwen/Qwen3-0.6B}"
 SMOKE_DIR="${SMOKE_DIR:-/tmp/arctic-rl-gpu-smoke}"
@@ -64,12 +68,17 @@ stop_ray() {  # only the Ray head this script started (ray start --block exits w
 trap stop_ray EXIT
 
 failed=0
-for placement in "${placements[@]}"; do
+for run in "${placements[@]}"; do
   (
+    placement=$run
+    extra=()
+    if [[ $run == ray ]]; then  # the separate placement over the in-process Ray transport
+      placement=separate
+      extra+=(--transport ray)
+    fi
     # what the server's workers inherit: exported before Ray starts, as on a cluster
     source recipes/worker-env.sh "$placement"
     ray_gpus=$gpus
-    extra=()
     if [[ $placement == separate && $gpus -lt 2 ]]; then
       export RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1
       ray_gpus=2
@@ -80,17 +89,17 @@ for placement in "${placements[@]}"; do
       recipe_run "${ray[@]}" start --head --block --port="$RAY_PORT" --num-gpus="$ray_gpus"
     else
       "${ray[@]}" start --head --block --port="$RAY_PORT" --num-gpus="$ray_gpus" \
-        >"$SMOKE_DIR/ray-$placement.log" 2>&1 &
+        >"$SMOKE_DIR/ray-$run.log" 2>&1 &
       ray_pid=$!
       trap stop_ray EXIT
       for _ in $(seq 120); do
         "${ray[@]}" status --address="$RAY_ADDRESS" >/dev/null 2>&1 && break
-        kill -0 "$ray_pid" 2>/dev/null || { echo "gpu-smoke: ray start failed: $SMOKE_DIR/ray-$placement.log" >&2; exit 3; }
+        kill -0 "$ray_pid" 2>/dev/null || { echo "gpu-smoke: ray start failed: $SMOKE_DIR/ray-$run.log" >&2; exit 3; }
         sleep 1
       done
     fi
     recipe_run timeout "$SMOKE_TIMEOUT" "${python[@]}" recipes/gpu_smoke.py --placement "$placement" \
-      --model "$MODEL" --workdir "$SMOKE_DIR" --summary "$SMOKE_DIR/summary-$placement.json" "${extra[@]}"
+      --model "$MODEL" --workdir "$SMOKE_DIR/$run" --summary "$SMOKE_DIR/summary-$run.json" "${extra[@]}"
   ) || failed=$((failed + 1))
 done
 if [[ ${RECIPE_DRY_RUN:-0} == 1 ]]; then
@@ -98,7 +107,7 @@ if [[ ${RECIPE_DRY_RUN:-0} == 1 ]]; then
   exit 0
 fi
 if ((failed)); then
-  echo "gpu-smoke: $failed placement(s) failed: see the FAILED lines above and $SMOKE_DIR"
+  echo "gpu-smoke: $failed run(s) failed: see the FAILED lines above and $SMOKE_DIR"
   exit 1
 fi
-echo "gpu-smoke: every placement VERIFIED"
+echo "gpu-smoke: every run VERIFIED"

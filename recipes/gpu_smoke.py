@@ -8,11 +8,18 @@
   forward  the lean wire payload (issue 18.6): old log-probs, compared with the sampler's
   train    forward-backward + step on the same rollouts: PPO ratio 1 (KL ~ 0), finite loss and
            grad norm
+  overlap  a long forward-backward, with a generate (and on Ray the server's health) issued while it
+           runs: their latencies, and whether they answered before the step returned (issue 28:
+           0.1.4's Ray server blocks the caller's loop for a whole step unless the compat layer runs
+           it off the loop; checked on the Ray transport, measured on HTTP)
   sync     the core weight-sync policy (colocated: sleep level 2, CUDA IPC; separate: NCCL), then
            generate again from the synced weights
   save     checkpoint with export_hf and save_total_limit (issue 18.7)
-  errors   a call past the timeout names op, job and server (issue 18.4)
+  errors   a call past the timeout names op, job and server (issue 18.4; on Ray a blocking step too)
 
+`--transport http` (default) launches a local HTTP server with the real 0.1.4 client; `--transport
+ray` runs the in-process Ray server (`backend.kind=ray`) on the Ray cluster at RAY_ADDRESS. The
+attention is sdpa with ZoRRo off unless `--attention flash_attention_2` (needs `--extra flash`).
 Each phase prints its time and its checks; the last lines say what was verified, and the exit
 code is the number of failed checks. `--backend reference` runs the same steps on the CPU
 reference engine (how the tests check this driver without a GPU).
@@ -39,6 +46,22 @@ WORKER_ENV_NAMES = (
     "TORCHINDUCTOR_FORCE_DISABLE_CACHES",
     "PYTORCH_CUDA_ALLOC_CONF",
 )
+
+
+async def overlap(step, probes) -> tuple[float, dict[str, tuple[float, bool]]]:
+    """Start `step()`, then await each `(name, probe)` of `probes` in turn while it runs: the step's
+    seconds, and per probe its seconds and whether it returned before the step did. A step that blocks
+    the event loop runs to its end before any probe starts (every probe then reports False)."""
+    start = time.perf_counter()
+    task = asyncio.ensure_future(step())
+    await asyncio.sleep(0)  # the step starts (and, if it blocks the loop, finishes) here
+    answered: dict[str, tuple[float, bool]] = {}
+    for name, probe in probes:
+        began = time.perf_counter()
+        await probe()
+        answered[name] = (time.perf_counter() - began, not task.done())
+    await task
+    return time.perf_counter() - start, answered
 
 
 @dataclass
@@ -98,10 +121,7 @@ def smoke_config(args: argparse.Namespace, placement: str):
         "placement.sampling_gpus=1",
         "placement.log_prob_gpus=0",
         f"model.name={args.model}",
-        "backend.kind=http",
-        "backend.host=127.0.0.1",
-        f"backend.port={args.port}",
-        "backend.launch_local_server=true",
+        f"kernels.attn_implementation={args.attention}",
         f"backend.request_timeout_s={args.request_timeout}",
         f"backend.job_ready_timeout_s={args.job_timeout}",
         f"placement.colocate={str(colocated).lower()}",
@@ -110,6 +130,17 @@ def smoke_config(args: argparse.Namespace, placement: str):
         f"vllm.gpu_memory_utilization={0.35 if colocated else 0.4}",
         "vllm.enforce_eager=true",
     ]
+    if args.transport == "http":
+        overrides += [
+            "backend.kind=http",
+            "backend.host=127.0.0.1",
+            f"backend.port={args.port}",
+            "backend.launch_local_server=true",
+        ]
+    else:
+        overrides.append("backend.kind=ray")
+    if not args.attention.startswith("flash_attention"):  # ZoRRo needs flash attention
+        overrides += ["zorro.enable=false", "loss.loss_fn=arctic_rl_core"]
     return load_config(None, overrides)
 
 
@@ -260,6 +291,13 @@ async def run_placement(args: argparse.Namespace, placement: str) -> Report:
                 math.isfinite(step.grad_norm) and step.grad_norm > 0,
                 f"{step.grad_norm:.4g}",
             )
+        if cfg.placement.colocate:
+            print(
+                f"== [{placement}] overlap SKIPPED (colocated: the sampler sleeps while training)", flush=True
+            )
+        else:
+            with report.timed("overlap"):
+                step = await overlap_phase(report, backend, cfg, samples, spec, old_B_R, prompts, params)
         if args.skip_sync:
             print(
                 f"== [{placement}] sync SKIPPED (--skip-sync: NCCL refuses two ranks on one GPU)",
@@ -313,6 +351,7 @@ async def run_placement(args: argparse.Namespace, placement: str) -> Report:
                 from arctic_rl_core.backends.arctic_errors import ArcticCallError
 
                 backend._client.config.request_timeout = 1e-3  # the next call cannot make it
+                server = "in-process Ray server" if cfg.backend.kind == "ray" else "http://"
                 try:
                     await backend.step()
                     report.check("errors", "a call past the timeout fails", False, "it returned")
@@ -321,7 +360,7 @@ async def run_placement(args: argparse.Namespace, placement: str) -> Report:
                     report.check(
                         "errors",
                         "timeout names op, job and server",
-                        "'step' on training job" in text and "http://" in text,
+                        "'step' on training job" in text and server in text,
                         text[:160],
                     )
                 finally:
@@ -332,11 +371,41 @@ async def run_placement(args: argparse.Namespace, placement: str) -> Report:
     return report
 
 
+async def overlap_phase(report: Report, backend, cfg, samples, spec, old_B_R, prompts, params):
+    """A forward-backward of 8x the rollouts, a generate (and on Ray the server's health) issued while it
+    runs. On the Ray transport they must answer before the step returns; elsewhere it is measured.
+    Returns the optimizer step that applies the step's gradients."""
+    from arctic_rl_core.wire import build_train_payload, with_response_logprobs
+
+    rows = with_response_logprobs(samples, old_B_R, field="old_logprobs") * 8
+    train = build_train_payload(rows, spec)
+    probes = [("generate", lambda: backend.generate(prompts[:2], params))]
+    server = getattr(getattr(getattr(backend, "_client", None), "transport", None), "_server", None)
+    if cfg.backend.kind == "ray" and server is not None:
+        probes.append(("health", server.health))
+    step_s, answered = await overlap(lambda: backend.forward_backward(train), probes)
+    for name, (seconds, during) in answered.items():
+        detail = f"{seconds * 1000:.0f} ms, step {step_s * 1000:.0f} ms"
+        if cfg.backend.kind == "ray":
+            report.check("overlap", f"{name} answered while the step ran", during, detail)
+        else:
+            report.check("overlap", f"{name} during a step (measured)", True, f"{detail}, during={during}")
+    report.times["overlap_step"] = step_s
+    report.times.update({f"overlap_{name}": seconds for name, (seconds, _) in answered.items()})
+    return await backend.step()  # the accumulated gradients go; the next phases start clean
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--backend", choices=("arctic", "reference"), default="arctic")
+    parser.add_argument("--transport", choices=("http", "ray"), default="http")
+    parser.add_argument(
+        "--attention",
+        default="sdpa",
+        help="kernels.attn_implementation (flash_attention_2 needs flash-attn: `--extra flash`)",
+    )
     parser.add_argument("--placement", choices=("colocated", "separate", "both"), default="both")
     parser.add_argument("--model", default=os.environ.get("MODEL", "Qwen/Qwen3-0.6B"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8765")))

@@ -105,9 +105,9 @@ run_one() {  # suite: its environment, then its tests; appends to failed
 # and verl's actors starting) runs beside core, skyrl and wheels; lint first, parity last (it reads the
 # traces the skyrl and verl suites write). ARCTIC_RL_TEST_LANES=1 runs everything one after the other.
 # verl's suite alone (~24 min on 2 cores) is longer than core, skyrl and wheels together (~12 min), so
-# with all of them in the run, these verl files (each with its own Ray session and server, ~6 min
+# with all of them in the run, these verl files (each with its own Ray session and server, ~9 min
 # together) run in the main lane after the others: the two lanes then end within a few minutes.
-verl_lane_b=(tests/verl/test_verl_async_wire.py tests/verl/test_verl_cortex.py)
+verl_lane_b=(tests/verl/test_verl_async_wire.py tests/verl/test_verl_cortex.py tests/verl/test_verl_tool_agent_wire.py)
 lanes=${ARCTIC_RL_TEST_LANES:-$([ "$(nproc)" -ge 2 ] && echo 2 || echo 1)}
 side=() main_lane=() last=()
 split_verl=0

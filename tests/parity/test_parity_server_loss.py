@@ -240,3 +240,38 @@ def test_zorro_layout_gives_the_same_loss(family):
     torch.manual_seed(0)
     packed_loss, _ = fn(outputs, packed, meta, {}, "cpu")
     torch.testing.assert_close(zorro_loss, packed_loss, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize("family", ["dual_clip", "gspo"])
+def test_unpacked_layout_gives_the_same_loss(family, mode):
+    """`PayloadSpec.rows_unpacked` (sdpa/eager without ZoRRo): meta.cu_seqlens makes 0.1.4's pipeline skip
+    its packing info and unpad, so the loss sees `[B, S]` tensors and log-probs; loss and gradient are the
+    packed layout's, bit for bit."""
+    import dataclasses
+
+    spec = dataclasses.replace(_spec(family, mode), rows_unpacked=True)
+    payload = build_train_payload(_samples(5), spec)
+    assert "cu_seqlens" in payload.meta and payload.meta["cu_seqlens"] is None
+    lp_B_S, entropy_B_S = _model_outputs(payload, 5)
+    fn = resolve_fn(dict(LOSS_FNS), SERVER_LOSS_FN)
+    meta = dict(payload.meta, dp_size=2)
+
+    lp_B_S.requires_grad_(True)
+    batch = {k: v.clone() for k, v in payload.batch.items()}  # what the server passes when already packed
+    torch.manual_seed(0)
+    unpacked_loss, unpacked_metrics = fn({"logprobs": lp_B_S, "entropy": entropy_B_S}, batch, meta, {}, "cpu")
+    unpacked_loss.backward()
+    unpacked_grad, lp_B_S.grad = lp_B_S.grad.clone(), None
+
+    packed = SERVER["compute_packing_info_for_batch"]({k: v.clone() for k, v in payload.batch.items()})
+    mask_2d = packed["attention_mask"].bool()
+    packed = SERVER["padded_tensor_2d_dict_to_unpadded_tensor_1d_dict"](packed, mask_2d)
+    outputs = {"logprobs": lp_B_S[mask_2d].unsqueeze(0), "entropy": entropy_B_S[mask_2d].unsqueeze(0)}
+    meta.pop("cu_seqlens")
+    torch.manual_seed(0)
+    packed_loss, packed_metrics = fn(outputs, packed, meta, {}, "cpu")
+    packed_loss.backward()
+    torch.testing.assert_close(unpacked_loss, packed_loss, rtol=0, atol=0)
+    torch.testing.assert_close(unpacked_grad, lp_B_S.grad, rtol=0, atol=0)
+    assert unpacked_metrics == packed_metrics and unpacked_grad.abs().sum() > 0

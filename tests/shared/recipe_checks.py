@@ -53,6 +53,14 @@ def assert_arctic_stack(arctic: Any, shape: Any, want: dict[str, Any]) -> None:
     assert arctic.zorro.enable is want["zorro"]
     # ZoRRo needs flash-attention; without ZoRRo, sdpa (the locked GPU extras have no flash-attn)
     assert arctic.kernels.attn_implementation == ("flash_attention_2" if want["zorro"] else "sdpa")
+    # sdpa (GSM8K): the rows of a micro-batch are sent unpacked (they would attend to each other packed),
+    # in the training payloads too (the loss is arctic_rl_core, which reads that layout), fp32 log-probs
+    from arctic_rl_core.wire import PayloadSpec
+
+    spec = PayloadSpec.from_config(arctic, pad_token_id=0)
+    sdpa = not want["zorro"]
+    assert spec.rows_unpacked is sdpa and (spec.loss_reads_unpacked_rows or not sdpa)
+    assert arctic.zorro.logits_compute_in_fp32 is sdpa
     assert arctic.arctic_inference.fca is want["fca"]
     assert arctic.arctic_inference.speculative_model == want["spec"]
     assert arctic.deepspeed.zero_stage == want["zero"]

@@ -20,9 +20,11 @@ PLACEHOLDER_VALUES = {
     "SYNC_DIR": "s3://my-bucket/skyrl-delta-sync/run",
     "ROLLOUT_SERVER_URLS": "['http://127.0.0.1:18000']",
 }
-# SkyRL's example entry points that extend SkyRL's config with DAPO's fields (their counterpart is
-# `python -m adapter_skyrl.dapo`); every other entry point switches to `python -m adapter_skyrl.main`.
+# The README's switch: SkyRL's example entry points that extend SkyRL's config with DAPO's fields ->
+# `python -m adapter_skyrl.dapo`; SkyRL's one-step off-policy example -> `python -m
+# adapter_skyrl.one_step_async`; every other entry point -> `python -m adapter_skyrl.main`.
 DAPO_ENTRY_POINTS = ("main_dapo", "main_dapo_fully_async", "main_tis_dapo", "main_dapo_flashrl")
+ONE_STEP_ASYNC_ENTRY_POINTS = ("main_async",)
 
 
 def stock_launchers() -> list[str]:
@@ -38,7 +40,9 @@ def entry_point(name: str) -> str:
 
 def adapter_entry_point(name: str) -> str:
     module = entry_point(name).rsplit(".", 1)[-1]
-    return "adapter_skyrl.dapo" if module in DAPO_ENTRY_POINTS else "adapter_skyrl.main"
+    if module in DAPO_ENTRY_POINTS:
+        return "adapter_skyrl.dapo"
+    return "adapter_skyrl.one_step_async" if module in ONE_STEP_ASYNC_ENTRY_POINTS else "adapter_skyrl.main"
 
 
 def launcher_overrides(name: str, home: Path) -> list[str]:
@@ -57,11 +61,16 @@ def dry_run_launcher(name: str, home: Path, extra: tuple[str, ...] = ()) -> tupl
     """`python -m <adapter entry point> --dry-run <the launcher's overrides> <extra>`, in process."""
     from adapter_skyrl.main import dry_run
 
-    config_cls = None
+    config_cls, notices = None, ()
     if adapter_entry_point(name) == "adapter_skyrl.dapo":
         from adapter_skyrl.dapo import ArcticDAPOConfig as config_cls
+    if adapter_entry_point(name) == "adapter_skyrl.one_step_async":
+        from adapter_skyrl.one_step_async import SYNCHRONOUS
+
+        notices = (SYNCHRONOUS,)
     out, err = io.StringIO(), io.StringIO()
-    code = dry_run([*launcher_overrides(name, home), *extra], out=out, err=err, config_cls=config_cls)
+    args = [*launcher_overrides(name, home), *extra]
+    code = dry_run(args, out=out, err=err, config_cls=config_cls, notices=notices)
     return code, out.getvalue(), err.getvalue()
 
 

@@ -127,3 +127,25 @@ def test_top_p_is_refused_only_where_a_weight_is_built_from_the_rollout_log_prob
         "trainer.arctic_rl.deepspeed.offload_param",
         "generator.sampling_params.top_p",
     ]
+
+
+def test_skyrls_one_step_async_example_says_it_runs_synchronously(tmp_path, capsys):
+    """SkyRL's examples/train/async (AsyncRayPPOTrainer, one step off-policy) switched to its entry point:
+    the dry run passes and says that generation and training take turns here."""
+    from adapter_skyrl.one_step_async import main
+
+    with pytest.raises(SystemExit) as info:
+        main(
+            [
+                *launcher_overrides("head/examples/train/async/async_run_gsm8k.sh", tmp_path),
+                *BASE,
+                "--dry-run",
+            ]
+        )
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert (
+        "SkyRL's one-step off-policy example (examples/train/async, AsyncRayPPOTrainer) runs synchronously"
+        in out
+    )
+    assert "generation                   synchronous" in out

@@ -66,10 +66,8 @@ def test_stock_defaults_pass_with_skyrls_own_loss():
         ("trainer.critic.model.path=/m", "trainer.critic.model.path", "unset trainer.critic.model.path"),
         ("trainer.algorithm.advantage_estimator=gae", "trainer.algorithm.advantage_estimator", "grpo"),
         ("trainer.algorithm.policy_loss_type=dppo", "trainer.algorithm.policy_loss_type", "rollout_is"),
-        ("trainer.algorithm.loss_reduction=prompt_mean", "trainer.algorithm.loss_reduction", "token_mean"),
         ("trainer.policy.model.lora.max_loras=2", "trainer.policy.model.lora.max_loras", "leave it at 1"),
         ("trainer.update_ref_every_epoch=true", "trainer.update_ref_every_epoch", "fixed"),
-        ("trainer.hf_save_interval=5", "trainer.hf_save_interval", "checkpoint.export_hf=true"),
         ("trainer.policy.torch_profiler_config.enable=true", "torch_profiler_config.enable", "false"),
         ("trainer.fully_async.simulate_training=true", "trainer.fully_async.simulate_training", "false"),
         ("generator.max_turns=3", "generator.max_turns", "single-turn"),
@@ -348,3 +346,118 @@ def test_truncated_training_sampling_with_processed_logprobs_is_refused_at_dry_r
     assert code == 0, err  # synchronous, old log-probs from the trainer's forward: never read
     code, err = run("generator.eval_sampling_params.top_p=0.7", "generator.eval_sampling_params.top_k=5")
     assert code == 0, err
+
+
+# -- what SkyRL's example launchers set, translated instead of refused (issue 31) ------------------
+
+
+def _arctic(*overrides: str):
+    result = translate(
+        parse_cli(["trainer.policy.model.path=Qwen/Qwen3-0.6B", *overrides]), steps_per_epoch=None
+    )
+    assert result.issues == [], [i.render() for i in result.issues]
+    return result
+
+
+@pytest.mark.parametrize("reduction", ["token_mean_legacy", "prompt_mean"])
+def test_reductions_skyrl_applies_to_the_advantages_are_summed_on_the_server(reduction):
+    """SkyRL scales the advantages for these itself (its own grouping of the rows): the server sums the
+    policy term, which needs the core loss; KL / entropy keep the token mean."""
+    loss = _arctic(f"trainer.algorithm.loss_reduction={reduction}").arctic.loss
+    assert (loss.loss_agg_mode, loss.pg_loss_agg_mode, loss.loss_fn) == (
+        "token-mean",
+        "token-sum",
+        "arctic_rl_core",
+    )
+    plain = _arctic("trainer.algorithm.loss_reduction=token_mean").arctic.loss
+    assert (plain.loss_agg_mode, plain.pg_loss_agg_mode) == ("token-mean", None)
+
+
+@pytest.mark.parametrize("reduction", ["token_mean_legacy", "prompt_mean"])
+def test_the_trainer_keeps_skyrls_advantage_scaling_for_those_reductions(reduction):
+    """The adapter's trainer skips SkyRL's loss-reduction scaling (the server aggregates) except for the
+    reductions the server sums: there the advantages are exactly SkyRL's scaled ones."""
+    import torch
+    from adapter_skyrl.trainer import ArcticPPOTrainer
+    from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
+    from skyrl.train.trainer import RayPPOTrainer
+
+    cfg = parse_cli(
+        [f"trainer.algorithm.loss_reduction={reduction}", "trainer.micro_train_batch_size_per_gpu=2"]
+    )
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.float32)
+
+    def batch() -> TrainingInputBatch:
+        data = TrainingInputBatch({"advantages": torch.tensor([[1.0] * 4, [2.0] * 4, [-1.0] * 4, [0.5] * 4]) * mask,
+                                   "response_mask": mask, "loss_mask": mask})  # fmt: skip
+        data.metadata = {}
+        return data
+
+    trainer = ArcticPPOTrainer.__new__(ArcticPPOTrainer)
+    trainer.cfg = cfg
+    ours = ArcticPPOTrainer._normalize_advantages(trainer, batch(), [(0, 4)], [(0, 2), (2, 4)])["advantages"]
+    skyrls = RayPPOTrainer._normalize_advantages(trainer, batch(), [(0, 4)], [(0, 2), (2, 4)])["advantages"]
+    assert torch.equal(ours, skyrls) and not torch.equal(ours, batch()["advantages"])
+    cfg.trainer.algorithm.loss_reduction = "token_mean"  # the server divides: the advantages go as they are
+    assert torch.equal(ArcticPPOTrainer._normalize_advantages(trainer, batch(), [(0, 4)])["advantages"],
+                       batch()["advantages"])  # fmt: skip
+
+
+def test_a_warmup_in_steps_needs_no_data_and_an_hf_schedule_is_served():
+    result = _arctic("trainer.policy.optimizer_config.num_warmup_steps=160", "trainer.hf_save_interval=10")
+    assert (
+        result.arctic.optimizer.warmup_steps == 160 and result.arctic.optimizer.total_training_steps is None
+    )
+    assert any(n.startswith("HF weights every 10 steps (trainer.hf_save_interval)") for n in result.notices)
+    assert _arctic("trainer.hf_save_interval=0").notices == _arctic().notices  # SkyRL's 0: off
+
+
+def test_engine_choices_reach_the_arctic_samplers_vllm():
+    """Expert parallelism, language_model_only and engine_init_kwargs.max_model_len as SkyRL passes them
+    to vLLM; a prefill/decode split's KV transfer does not apply (said aloud)."""
+    result = _arctic(
+        "generator.inference_engine.tensor_parallel_size=4", "generator.inference_engine.expert_parallel_size=4",
+        "generator.inference_engine.language_model_only=true", "trainer.policy.language_model_only=true",
+        "generator.inference_engine.engine_init_kwargs.max_model_len=4096",
+        "generator.inference_engine.enable_pd=true", "generator.inference_engine.num_prefill=2",
+        "generator.inference_engine.engine_init_kwargs.kv_transfer_config.kv_connector=NixlConnector",
+        "generator.inference_engine.delta_weight_sync.sync_dir=/shared/sync",
+    )  # fmt: skip
+    vllm = result.arctic.vllm
+    assert vllm.engine_args == {"language_model_only": True, "enable_expert_parallel": True}
+    assert vllm.max_model_len == 4096
+    assert any("engines prefill and decode together" in n for n in result.notices)
+    assert any("loads AutoModelForCausalLM" in n for n in result.notices)
+    assert {s.field for s in result.not_applied} >= {
+        "generator.inference_engine.num_prefill",
+        "generator.inference_engine.delta_weight_sync",
+    }
+
+
+def test_flash_attention_off_turns_our_default_zorro_off_with_the_reason():
+    result = _arctic("trainer.flash_attn=false")
+    assert result.arctic.zorro.enable is False and result.arctic.kernels.attn_implementation == "sdpa"
+    assert any(n.startswith("ZoRRo off: trainer.flash_attn=false") for n in result.notices)
+    explicit = translate(parse_cli(["trainer.flash_attn=false", "trainer.arctic_rl.zorro.enable=true",
+                                    "trainer.policy.model.path=Qwen/Qwen3-0.6B"]), steps_per_epoch=None)  # fmt: skip
+    assert explicit.issues  # asked for by name: the user's, refused with the reason
+
+
+@pytest.mark.parametrize(
+    ("overrides", "path"),
+    [
+        (["generator.max_turns=3", "generator.step_wise_trajectories=true", "generator.merge_stepwise_output=true"],
+         "generator.max_turns"),
+        (["generator.inference_engine.external_proxy_url=http://p:8000",
+          "generator.inference_engine.external_server_urls=['http://s:8001']",
+          "generator.inference_engine.run_engines_locally=false"], "generator.inference_engine.external_proxy_url"),
+        (["trainer.algorithm.advantage_estimator=gae", "trainer.critic.model.path=/critic"],
+         "trainer.algorithm.advantage_estimator"),
+        (["trainer.critic.model.path=/critic"], "trainer.critic.model.path"),
+    ],
+)  # fmt: skip
+def test_what_arctic_cannot_do_is_refused_once_per_kind(overrides, path):
+    result = translate(
+        parse_cli(["trainer.policy.model.path=Qwen/Qwen3-0.6B", *overrides]), steps_per_epoch=None
+    )
+    assert [i.path for i in result.issues] == [path]

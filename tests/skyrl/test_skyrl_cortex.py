@@ -47,3 +47,12 @@ def test_the_dry_run_refuses_what_cortex_cannot_serve(override, field, reason):
     text = "\n".join(info.value.problems)
     assert field in text and reason in text
     check_supported(parse_cli(CORTEX), steps_per_epoch=4)  # the base itself is fine
+
+
+def test_an_hf_export_schedule_is_refused_on_cortex():
+    """Cortex has no HF export (SkyRL's hf_save_interval is served on the on-prem server)."""
+    from adapter_skyrl.config import parse_cli, translate
+
+    result = translate(parse_cli([*CORTEX, "trainer.hf_save_interval=10"]), steps_per_epoch=None)
+    assert [i.path for i in result.issues] == ["trainer.hf_save_interval"]
+    assert translate(parse_cli([*CORTEX, "trainer.hf_save_interval=0"]), steps_per_epoch=None).issues == []

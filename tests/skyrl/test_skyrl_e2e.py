@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -327,3 +328,35 @@ def test_kl_in_the_reward_runs_with_reference_log_probs(learnable_jsonl, tmp_pat
     assert [r["op"] for r in records if "digest" in r].count("forward_ref") == 2  # one per step
     train = [r for r in records if r["op"] == "forward_backward"]
     assert train and all(r["meta"]["actor_config"]["use_kl_loss"] is False for r in train)
+
+
+def test_a_dapo_launchers_reduction_and_hf_schedule_run(learnable_jsonl, tmp_path):
+    """What SkyRL's DAPO launchers set and the Arctic path now serves, in a real run: token_mean_legacy
+    (SkyRL's own advantage scaling, the server's loss summing the policy term) and an HF export schedule
+    (a backend checkpoint with its hf/ copy in export_path/global_step_<n>/policy, every step here)."""
+    export = tmp_path / "export"
+    exp = _run(
+        [
+            f"data.train_data=['{learnable_jsonl}']",
+            "trainer.max_training_steps=2",
+            "trainer.ckpt_interval=0",
+            "trainer.hf_save_interval=1",
+            f"trainer.ckpt_path={tmp_path / 'ckpt'}",
+            f"trainer.export_path={export}",
+            "trainer.resume_mode=none",
+            "trainer.algorithm.loss_reduction=token_mean_legacy",
+            f"trainer.arctic_trace_path={tmp_path / 'trace.jsonl'}",
+        ]
+    )
+    assert (exp.arctic_cfg.loss.loss_agg_mode, exp.arctic_cfg.loss.pg_loss_agg_mode) == (
+        "token-mean",
+        "token-sum",
+    )
+    steps = _steps(exp)
+    assert sorted(steps) == [1, 2] and all(math.isfinite(s["policy/policy_loss"]) for s in steps.values())
+    train = [r for r in PayloadTrace(tmp_path / "trace.jsonl").read() if r["op"] == "forward_backward"]
+    assert train and all(r["meta"]["policy_loss_config"]["pg_loss_agg_mode"] == "token-sum" for r in train)
+    for step in (1, 2):
+        marker = json.loads((export / f"global_step_{step}" / "policy" / "arctic_hf_export.json").read_text())
+        # 2 mini-batches x 2 update epochs: 4 optimizer steps a training step
+        assert marker["step"] == 4 * step and (Path(marker["hf_dir"]) / "config.json").is_file()

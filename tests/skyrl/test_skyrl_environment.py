@@ -1,4 +1,4 @@
-"""The SkyRL CPU environment holds stock SkyRL 0.4.0, no vLLM and no verl."""
+"""The SkyRL CPU environment holds stock SkyRL 0.4.0, no vLLM and no verl; DeepSpeed only as its CPU build."""
 
 from __future__ import annotations
 
@@ -18,9 +18,21 @@ def test_stock_skyrl_trainer_imports_on_cpu():
 
 
 def test_environment_is_isolated_from_verl_and_gpu_stacks():
-    for module in ("verl", "vllm", "arctic_inference", "deepspeed", "flash_attn"):
+    for module in ("verl", "vllm", "arctic_inference", "flash_attn"):
         assert importlib.util.find_spec(module) is None, f"{module} must not be in the SkyRL CPU env"
     assert Version(version("tokenizers")) >= Version("0.23.1")  # SkyRL 0.4.0 needs it; verl caps it lower
+
+
+def test_deepspeed_is_the_cpu_build_with_no_compiled_op():
+    """DeepSpeed is here for the reference backend's `deepspeed` trainer (arctic-platform 0.1.4's own
+    DeepSpeedWorker on CPU), built from its sdist with no CUDA op compiled."""
+    import os
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.git_version_info import installed_ops
+
+    assert installed_ops, "DeepSpeed reports no op table"
+    assert not any(installed_ops.values()), {op: built for op, built in installed_ops.items() if built}
 
 
 def test_doctor_sees_skyrl_and_names_the_extra_for_verl():

@@ -1,6 +1,9 @@
 """`python -m adapter_skyrl.main --dry-run` (and `--help`, and through SkyRL's main_base), fed the real
-command lines of SkyRL's stock GSM8K example and of the seed integration's five launchers, as recorded
-from them (launchers/README.md); only the entry point is changed."""
+command lines of every example launcher of SkyRL (the release tag's and the default branch's) and of the
+seed integration's five launchers, as recorded from them (launchers/README.md); only the entry point is
+changed. Each stock launcher ends as `launchers/expected_outcomes.json` says: a pass, or a refusal of
+exactly the named fields, each of a refused kind whose reason the README lists (~25 s for all, in
+process)."""
 
 from __future__ import annotations
 
@@ -42,6 +45,60 @@ def run_dry(args: list[str]) -> tuple[int, str, str]:
 
 def document_of(stdout: str) -> dict:
     return yaml.safe_load(stdout.split("Arctic RL run settings", 1)[0])
+
+
+EXPECTED = json.loads((LAUNCHERS / "expected_outcomes.json").read_text())
+NOT_TRAINERS = json.loads((LAUNCHERS / "not_trainer_launchers.json").read_text())
+
+
+def test_every_recorded_stock_launcher_has_an_expected_outcome():
+    from skyrl_launcher_data import stock_launchers
+
+    assert sorted(EXPECTED["launchers"]) == stock_launchers()
+    assert not set(EXPECTED["launchers"]) & set(NOT_TRAINERS["launchers"])
+    used = {
+        kind
+        for outcome in EXPECTED["launchers"].values()
+        if outcome != "pass"
+        for kind in outcome["refused"].values()
+    }
+    assert used == set(EXPECTED["kinds"])  # every kind listed is one a launcher meets, and only those
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED["launchers"]))
+def test_every_stock_launcher_ends_as_expected(name, tmp_path, monkeypatch):
+    """The launcher's own settings, only the entry point switched (adapter_skyrl.dapo for SkyRL's DAPO
+    example entry points, adapter_skyrl.main for every other), no data files: a pass, or exactly the
+    expected refusals, each naming its field, value and fix with its kind's reason."""
+    from skyrl_launcher_data import dry_run_launcher, problem_paths
+
+    monkeypatch.setenv("WANDB_API_KEY", "unused")  # SkyRL's validate_cfg wants one for logger=wandb
+    code, _, err = dry_run_launcher(name, tmp_path)
+    expected = EXPECTED["launchers"][name]
+    if expected == "pass":
+        assert code == 0, err
+        return
+    assert code == 2, "passed, expected refusals"
+    problems = [line for line in err.splitlines() if line.startswith("  - ")]
+    assert sorted(problem_paths(err)) == sorted(expected["refused"]), err
+    for path, line in zip(problem_paths(err), problems, strict=True):
+        kind = expected["refused"][path]
+        assert EXPECTED["kinds"][kind]["says"] in line and ". Fix: " in line, (kind, line)
+
+
+def test_the_readme_states_the_launcher_figures():
+    """The README's figures are the expected outcomes' (launchers per source, passes, refusals by kind)."""
+    outcomes = EXPECTED["launchers"]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("#### SkyRL's example launchers") :]
+    section = section[: section.index("\n#### ", 10)]
+    for source in ("v0.4.0", "head"):
+        names = [n for n in outcomes if n.startswith(source + "/")]
+        passes = sum(outcomes[n] == "pass" for n in names)
+        assert f"| {source} | {len(names)} | {passes} | {len(names) - passes} |" in section
+    for kind, about in EXPECTED["kinds"].items():
+        count = sum(kind in o["refused"].values() for o in outcomes.values() if o != "pass")
+        assert f"| {kind} | {count} | {about['why']} |" in section, kind
 
 
 def test_help_prints_usage(capsys):
@@ -190,6 +247,14 @@ SEED_DIFFERENCES = {
         lambda o, s: (s, o) == (0, 2),
     ),
     "backend.colocate": ("`backend.colocate`", lambda ours, seed: (seed, ours) == (False, True)),
+    "training.ds_config.optimizer.params.torch_adam": (
+        "`optimizer.params.torch_adam`",
+        lambda ours, seed: (seed, ours) == (MISSING, True),
+    ),
+    "training.ds_worker_config.logits_compute_in_fp32": (
+        "`logits_compute_in_fp32`",
+        lambda ours, seed: (seed, ours) == (False, True),
+    ),
     "sampling.vllm.enforce_eager": ("`enforce_eager`", lambda ours, seed: (seed, ours) == (True, False)),
     "sampling.vllm.max_num_seqs": ("`max_num_seqs`", lambda ours, seed: (seed, ours) == (256, 1024)),
     "sampling.vllm.max_num_batched_tokens": (
@@ -287,11 +352,16 @@ def test_seed_launchers_send_what_the_seed_sent_but_where_the_readme_says_why(sc
     code, out, err = run_dry(args)
     if name == "seed_run_bird_grpo_smoke.sh":
         # the seed itself stops here, in build_rl_config's assert: mini-batch 16 rows / 8 GPUs = 2 per
-        # rank, not a whole ZoRRo group of 4; the dry run reports the same impossibility with the fix
+        # rank, not a whole ZoRRo group of 4. ZoRRo is our default, not the launcher's setting: off,
+        # said aloud, and SkyRL's own micro-batch (1 row) trains the 2 rows each rank gets
         assert SENT[name]["assertion"].startswith("per-DP-rank mini-batch (2) must be divisible")
-        assert code == 2 and err.startswith("1 problem in the SkyRL config"), err
+        assert code == 0, err
         assert (
-            "a mini-batch has 4 prompts x 4 rollouts = 16 rows, not divisible by data-parallel size 8" in err
+            "notice: ZoRRo off: trainer.policy_mini_batch_size=4 prompts do not split into whole prompt "
+            in out
+        )
+        assert (
+            document_of(out)["plan"]["client"]["training"]["ds_config"]["train_micro_batch_size_per_gpu"] == 1
         )
         if not fixed:
             return

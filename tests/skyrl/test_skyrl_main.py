@@ -20,10 +20,8 @@ GOOD = [
 
 
 def test_bad_knob_fails_at_startup_naming_it():
-    with pytest.raises(
-        UnsupportedSkyRLSettingError, match=r'trainer\.algorithm\.loss_reduction = "prompt_mean"'
-    ):
-        main([*GOOD, "trainer.algorithm.loss_reduction=prompt_mean"])
+    with pytest.raises(UnsupportedSkyRLSettingError, match=r"generator\.sampling_params\.min_p = 0\.1"):
+        main([*GOOD, "generator.sampling_params.min_p=0.1"])
 
 
 def test_unknown_arctic_knob_fails_at_startup_naming_it(bird_jsonl):

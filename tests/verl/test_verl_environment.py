@@ -1,4 +1,4 @@
-"""The verl CPU environment holds stock verl 0.9.1 and its V1 trainer, no vLLM and no SkyRL."""
+"""The verl CPU environment holds stock verl 0.9.1 and its V1 trainer, no vLLM and no SkyRL; DeepSpeed only as its CPU build."""
 
 from __future__ import annotations
 
@@ -16,10 +16,22 @@ def test_stock_verl_v1_trainer_base_imports_on_cpu():
 
 
 def test_environment_is_isolated_from_skyrl_and_gpu_stacks():
-    for module in ("skyrl", "vllm", "arctic_inference", "deepspeed", "flash_attn"):
+    for module in ("skyrl", "vllm", "arctic_inference", "flash_attn"):
         assert importlib.util.find_spec(module) is None, f"{module} must not be in the verl CPU env"
     for module in ("transfer_queue", "uvicorn", "fastapi", "cachetools"):
         assert importlib.util.find_spec(module) is not None, f"verl's V1 trainer imports {module}"
+
+
+def test_deepspeed_is_the_cpu_build_with_no_compiled_op():
+    """DeepSpeed is here for the reference backend's `deepspeed` trainer (arctic-platform 0.1.4's own
+    DeepSpeedWorker on CPU), built from its sdist with no CUDA op compiled."""
+    import os
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.git_version_info import installed_ops
+
+    assert installed_ops, "DeepSpeed reports no op table"
+    assert not any(installed_ops.values()), {op: built for op, built in installed_ops.items() if built}
 
 
 def test_doctor_sees_verl_and_names_the_extra_for_skyrl():

@@ -302,6 +302,13 @@ DIFFERENCES = {
         lambda ours, theirs: (theirs, ours) == ("none", MISSING),
     ),
     "training.ds_config.log_level": ("`log_level`", lambda ours, theirs: ours == MISSING),
+    "training.ds_config.optimizer": (
+        "`optimizer.params.torch_adam`",
+        lambda ours, theirs: (
+            ours["params"].get("torch_adam") is True
+            and {**ours, "params": {k: v for k, v in ours["params"].items() if k != "torch_adam"}} == theirs
+        ),
+    ),
     **{
         f"training.ds_config.{key}": (
             "`torch_autocast`, `data_types`",

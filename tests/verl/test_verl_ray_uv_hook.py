@@ -7,19 +7,14 @@ from __future__ import annotations
 import pytest
 from adapter_verl import main as verl_main
 from ray._private import ray_constants, worker
-from ray._private.runtime_env import uv_runtime_env_hook
+from ray_uv_hook_checks import as_if_under_uv_run
 from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
 
 @pytest.fixture
 def under_uv_run(monkeypatch):
     """As if the driver's parent were `uv run python -m adapter_verl.main`, with Ray's default hook."""
-    monkeypatch.setattr(
-        uv_runtime_env_hook, "_get_uv_run_cmdline", lambda: ["uv", "run", "python", "-m", "adapter_verl.main"]
-    )
-    monkeypatch.setattr(ray_constants, "RAY_ENABLE_UV_RUN_RUNTIME_ENV", True)
-    monkeypatch.setenv(verl_main.RAY_UV_HOOK_ENV, "placeholder")  # recorded: restored after the test
-    monkeypatch.delenv(verl_main.RAY_UV_HOOK_ENV)
+    as_if_under_uv_run(monkeypatch, ["uv", "run", "python", "-m", "adapter_verl.main"])
 
 
 def test_ray_rejects_verls_runtime_env_under_uv_run(under_uv_run):

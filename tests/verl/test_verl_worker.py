@@ -261,6 +261,30 @@ def test_sampling_params_the_backend_cannot_honour_are_refused():
         sampling_params_from_verl({"min_p": 0.1}, 8)
 
 
+def test_max_tokens_follow_verls_vllm_server_over_the_turns_of_a_conversation():
+    """verl's vLLM server: unset, min(response_length, prompt_length + response_length - prompt);
+    always within [1, max_model_len - prompt]; no room at all is refused. A multi-turn loop relies on it:
+    its later turns get what is left of the conversation's budget."""
+    from adapter_verl.replica import TokenBudget, sampling_params_from_verl
+
+    budget = TokenBudget(response_length=100, prompt_length=50)  # max_model_len: 150
+    assert [budget.max_tokens(n, None) for n in (10, 50, 70, 149)] == [100, 100, 80, 1]
+    assert budget.max_tokens(120, 64) == 30  # an explicit value is clamped to the room left
+    with pytest.raises(ValueError, match=r"prompt of 150 tokens leaves no room.*max_model_len=150"):
+        budget.max_tokens(150, None)
+    assert TokenBudget(100, 50, max_model_len=400).max_tokens(120, 64) == 64
+    assert TokenBudget(100).max_tokens(10_000, None) == 100  # no prompt budget known: the response length
+    params = sampling_params_from_verl({"stop_token_ids": [7, 3], "logprobs": True}, budget, prompt_len=60)
+    assert (params.max_tokens, params.stop_token_ids, params.logprobs) == (90, (3, 7), True)
+    assert sampling_params_from_verl({"stop": "</sql>"}, budget).stop == ("</sql>",)
+    assert sampling_params_from_verl({"stop": ["</sql>", "</solution>"]}, budget).stop == (
+        "</sql>",
+        "</solution>",
+    )
+    with pytest.raises(ValueError, match="stop="):
+        sampling_params_from_verl({"stop": [""]}, budget)
+
+
 async def _sampler_on_trained_weights(backend, arctic_cfg) -> None:
     """What verl's update_weights does before rollouts: the core sync (colocated, the sampler sleeps
     at level 2 while training, so its weights must come back from the trainer)."""

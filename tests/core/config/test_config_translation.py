@@ -41,7 +41,13 @@ GSM8K_CLIENT: dict[str, Any] = {
             "gradient_clipping": 1.0,
             "optimizer": {
                 "type": "AdamW",
-                "params": {"lr": 1e-6, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01},
+                "params": {
+                    "lr": 1e-6,
+                    "betas": [0.9, 0.999],
+                    "eps": 1e-8,
+                    "weight_decay": 0.01,
+                    "torch_adam": True,
+                },
             },
             **PRECISION,
             "zero_optimization": {"stage": 2},
@@ -114,7 +120,13 @@ COLOCATED_CLIENT: dict[str, Any] = {
             "gradient_clipping": 1.0,
             "optimizer": {
                 "type": "AdamW",
-                "params": {"lr": 1e-6, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0},
+                "params": {
+                    "lr": 1e-6,
+                    "betas": [0.9, 0.95],
+                    "eps": 1e-8,
+                    "weight_decay": 0.0,
+                    "torch_adam": True,
+                },
             },
             **PRECISION,
             "zero_optimization": {"stage": 3},
@@ -218,7 +230,7 @@ BIRD_CLIENT: dict[str, Any] = {
             "logits_optimization": "memory",
             "logits_optimization_peak_mem_size_in_gib": 4.0,
             "logits_compute_from_fp32_inputs": False,
-            "logits_compute_in_fp32": False,
+            "logits_compute_in_fp32": True,  # no flash-attn cross-entropy kernel assumed with FA3
         },
         "cuda_ipc": True,
         "low_memory": False,

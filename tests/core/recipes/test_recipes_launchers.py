@@ -105,11 +105,14 @@ def test_every_uv_run_is_isolated_locked_and_free_of_requirement_traps(
     uv_runs = [c for c in commands if c[:2] == ["uv", "run"]]
     assert uv_runs and all(c[2:4] == ["--isolated", "--locked"] for c in uv_runs), uv_runs
     train = commands[-1]
-    assert train[:10] == [
-        "uv", "run", "--isolated", "--locked", "--package", f"adapter-{fw}", "--extra", "gpu",
-        "python", "-m",
-    ]  # fmt: skip
-    assert train[10] == f"adapter_{fw}.main"
+    # flash-attn (`--extra flash`, compiled from its sdist) only where the recipe selects flash attention
+    overrides = launcher.with_suffix(".overrides").read_text()
+    flash = re.search(r"^[^#\n]*(attn_implementation=flash_attention_|flash_attn=true)", overrides, re.M)
+    extras = ["--extra", "gpu", *(["--extra", "flash"] if flash else [])]
+    assert flash is not None or "gsm8k" in launcher.stem  # the BIRD recipes run ZoRRo (flash attention)
+    head = ["uv", "run", "--isolated", "--locked", "--package", f"adapter-{fw}", *extras, "python", "-m"]
+    assert train[: len(head)] == head
+    assert train[len(head)] == f"adapter_{fw}.main"
     for command in uv_runs[:-1]:
         assert command[:6] == UV_CORE, command  # data steps need only the light core
 
@@ -124,6 +127,26 @@ def test_every_uv_run_is_isolated_locked_and_free_of_requirement_traps(
     assert tokens[:8] == train[:8] and tokens[-1] == "python", tokens
     assert runtime_env["working_dir"] == str(REPO)
     assert py_executable.startswith("uv run --isolated --locked --package ")
+    # ... which is why the launchers turn the hook off: every worker would install its own environment
+    assert _launcher_env()["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] == "0"
+
+
+def _launcher_env(**env: str) -> dict[str, str]:
+    """The environment a launcher's commands run in (after `source recipes/_launcher.sh`)."""
+    done = subprocess.run(
+        ["bash", "-c", "source recipes/_launcher.sh && env"],
+        cwd=REPO,
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+
+
+def test_launchers_keep_a_ray_uv_hook_setting_the_user_exported():
+    assert _launcher_env(RAY_ENABLE_UV_RUN_RUNTIME_ENV="1")["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] == "1"
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda p: f"{framework(p)}/{p.stem}")

@@ -162,6 +162,15 @@ def test_stop_strings_and_stop_tokens(engine_factory, ref):
     assert completion.finish_reason == FinishReason.STOP
     assert completion.text == free.text[: free.text.find(stop)]
     assert free.token_ids[: len(completion.token_ids)] == completion.token_ids
+    # vLLM's stop_token_ids (what verl's tool parsers add): the completion ends with that token, kept
+    cut = free.token_ids[3]
+    by_id = ref.run(
+        engine.generate([PROMPTS[1]], SamplingParams(max_tokens=12, temperature=0.0, stop_token_ids=(cut,)))
+    ).completions[0]
+    first = free.token_ids.index(cut)
+    assert by_id.token_ids == free.token_ids[: first + 1] and by_id.finish_reason == FinishReason.STOP
+    with pytest.raises(ValueError, match="stop_token_ids"):
+        SamplingParams(max_tokens=2, stop_token_ids=(-1,))
     # a sampler head that always prefers eos: generation stops on it, eos is kept in the ids, not the text
     eos = engine.tokenizer.eos_token_id
     head = torch.nn.Linear(engine._sampler.config.hidden_size, engine.vocab_size, bias=True)

@@ -17,7 +17,6 @@ import pytest
 pytest.importorskip("arctic_platform.client")
 from arctic_platform.client import ArcticClientConfig, OnPremConfig
 from arctic_rl_core import dispatch
-from arctic_rl_core.backends import arctic_compat
 from arctic_rl_core.backends.arctic import ArcticBackend
 from arctic_rl_core.backends.arctic_errors import ArcticConnectionError, ArcticServerError, ArcticTimeoutError
 from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_train_payload
@@ -153,13 +152,11 @@ class _HungRayServer:
 def _ray_client(request_timeout: float):
     """The real 0.1.4 client over the real `RayTransport` (its own `acall`, which has no timeout),
     reattached to a server whose ops hang."""
-    from arctic_platform.client.transports.onprem_ray import RayTransport
+    from reattached_ray_client import reattached_ray_client
 
-    config = _config(0, protocol="ray", request_timeout=request_timeout)
-    transport = RayTransport.__new__(RayTransport)
-    transport.config, transport._reconnect, transport._state = config, True, None
-    transport._server, transport._loop = _HungRayServer(), asyncio.new_event_loop()
-    return arctic_compat._client_with_transport(arctic_compat.load_client_api(), config, transport)
+    return reattached_ray_client(
+        _config(0, protocol="ray", request_timeout=request_timeout), _HungRayServer()
+    )
 
 
 def test_ray_transport_calls_are_bounded_too():

@@ -79,8 +79,12 @@ SKYRL_TRAIN_REFUSED: dict[str, tuple[str, str]] = {
 # point parses them, and runs its own generator): field -> the example.
 EXAMPLE_FIELDS: dict[str, str] = {
     "harbor_trial_config": "Harbor (examples/train_integrations/harbor: agents in sandboxed containers)",
-    "max_train_tasks": "Harbor / ThunderAgent (examples/train/thunder_agent)",
-    "max_eval_tasks": "Harbor / ThunderAgent (examples/train/thunder_agent)",
+    "rate_limit": "Harbor (examples/train_integrations/harbor: agents in sandboxed containers)",
+    "max_train_tasks": "ThunderAgent (examples/train/thunder_agent: Harbor agents on external vLLM servers)",
+    "max_eval_tasks": "ThunderAgent (examples/train/thunder_agent: Harbor agents on external vLLM servers)",
+    "thunder_agent_mode": "ThunderAgent (examples/train/thunder_agent: Harbor agents on external vLLM servers)",
+    "thunder_agent_profile_enabled": "ThunderAgent (examples/train/thunder_agent: Harbor agents on external vLLM servers)",
+    "thunder_agent_metrics_enabled": "ThunderAgent (examples/train/thunder_agent: Harbor agents on external vLLM servers)",
     "terminal_bench_config": "Terminal-Bench (examples/terminal_bench: agents in containers)",
     "miniswe_config_path": "mini-SWE-agent (examples/train/mini_swe_agent: agents in containers)",
     "miniswe_traj_dir": "mini-SWE-agent (examples/train/mini_swe_agent: agents in containers)",
@@ -211,13 +215,13 @@ def read_overrides(
                 suggest_key_among(known, group, leaf),
             )
         )
-    for example, keys in examples.items():
+    if examples:  # one problem: the example's own generator (fields of one or more related examples)
         out.issues.append(
             ConfigIssue(
-                ", ".join(keys),
+                _some([key for keys in examples.values() for key in keys]),
                 "(set)",
-                f"fields of SkyRL's {example} example, which extends SkyRL's config with its own class and runs "
-                "its own generator",
+                f"fields of SkyRL's {' and '.join(examples)} example, which extends SkyRL's config with its own "
+                "class and runs its own generator",
                 _EXAMPLE_FIX,
             )
         )
@@ -235,13 +239,18 @@ def _as_written(value: str) -> Any:
 
 
 def _example_field(key: str) -> str | None:
-    """The SkyRL example whose own config class defines `key` (by its top-level or last name)."""
-    return EXAMPLE_FIELDS.get(key.split(".", 1)[0]) or EXAMPLE_FIELDS.get(key.rsplit(".", 1)[-1])
+    """The SkyRL example whose own config class defines `key` (by any of its names)."""
+    return next((EXAMPLE_FIELDS[part] for part in key.split(".") if part in EXAMPLE_FIELDS), None)
+
+
+def _some(keys: Sequence[str], shown: int = 6) -> str:
+    """Up to `shown` of `keys`, then `...`: the field of a problem that many keys share."""
+    return ", ".join(keys[:shown]) + (", ..." if len(keys) > shown else "")
 
 
 def sft_issue(keys: Sequence[str]) -> ConfigIssue:
     return ConfigIssue(
-        ", ".join(sorted(keys)[:6]) + (", ..." if len(keys) > 6 else ""),
+        _some(sorted(keys)),
         "(set)",
         "settings of SkyRL's SFT trainer (skyrl.train.main_sft, its SFTConfig): the Arctic adapter runs SkyRL's "
         "RL trainer (the GRPO family), and the Arctic stack trains no SFT job",

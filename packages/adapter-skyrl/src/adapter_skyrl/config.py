@@ -165,6 +165,26 @@ def _explicit_zorro(core: Mapping[str, Any], legacy: Mapping[str, Any]) -> Any:
     return legacy.get("zorro.enable")
 
 
+def _zorro_unfit(cfg: SkyRLTrainConfig) -> str | None:
+    """Why ZoRRo, on by default on the Arctic server, cannot serve this SkyRL config (None: it can)."""
+    trainer = cfg.trainer
+    if not trainer.flash_attn:
+        return "trainer.flash_attn=false (sdpa attention), and ZoRRo packs sequences with flash attention"
+    placement = trainer.placement
+    dp = (
+        placement.policy_num_gpus_per_node
+        * placement.policy_num_nodes
+        // trainer.policy.sequence_parallel_size
+    )
+    if trainer.policy_mini_batch_size % dp:
+        return (
+            f"trainer.policy_mini_batch_size={trainer.policy_mini_batch_size} prompts do not split into whole prompt "
+            f"groups over {dp} data-parallel ranks (ZoRRo's micro-batches are whole groups), so "
+            "trainer.micro_train_batch_size_per_gpu applies"
+        )
+    return None
+
+
 def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTranslation:
     """Every problem at once: SkyRL settings (the field table's rows and rules), legacy keys, and core
     validation."""
@@ -181,6 +201,14 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
     kind = backend.setdefault("kind", DEFAULT_BACKEND) if isinstance(backend, dict) else DEFAULT_BACKEND
     zorro = _explicit_zorro(core_groups, legacy.values)
     zorro_on = bool(zorro) if zorro is not None else kind in ONPREM_BACKENDS
+    defaults_notices = []
+    unfit = _zorro_unfit(cfg) if zorro is None and zorro_on else None
+    if unfit:  # our default must not fail the user's config: ZoRRo off, said aloud
+        zorro_on = False
+        core_groups.setdefault("zorro", {})["enable"] = False
+        defaults_notices.append(
+            f"ZoRRo off: {unfit} (trainer.arctic_rl.zorro.enable=true asks for it anyway)"
+        )
 
     context = {ARCTIC_ZORRO: zorro_on, ARCTIC_BACKEND: dict(backend)}
     read = field_table.reader(cfg, {**context, STEPS_PER_EPOCH: steps_per_epoch})
@@ -219,7 +247,8 @@ def translate(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> SkyRLTra
         )
     if issues:
         arctic = None
-    return SkyRLTranslation(arctic, issues, [*legacy.notices, *table.notices], table.not_applied)
+    notices = [*legacy.notices, *defaults_notices, *table.notices]
+    return SkyRLTranslation(arctic, issues, notices, table.not_applied)
 
 
 def _without(data: Mapping[str, Any], paths: Sequence[str]) -> ArcticRLConfig | None:

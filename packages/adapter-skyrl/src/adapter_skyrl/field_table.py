@@ -31,7 +31,7 @@ from arctic_rl_core.config.framework_fields import (
 from arctic_rl_core.config.lora_fields import lora_rows
 
 from adapter_skyrl import field_transforms as t
-from adapter_skyrl.field_transforms import ALGO, CORTEX_RESUME, DS, FULLY_ASYNC
+from adapter_skyrl.field_transforms import ALGO, CORTEX_LIMITS, CORTEX_RESUME, DS, FULLY_ASYNC
 from adapter_skyrl.legacy_keys import LEGACY_KEYS
 from adapter_skyrl.registries import REGISTER_FIX
 
@@ -57,6 +57,9 @@ _OPC = (
     "mask sent on the wire"
 )
 _UNUSED_LOSS = "a parameter of a SkyRL policy loss the Arctic server does not compute"
+_OWN_SERVERS = "generation on inference servers of your own: refused by a rule (the Arctic server samples)"
+_MULTI_TURN = "multi-turn generation (issue 29): refused by a rule"
+ENGINE = "generator.inference_engine"
 
 ROWS = [
     # -- placement: GPUs, nodes, engines, colocation ---------------------------------------------
@@ -101,7 +104,8 @@ ROWS = [
            "FSDP CPU offload -> DeepSpeed optimizer offload (ZeRO >= 2); parameters: trainer.arctic_rl.deepspeed.offload_param"),
     not_applicable("trainer.policy.fsdp_config", _FSDP),
     rejected("trainer.strategy", "set trainer.strategy=fsdp (the ZeRO stage is trainer.arctic_rl.deepspeed.zero_stage)",
-             why="the Arctic server trains with DeepSpeed; Megatron settings would not apply",
+             why="the Arctic server trains with DeepSpeed ZeRO, FSDP's counterpart; Megatron's tensor / pipeline / "
+                 "context / expert model parallelism has no counterpart there",
              accepts=t.is_fsdp),
     not_applicable("trainer.policy.megatron_config", _MEGATRON),
     rejected("trainer.policy.use_torch_compile", "set it to false", why="the Arctic server does not torch.compile training"),
@@ -110,7 +114,9 @@ ROWS = [
              why="SkyRL's profiler runs in SkyRL's workers, which the Arctic path does not start"),
     not_applicable("trainer.policy.torch_profiler_config", "profiler settings apply only with torch_profiler_config.enable"),
     rejected("trainer.policy.model_config_kwargs", "remove it", why="the Arctic server builds the model from model.name as is"),
-    rejected("trainer.policy.language_model_only", "set it to false", why="the Arctic backends take text-only models"),
+    passed_through("trainer.policy.language_model_only",
+                   "true is what the Arctic training job does: it loads AutoModelForCausalLM, the language model of a "
+                   "multimodal checkpoint only (said at startup)"),
     rejected("trainer.policy.inference_only_init", "set it to false", why="the Arctic path always trains"),
     not_applicable("trainer.use_expandable_segments", "the Arctic server sets its own CUDA allocator options"),
     # -- optimizer ---------------------------------------------------------------------------------
@@ -120,8 +126,8 @@ ROWS = [
     mapped("trainer.policy.optimizer_config.max_grad_norm", "optimizer.grad_clip"),
     mapped("trainer.policy.optimizer_config.scheduler", "optimizer.scheduler", t.scheduler,
            "constant_with_warmup -> constant, cosine -> cosine"),
-    derived("optimizer.warmup_ratio", ("trainer.policy.optimizer_config.num_warmup_steps",), t.warmup_ratio,
-            "num_warmup_steps / (training steps x optimizer steps per step)"),
+    mapped("trainer.policy.optimizer_config.num_warmup_steps", "optimizer.warmup_steps", t.warmup_steps,
+           "optimizer steps, as SkyRL counts them (no run length needed); 0 -> no warmup"),
     not_applicable("trainer.policy.optimizer_config.offload_after_step",
                   "the core weight-sync policy offloads the optimizer around each colocated sync"),
     derived("optimizer.total_training_steps", ("trainer.epochs", "trainer.max_training_steps"), t.total_steps,
@@ -129,7 +135,7 @@ ROWS = [
     # -- reference model and critic ----------------------------------------------------------------
     not_applicable("trainer.ref", _REF),
     not_applicable("trainer.critic", _CRITIC),
-    rejected("trainer.critic.model.path", "unset trainer.critic.model.path", why=_CRITIC),
+    not_applicable("trainer.critic.model.path", _CRITIC),
     not_applicable("trainer.critic_mini_batch_size", _CRITIC),
     # -- algorithm ---------------------------------------------------------------------------------
     passed_through("trainer.algorithm.advantage_estimator",
@@ -152,7 +158,11 @@ ROWS = [
     derived("loss.loss_fn", ("trainer.algorithm.policy_loss_type",), t.loss_fn,
             "the server loss that computes the family on this backend (arctic_rl_core, or the built-in verl_grpo)"),
     mapped("trainer.algorithm.loss_reduction", "loss.loss_agg_mode", t.loss_agg_mode,
-           "token_mean -> token-mean, sequence_mean -> seq-mean-token-mean, seq_mean_token_sum_norm -> seq-mean-token-sum-norm"),
+           "token_mean -> token-mean, sequence_mean -> seq-mean-token-mean, seq_mean_token_sum_norm -> "
+           "seq-mean-token-sum-norm; token_mean_legacy, prompt_mean: SkyRL scales the advantages itself (its own "
+           "grouping of the rows), the server sums the policy term (adapter_skyrl.loss_reductions)"),
+    derived("loss.pg_loss_agg_mode", ("trainer.algorithm.loss_reduction",), t.pg_loss_agg_mode,
+            "token-sum for token_mean_legacy and prompt_mean (the advantages carry SkyRL's reduction)"),
     passed_through("trainer.algorithm.grpo_norm_by_std", "SkyRL's GRPO advantages"),
     passed_through("trainer.algorithm.zero_variance_filter", "SkyRL's trainer"),
     # SkyRL's DAPO example config (DAPOConfig; here adapter_skyrl.dapo's ArcticDAPOConfig)
@@ -234,11 +244,9 @@ ROWS = [
            "the server keeps the newest N backend checkpoints (one folder per run, arctic_backend/checkpoint-<n>); "
            "SkyRL's own cleanup keeps as many global_step folders; -1 keeps all"),
     passed_through("trainer.ckpt_interval", "SkyRL's checkpoint schedule"),
-    rejected("trainer.hf_save_interval",
-             "set trainer.hf_save_interval=-1 and trainer.arctic_rl.checkpoint.export_hf=true (each checkpoint at "
-             "trainer.ckpt_interval then carries an hf/ copy)",
-             why="the Arctic server exports HF weights with each checkpoint (save_checkpoint(export_hf=True)), "
-                 "not on a schedule of their own"),
+    passed_through("trainer.hf_save_interval",
+                   "SkyRL's HF export schedule (<= 0: off): each export is a backend checkpoint of the step with its "
+                   "hf/ copy (save_checkpoint(export_hf=True)) in export_path/global_step_<n>/policy"),
     passed_through("trainer.export_path", "SkyRL's dumps and exports"),
     # -- batch shape -------------------------------------------------------------------------------
     mapped("trainer.update_epochs_per_batch", "batch.epochs"),
@@ -277,8 +285,13 @@ ROWS = [
     mapped("generator.inference_engine.enable_chunked_prefill", "vllm.enable_chunked_prefill"),
     mapped("generator.inference_engine.max_num_batched_tokens", "vllm.max_num_batched_tokens"),
     mapped("generator.inference_engine.enforce_eager", "vllm.enforce_eager"),
-    mapped("generator.inference_engine.engine_init_kwargs", "vllm.engine_args", dict,
-           "extra vLLM engine arguments (typed knobs' keys are rejected)"),
+    derived("vllm.engine_args", (f"{ENGINE}.engine_init_kwargs", f"{ENGINE}.language_model_only",
+            f"{ENGINE}.expert_parallel_size", f"{ENGINE}.enable_pd"), t.engine_args,
+            "engine_init_kwargs (max_model_len -> vllm.max_model_len; with enable_pd its kv_transfer_config does not "
+            "apply), plus language_model_only=true and enable_expert_parallel=true (expert_parallel_size > 1: vLLM's "
+            "expert parallelism over the engine's tensor-parallel GPUs) as SkyRL passes them to vLLM"),
+    derived("vllm.max_model_len", (f"{ENGINE}.engine_init_kwargs",), t.engine_max_model_len,
+            "engine_init_kwargs.max_model_len"),
     rejected("generator.inference_engine.model_dtype", "set it to bfloat16", why="the Arctic server serves the model in bf16"),
     rejected("generator.inference_engine.fp8_weight_sync_mode", "unset it (null)", why="the Arctic weight sync is bf16"),
     not_applicable("generator.inference_engine.run_engines_locally", _ENGINE),
@@ -286,10 +299,10 @@ ROWS = [
     not_applicable("generator.inference_engine.weight_sync_backend",
                   "the core weight-sync policy picks NCCL (separate GPUs) or CUDA IPC (trainer.arctic_rl.weight_sync.cuda_ipc)"),
     not_applicable("generator.inference_engine.weight_transfer_threshold_cuda_ipc_GB", "see weight_sync_backend"),
-    rejected("generator.inference_engine.delta_weight_sync", "unset it (null)", why="the Arctic weight sync sends full weights"),
+    not_applicable("generator.inference_engine.delta_weight_sync",
+                   "SkyRL's delta weight sync (changed weights through shared storage) is a transport choice: the "
+                   "Arctic server syncs the full weights itself (NCCL, or CUDA IPC when colocated)"),
     rejected("generator.inference_engine.pipeline_parallel_size", "set it to 1", why="Arctic engines are tensor-parallel only",
-             accepts=t.is_one),
-    rejected("generator.inference_engine.expert_parallel_size", "set it to 1", why="Arctic engines are tensor-parallel only",
              accepts=t.is_one),
     rejected("generator.inference_engine.data_parallel_size", "set it to 1; more engines: num_engines",
              why="Arctic engines are tensor-parallel only", accepts=t.is_one),
@@ -307,19 +320,18 @@ ROWS = [
     not_applicable("generator.inference_engine.use_expandable_segments", _ENGINE),
     not_applicable("generator.inference_engine.served_model_name", _ENGINE),
     not_applicable("generator.inference_engine.distributed_executor_backend", _ENGINE),
-    rejected("generator.inference_engine.language_model_only", "set it to false", why="the Arctic backends take text-only models"),
     rejected("generator.inference_engine.speculative_config", "unset it; use trainer.arctic_rl.arctic_inference.speculative_model",
              why="speculative decoding on the Arctic server is Arctic Inference's"),
-    rejected("generator.inference_engine.external_proxy_url", "unset it", why="the Arctic server serves generation"),
-    rejected("generator.inference_engine.external_server_urls", "unset it", why="the Arctic server serves generation"),
-    rejected("generator.inference_engine.enable_pd", "set it to false", why="the Arctic server has no prefill/decode split"),
+    not_applicable("generator.inference_engine.external_proxy_url", _OWN_SERVERS),
+    not_applicable("generator.inference_engine.external_server_urls", _OWN_SERVERS),
     not_applicable("generator.inference_engine.num_prefill", "applies only with enable_pd"),
     not_applicable("generator.inference_engine.prefill_init_kwargs", "applies only with enable_pd"),
     not_applicable("generator.inference_engine.decode_init_kwargs", "applies only with enable_pd"),
     not_applicable("generator.inference_engine.router_init_kwargs", _ENGINE),
     # -- generator ---------------------------------------------------------------------------------
     not_applicable("generator.batched", "the Arctic generator sends each batch in one generate request"),
-    rejected("generator.max_turns", "set generator.max_turns=1", why="the Arctic generator is single-turn"),
+    passed_through("generator.max_turns", "every environment's extras (as SkyRL's generator passes it); > 1 is "
+                   "multi-turn generation (issue 29)"),
     passed_through("generator.max_input_length", "SkyRL's validation (equals trainer.max_prompt_length)"),
     rejected("generator.chat_template.source", "remove it; the tokenizer's own chat template is used",
              why="custom chat templates are not applied by the Arctic generator"),
@@ -346,9 +358,9 @@ ROWS = [
     passed_through("generator.apply_overlong_filtering",
                   "the Arctic generator (DAPO's overlong filtering, as SkyRL's generator: a response whose stop "
                   "reason is not `stop`, i.e. truncated at max_generate_length, gets an all-zero loss mask)"),
-    rejected("generator.step_wise_trajectories", "set it to false", why="the Arctic generator is single-turn"),
+    not_applicable("generator.step_wise_trajectories", _MULTI_TURN),
     rejected("generator.vision_language_generator", "set it to false", why="the Arctic backends take text only"),
-    rejected("generator.merge_stepwise_output", "set it to false", why="the Arctic generator is single-turn"),
+    not_applicable("generator.merge_stepwise_output", _MULTI_TURN),
     # -- data and environments ---------------------------------------------------------------------
     passed_through("data", "SkyRL's dataloader"),
     passed_through("environment.env_class", "the skyrl-gym environment of rows without env_class"),
@@ -433,6 +445,23 @@ RULES = [
          "not registered in SkyRL's AdvantageEstimatorRegistry in this process (registered: {known})",
          REGISTER_FIX.replace("{register}", "AdvantageEstimatorRegistry.register({name!r}, your_function)")
          + ", or use one of {free}"),
+    Rule("a critic model", ("trainer.critic.model.path", f"{ALGO}.advantage_estimator"), t.critic_model,
+         "a critic (value model) trained beside the policy; the Arctic backend trains the policy only",
+         "unset trainer.critic.model.path"),
+    Rule("single-turn generation", ("generator.max_turns", "generator.step_wise_trajectories",
+         "generator.merge_stepwise_output"), t.multi_turn,
+         "multi-turn generation (issue 29): the Arctic generator samples one turn per prompt until SkyRL's own "
+         "generator runs over Arctic inference",
+         "set generator.max_turns=1 and generator.step_wise_trajectories=false for single-turn rollouts, or run "
+         "SkyRL's own trainer (its vLLM engines) until issue 29 lands"),
+    Rule("the Arctic server samples", (f"{ENGINE}.external_proxy_url", f"{ENGINE}.external_server_urls"),
+         t.own_inference_servers,
+         "generation on inference servers of your own: the Arctic server samples with its own engines, which its "
+         "weight sync updates",
+         "unset generator.inference_engine.external_proxy_url and external_server_urls (the Arctic sampling job "
+         "serves generation)"),
+    Rule("Cortex exports no HF weights", ("trainer.hf_save_interval", f"{EXTENSION}.backend.kind"),
+         t.cortex_hf_export, CORTEX_LIMITS["export_hf"], "set trainer.hf_save_interval=-1 for backend.kind=cortex"),
     Rule("a fixed KL coefficient with the KL loss", (f"{ALGO}.kl_ctrl.type", f"{ALGO}.use_kl_loss"),
          t.adaptive_kl_with_kl_loss, "with use_kl_loss=true the KL coefficient is fixed on the Arctic server",
          "use trainer.algorithm.kl_ctrl.type=fixed"),
@@ -441,6 +470,11 @@ RULES = [
 # DAPO's reward and loss-mask shaping run in the adapter (not on the server); SkyRL's dynamic sampling
 # runs in SkyRL's synchronous trainer: both said aloud at startup.
 NOTICES = [
+    Notice("the language model only", ("trainer.policy.language_model_only",
+           f"{ENGINE}.language_model_only"), t.language_model_only),
+    Notice("prefill and decode together", (f"{ENGINE}.enable_pd", f"{ENGINE}.engine_init_kwargs"),
+           t.prefill_decode_together),
+    Notice("HF export schedule", ("trainer.hf_save_interval", "trainer.export_path"), t.hf_export_schedule),
     Notice("DAPO overlong punishment", (f"{ALGO}.overlong_buffer_len", f"{ALGO}.overlong_buffer_penalty_factor",
            "generator.sampling_params.max_generate_length"), t.dapo_overlong_punishment),
     Notice("DAPO overlong filtering", ("generator.apply_overlong_filtering",), t.dapo_overlong_filtering),
@@ -464,6 +498,7 @@ REFINABLE = frozenset(
         "batch.max_token_len_per_gpu",
         "deepspeed.offload_optimizer",
         "checkpoint.path",  # a server that writes its training job's files elsewhere
+        "vllm.max_model_len",  # SkyRL has it only inside engine_init_kwargs
     }
 )
 

@@ -16,19 +16,19 @@ from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS
 from arctic_rl_core.config.framework_fields import UNSET, FieldProblem, Fields, Found, Reader
 from arctic_rl_core.config.loss_selection import server_loss_for
 
-from adapter_skyrl.registries import CRITIC_ESTIMATORS, registered_environments, registered_estimators
+from adapter_skyrl.loss_reductions import LOSS_REDUCTIONS, SERVER_AGGREGATED, SKYRL_PRESCALED
+from adapter_skyrl.registries import (
+    CRITIC_ESTIMATORS,
+    registered_environments,
+    registered_estimators,
+    registered_policy_losses,
+)
 from adapter_skyrl.samples import rollout_anchored
 
 ARCTIC_ZORRO = "@arctic.zorro"  # pseudo field: ZoRRo on for this run (resolved by the adapter)
 ARCTIC_BACKEND = "@arctic.backend"  # pseudo field: the run's core `backend` group (kind defaulted)
 STEPS_PER_EPOCH = "@data.steps_per_epoch"  # pseudo field: training rows // train_batch_size
 
-# loss_reduction -> the server's aggregation (the server aggregates; SkyRL's advantage pre-scaling is off).
-LOSS_REDUCTION_TO_AGG_MODE = {
-    "token_mean": "token-mean",
-    "sequence_mean": "seq-mean-token-mean",
-    "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
-}
 SCHEDULERS = {"constant_with_warmup": "constant", "cosine": "cosine"}
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 # SkyRL policy_loss_type -> a core loss family the server computes (arctic_rl_core.losses); SkyRL's
@@ -98,6 +98,33 @@ def keep_count(value: Any) -> Any:
     return int(value)
 
 
+# -- inference engines -----------------------------------------------------------------------------
+
+ENGINE = "generator.inference_engine"
+PD_ONLY_ENGINE_KWARGS = ("kv_transfer_config",)  # what a prefill/decode split passes to its engines
+
+
+def engine_args(r: Reader) -> dict[str, Any]:
+    """The Arctic sampler's extra vLLM engine arguments from SkyRL's: engine_init_kwargs (its
+    max_model_len is the core's typed vllm.max_model_len; with enable_pd the KV transfer between
+    prefill and decode engines does not apply), and what SkyRL itself adds from its fields."""
+    kwargs = dict(r(f"{ENGINE}.engine_init_kwargs") or {})
+    kwargs.pop("max_model_len", None)
+    if r(f"{ENGINE}.enable_pd"):
+        for key in PD_ONLY_ENGINE_KWARGS:
+            kwargs.pop(key, None)
+    if r(f"{ENGINE}.language_model_only"):
+        kwargs.setdefault("language_model_only", True)
+    if int(r(f"{ENGINE}.expert_parallel_size")) > 1:
+        kwargs.setdefault("enable_expert_parallel", True)
+    return kwargs
+
+
+def engine_max_model_len(r: Reader) -> Any:
+    value = dict(r(f"{ENGINE}.engine_init_kwargs") or {}).get("max_model_len")
+    return UNSET if value is None else int(value)
+
+
 # -- batch -----------------------------------------------------------------------------------------
 
 
@@ -142,41 +169,45 @@ def total_steps(r: Reader) -> Any:
     return steps
 
 
-def warmup_ratio(r: Reader) -> float:
-    warmup = int(r("trainer.policy.optimizer_config.num_warmup_steps"))
-    if warmup == 0:
-        return 0.0
-    steps = total_steps(r)
-    if steps is UNSET:
-        raise FieldProblem(
-            "a warmup needs the run's length (the dataset or trainer.max_training_steps)",
-            "set trainer.max_training_steps",
-        )
-    per_step = (int(r("trainer.train_batch_size")) // int(r("trainer.policy_mini_batch_size"))) * int(
-        r("trainer.update_epochs_per_batch")
-    )
-    return warmup / (steps * per_step)
+def warmup_steps(value: Any) -> Any:
+    """SkyRL's num_warmup_steps counts optimizer steps: the core's warmup in steps (no horizon needed)."""
+    return int(value) if int(value) > 0 else UNSET
 
 
 # -- loss ------------------------------------------------------------------------------------------
 
 
 def loss_family(value: Any) -> str:
-    if value not in SKYRL_POLICY_LOSSES:
+    if value in SKYRL_POLICY_LOSSES:
+        return SKYRL_POLICY_LOSSES[value]
+    if value not in registered_policy_losses():
         raise FieldProblem(
-            "the Arctic server computes the GRPO-family losses and rollout_is (arctic_rl_core.losses); "
-            "dppo's divergence mask has no server loss, the others are not RL losses",
+            "not a policy loss in SkyRL's PolicyLossRegistry in this process, and one registered there (SkyRL's "
+            "custom_policy_loss example registers its own) would run in SkyRL's training workers, which the Arctic "
+            f"path does not start: the Arctic server computes the loss ({list(SKYRL_POLICY_LOSSES)})",
             f"use one of {list(SKYRL_POLICY_LOSSES)}",
         )
-    return SKYRL_POLICY_LOSSES[value]
+    if value in ("dppo", "cross_entropy", "importance_sampling"):
+        raise FieldProblem(
+            "the Arctic server computes the loss: the GRPO-family losses and rollout_is (arctic_rl_core.losses); "
+            f"SkyRL's {value} has no server loss (dppo's divergence mask; cross_entropy and importance_sampling "
+            "are SFT / distillation losses)",
+            f"use one of {list(SKYRL_POLICY_LOSSES)}",
+        )
+    raise FieldProblem(
+        "a policy loss registered in SkyRL's PolicyLossRegistry runs in SkyRL's training workers, which the Arctic "
+        "path does not start: the Arctic server computes the loss (the GRPO-family losses and rollout_is)",
+        f"use one of {list(SKYRL_POLICY_LOSSES)}",
+    )
 
 
 def loss_fn(r: Reader) -> Any:
     family = SKYRL_POLICY_LOSSES.get(r(f"{ALGO}.policy_loss_type"))
     if family is None:
         return UNSET  # reported once, by the policy_loss row
-    agg = LOSS_REDUCTION_TO_AGG_MODE.get(r(f"{ALGO}.loss_reduction"), "token-mean")
-    return server_loss_for(family, r(ARCTIC_BACKEND), loss_agg_mode=agg)
+    reduction = r(f"{ALGO}.loss_reduction")
+    agg = SKYRL_PRESCALED[reduction][1] if reduction in SKYRL_PRESCALED else SERVER_AGGREGATED.get(reduction)
+    return server_loss_for(family, r(ARCTIC_BACKEND), loss_agg_mode=agg or "token-mean")
 
 
 def _is_family(r: Reader, family: str) -> bool:
@@ -205,20 +236,18 @@ def only_with_loss(family: str, field: str) -> Any:
 
 
 def loss_agg_mode(value: Any) -> str:
-    if value == "token_mean_legacy":  # SkyRL's DAPO fully async example sets it
-        raise FieldProblem(
-            "token_mean_legacy divides each micro-batch of trainer.micro_train_batch_size_per_gpu rows by its own "
-            "token count; the Arctic server forms its own micro-batches (balanced by sequence length), so that "
-            "per-micro-batch divisor cannot be reproduced",
-            "use token_mean (one divisor, the mini-batch's response tokens; token_mean_legacy gives the same loss "
-            "whenever every micro-batch holds as many response tokens)",
-        )
-    if value not in LOSS_REDUCTION_TO_AGG_MODE:
-        raise FieldProblem(
-            "the Arctic server aggregates the loss itself and has no such mode",
-            f"use one of {list(LOSS_REDUCTION_TO_AGG_MODE)}",
-        )
-    return LOSS_REDUCTION_TO_AGG_MODE[value]
+    """SkyRL's loss_reduction -> how the server aggregates the loss (adapter_skyrl.loss_reductions)."""
+    if value in SERVER_AGGREGATED:
+        return SERVER_AGGREGATED[value]
+    if value in SKYRL_PRESCALED:  # SkyRL scales the advantages itself; the KL / entropy terms: this mode
+        return SKYRL_PRESCALED[value][0]
+    raise FieldProblem("SkyRL 0.4.0 has no such loss reduction", f"use one of {list(LOSS_REDUCTIONS)}")
+
+
+def pg_loss_agg_mode(r: Reader) -> Any:
+    """The policy term of the reductions SkyRL applies to the advantages itself: their sum."""
+    reduction = r(f"{ALGO}.loss_reduction")
+    return SKYRL_PRESCALED[reduction][1] if reduction in SKYRL_PRESCALED else UNSET
 
 
 def kl_estimator(value: Any) -> str:
@@ -371,6 +400,32 @@ def unregistered_estimator(f: Fields) -> Found | None:
     return Found(names={"known": ", ".join(known), "name": name, "free": free})
 
 
+def critic_model(f: Fields) -> bool:
+    """A critic model with an estimator that does not need one (that one is its own rule's)."""
+    return bool(f("trainer.critic.model.path")) and f(f"{ALGO}.advantage_estimator") not in CRITIC_ESTIMATORS
+
+
+def multi_turn(f: Fields) -> Found | None:
+    """Multi-turn generation, reported once at the first setting that asks for it."""
+    if int(f("generator.max_turns")) > 1:
+        return Found(field="generator.max_turns")
+    for name in ("generator.step_wise_trajectories", "generator.merge_stepwise_output"):
+        if f(name):
+            return Found(field=name)
+    return None
+
+
+def own_inference_servers(f: Fields) -> Found | None:
+    for name in (f"{ENGINE}.external_proxy_url", f"{ENGINE}.external_server_urls"):
+        if f(name):
+            return Found(field=name)
+    return None
+
+
+def cortex_hf_export(f: Fields) -> bool:
+    return f("trainer.arctic_rl.backend.kind") == "cortex" and int(f("trainer.hf_save_interval")) > 0
+
+
 def adaptive_kl_with_kl_loss(f: Fields) -> bool:
     return bool(f(f"{ALGO}.use_kl_loss")) and f(f"{ALGO}.kl_ctrl.type") != "fixed"
 
@@ -378,6 +433,34 @@ def adaptive_kl_with_kl_loss(f: Fields) -> bool:
 CORTEX_RESUME = CORTEX_LIMITS["load-checkpoint"]
 
 # -- notices ---------------------------------------------------------------------------------------
+
+
+def language_model_only(f: Fields) -> str | None:
+    if not (f("trainer.policy.language_model_only") or f(f"{ENGINE}.language_model_only")):
+        return None
+    return (
+        "language_model_only: the Arctic training job loads AutoModelForCausalLM (the language model of a "
+        "multimodal checkpoint only), and the sampler's vLLM gets language_model_only=true"
+    )
+
+
+def prefill_decode_together(f: Fields) -> str | None:
+    if not f(f"{ENGINE}.enable_pd"):
+        return None
+    return (
+        "generator.inference_engine.enable_pd: the Arctic sampling job's engines prefill and decode together "
+        "(num_prefill, the prefill/decode kwargs and engine_init_kwargs.kv_transfer_config do not apply)"
+    )
+
+
+def hf_export_schedule(f: Fields) -> str | None:
+    interval = int(f("trainer.hf_save_interval"))
+    if interval <= 0:
+        return None
+    return (
+        f"HF weights every {interval} steps (trainer.hf_save_interval): a backend checkpoint of the step with its "
+        f"hf/ copy (save_checkpoint(export_hf=True)) in {f('trainer.export_path')}/global_step_<n>/policy"
+    )
 
 
 def dapo_overlong_punishment(f: Fields) -> str | None:

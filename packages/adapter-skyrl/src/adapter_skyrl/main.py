@@ -103,13 +103,26 @@ def check(argv: Sequence[str], config_cls: type | None = None, *, read_data: boo
     return checked
 
 
-# A refused SkyRL setting -> the value its fix names, on the copy SkyRL's own validate_cfg checks, so
-# that SkyRL names a further problem instead of the same one again.
+# A refused SkyRL setting -> the settings as its fix names them, on the copy SkyRL's own validate_cfg
+# checks, so that SkyRL names a further problem instead of the same one again.
+_LOCAL_ENGINES = (
+    ("generator.inference_engine.run_engines_locally", True),
+    ("generator.inference_engine.external_proxy_url", None),
+    ("generator.inference_engine.external_server_urls", None),
+)
 _AS_FIXED = {
-    "trainer.algorithm.advantage_estimator": "grpo",
-    "trainer.critic.model.path": None,
-    "trainer.algorithm.policy_loss_type": "regular",
-    "trainer.strategy": "fsdp",
+    "trainer.algorithm.advantage_estimator": (
+        ("trainer.algorithm.advantage_estimator", "grpo"),
+        ("trainer.critic.model.path", None),
+    ),
+    "trainer.critic.model.path": (("trainer.critic.model.path", None),),
+    "trainer.algorithm.policy_loss_type": (("trainer.algorithm.policy_loss_type", "regular"),),
+    "generator.inference_engine.enable_return_routed_experts": (
+        ("generator.inference_engine.enable_return_routed_experts", False),
+    ),
+    "generator.remote_inference_engine_urls": _LOCAL_ENGINES,
+    "generator.inference_engine.external_proxy_url": _LOCAL_ENGINES,
+    "generator.inference_engine.external_server_urls": _LOCAL_ENGINES,
 }
 
 
@@ -121,22 +134,26 @@ def _validate_cfg_issues(cfg: Any, arctic: Any, reported: Sequence[Any]) -> list
     from adapter_skyrl.config import skyrl_validation_issues
 
     paths = {part.split(" ", 1)[0] for issue in reported for part in issue.path.split(", ")}
+    if (
+        "trainer.strategy" in paths
+    ):  # a Megatron config: its batch shapes are Megatron's, not checkable as FSDP's
+        return []
     view = copy.deepcopy(cfg)
-    for path, value in _AS_FIXED.items():
-        if path in paths:
+    for reported_path in paths & set(_AS_FIXED):
+        for path, value in _AS_FIXED[reported_path]:
             parent_path, _, name = path.rpartition(".")
             parent = view
             for part in parent_path.split("."):
                 parent = getattr(parent, part)
             setattr(parent, name, value)
-    if "trainer.algorithm.advantage_estimator" in paths:
-        view.trainer.critic.model.path = None
     found = skyrl_validation_issues(view, arctic)
     names = {path.rsplit(".", 1)[-1] for path in paths}
     return [issue for issue in found if not any(name in issue.problem for name in names)]
 
 
-def dry_run(argv: Sequence[str], out=None, err=None, *, config_cls: type | None = None) -> int:
+def dry_run(
+    argv: Sequence[str], out=None, err=None, *, config_cls: type | None = None, notices: Sequence[str] = ()
+) -> int:
     """The dry run: 0 with the document and the settings table on `out`, 2 with every problem on `err`.
     `config_cls`: SkyRL's config class to parse with (default the adapter's; `adapter_skyrl.dapo` its DAPO one)."""
     from arctic_rl_core.config.settings_table import render_settings_table
@@ -147,6 +164,7 @@ def dry_run(argv: Sequence[str], out=None, err=None, *, config_cls: type | None 
     out = out or sys.stdout
     err = err or sys.stderr
     checked = check(argv, config_cls)
+    checked.notices[:0] = notices
     arctic = checked.translation.arctic if checked.translation is not None else None
     if checked.issues or arctic is None:
         count = len(checked.issues)
@@ -168,7 +186,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def run_main(
-    args: list[str], *, config_cls: type | None = None, exp_cls: type | None = None, usage: str = USAGE
+    args: list[str],
+    *,
+    config_cls: type | None = None,
+    exp_cls: type | None = None,
+    usage: str = USAGE,
+    notices: Sequence[str] = (),
 ) -> None:
     """--help, --dry-run, or the run: SkyRL's config (`config_cls`) on the Arctic path, run by
     `exp_cls` (default `ArcticPPOExp`; `adapter_skyrl.dapo` passes its DAPO config and experiment)."""
@@ -176,7 +199,7 @@ def run_main(
         sys.stdout.write(usage)
         raise SystemExit(0)
     if "--dry-run" in args:
-        raise SystemExit(dry_run([a for a in args if a not in FLAGS], config_cls=config_cls))
+        raise SystemExit(dry_run([a for a in args if a not in FLAGS], config_cls=config_cls, notices=notices))
 
     from adapter_skyrl.config import UnsupportedSkyRLSettingError
     from adapter_skyrl.trainer import ArcticPPOExp
@@ -184,10 +207,16 @@ def run_main(
     # Every problem SkyRL's settings, the seed keys, the registries and core validation can show
     # without the data.
     checked = check(args, config_cls, read_data=False)
+    checked.notices[:0] = notices
     for notice in checked.notices:
         print(f"notice: {notice}", file=sys.stderr)
     if checked.issues or checked.translation is None or checked.translation.arctic is None:
         raise UnsupportedSkyRLSettingError(checked.issues)
+    from arctic_rl_core.ray_uv_hook import keep_ray_workers_off_uv_run
+
+    notice = keep_ray_workers_off_uv_run("adapter_skyrl")  # before SkyRL's ray.init
+    if notice:
+        print(f"notice: {notice}", file=sys.stderr)
     (exp_cls or ArcticPPOExp)(checked.cfg).run()
 
 

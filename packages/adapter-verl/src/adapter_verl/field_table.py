@@ -76,6 +76,10 @@ MEGATRON_LORA = (
 MEGATRON_LORA_FIX = "leave model.lora.rank at 0 and set those"
 REF_WORKER = "verl's reference-policy FSDP worker: the reference model runs in the Arctic log-prob job"
 LOGPROB_BATCHING = "the Arctic training job batches no-grad forwards by ppo_micro_batch_size_per_gpu"
+DEAD_MULTI_TURN = (
+    "verl 0.9.1's agent loops never read it: they build each turn's ids by Continuous Token (only verl's "
+    "removed SGLang rollout did)"
+)
 
 ROWS = [
     # -- structure ---------------------------------------------------------------------------
@@ -279,12 +283,22 @@ ROWS = [
     not_applicable(f"{R}.engine_kwargs.trtllm", "the Arctic sampling job is vLLM"),
     passed_through(f"{R}.val_kwargs", "verl's validation sampling, served by the arctic rollout"),
     rejected(f"{R}.router_config_path", "remove it", "the arctic rollout routes to the Arctic server itself"),
-    rejected(f"{R}.multi_turn.enable", "set it to false", "multi-turn rollouts are not supported yet"),
-    not_applicable(f"{R}.multi_turn", "multi-turn is off"),
+    passed_through(f"{R}.multi_turn.enable", "verl's flag for multi-turn batches; the loop itself is agent.default_agent_loop or each row's agent_name"),
+    passed_through(f"{R}.multi_turn.max_assistant_turns", "verl's tool_agent loop: the most assistant turns of a conversation"),
+    passed_through(f"{R}.multi_turn.max_user_turns", "verl's tool_agent loop: the most tool-response turns of a conversation"),
+    passed_through(f"{R}.multi_turn.max_parallel_calls", "verl's tool_agent loop: tool calls executed per turn"),
+    passed_through(f"{R}.multi_turn.max_tool_response_length", "verl's tool_agent loop: tool responses cut to it (characters)"),
+    passed_through(f"{R}.multi_turn.tool_response_truncate_side", "verl's tool_agent loop: where a long tool response is cut"),
+    passed_through(f"{R}.multi_turn.format", "verl's tool-call parser; the stop_token_ids it adds end a turn on the Arctic sampler"),
+    passed_through(f"{R}.multi_turn.tool_config_path", "verl's tools (BaseTool classes), e.g. the adapter's GSM8K tool (adapter_verl/tool_configs/gsm8k_tool_config.yaml)"),
+    passed_through(f"{R}.multi_turn.function_tool_path", "verl's function tools (@function_tool)"),
+    rejected(f"{R}.multi_turn.use_inference_chat_template", "remove it", DEAD_MULTI_TURN),
+    rejected(f"{R}.multi_turn.tokenization_sanity_check_mode", "remove it", DEAD_MULTI_TURN),
+    rejected(f"{R}.multi_turn.num_repeat_rollouts", "remove it", "verl 0.9.1 never reads it"),
     passed_through(f"{R}.calculate_log_probs", "rollout log-probs come back with every generation"),
     passed_through(f"{R}.agent.num_workers", "verl's agent-loop workers"),
-    rejected(f"{R}.agent.default_agent_loop", "remove it", "the arctic rollout serves single-turn generation"),
-    rejected(f"{R}.agent.agent_loop_config_path", "remove it", "the arctic rollout serves single-turn generation"),
+    passed_through(f"{R}.agent.default_agent_loop", "verl's agent loop for rows without agent_name: single_turn_agent and tool_agent sample each turn through the arctic rollout, as any loop that calls the server manager's generate"),
+    passed_through(f"{R}.agent.agent_loop_config_path", "verl's registry of custom agent loops (they sample through the arctic rollout's generate)"),
     rejected(f"{R}.agent.custom_async_server.path", "remove it", "the arctic rollout is the server"),
     not_applicable(f"{R}.agent.custom_async_server.name", "see agent.custom_async_server.path"),
     not_applicable(f"{R}.checkpoint_engine", "weights reach the sampler by the Arctic weight sync (remote_backend.core.weight_sync)"),

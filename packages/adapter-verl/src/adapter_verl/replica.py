@@ -13,6 +13,7 @@ after each step hands them back.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -34,23 +35,65 @@ TEXT_PROMPT_BACKENDS = ("ray", "http")
 _NEUTRAL_SAMPLING: dict[str, Any] = {"repetition_penalty": 1.0}
 
 
-def sampling_params_from_verl(sampling_params: dict[str, Any], default_max_tokens: int) -> SamplingParams:
+@dataclass(frozen=True)
+class TokenBudget:
+    """verl's vLLM server's rule for a request's `max_tokens` (`vllm_async_server.generate`), which
+    a multi-turn loop relies on: unset, min(response_length, prompt_length + response_length - the
+    prompt's tokens), so that a conversation's turns together stay within prompt + response length;
+    any value is then clamped to [1, max_model_len - the prompt's tokens]. A prompt that leaves no
+    room at all is refused. `prompt_length` None (a caller that does not know it): response_length."""
+
+    response_length: int
+    prompt_length: int | None = None
+    max_model_len: int | None = None  # None: prompt_length + response_length, as verl's engines
+
+    def max_tokens(self, prompt_len: int, requested: int | None) -> int:
+        model_len = self.max_model_len or (
+            None if self.prompt_length is None else self.prompt_length + self.response_length
+        )
+        room = None if model_len is None else model_len - prompt_len
+        if room is not None and room < 1:
+            raise ValueError(
+                f"a prompt of {prompt_len} tokens leaves no room to generate within max_model_len={model_len} "
+                "(actor_rollout_ref.rollout.max_model_len, default prompt_length + response_length): raise "
+                "data.max_prompt_length / data.max_response_length, or end the conversation sooner "
+                "(actor_rollout_ref.rollout.multi_turn.max_assistant_turns)"
+            )
+        if requested is None:
+            requested = self.response_length
+            if self.prompt_length is not None:
+                requested = min(requested, self.prompt_length + self.response_length - prompt_len)
+        return max(1, requested if room is None else min(requested, room))
+
+
+def sampling_params_from_verl(
+    sampling_params: dict[str, Any], default_max_tokens: int | TokenBudget, prompt_len: int = 0
+) -> SamplingParams:
     """verl's per-request sampling dict -> the core `SamplingParams`.
 
-    `max_tokens` (or `max_new_tokens`) defaults to the response length; vLLM's `top_k=0`
-    ("disabled") becomes the core's -1."""
+    `max_tokens` (or `max_new_tokens`) follows verl's vLLM server (`TokenBudget`; an int: the response
+    length with no prompt budget); vLLM's `top_k=0` ("disabled") becomes the core's -1;
+    `stop_token_ids` (what verl's tool parsers add, e.g. gemma4's) and `stop` strings end a completion
+    (the tokens that made them stay in the returned ids, which is what verl's loop appends)."""
     from arctic_rl_core.backends.protocol import SamplingParams
 
+    budget = (
+        default_max_tokens
+        if isinstance(default_max_tokens, TokenBudget)
+        else TokenBudget(response_length=int(default_max_tokens))
+    )
     params = dict(sampling_params)
-    max_tokens = params.pop("max_tokens", None) or params.pop("max_new_tokens", None) or default_max_tokens
+    requested = params.pop("max_tokens", None) or params.pop("max_new_tokens", None)
     top_k = int(params.pop("top_k", -1))
     mapped = SamplingParams(
-        max_tokens=int(max_tokens),
+        max_tokens=budget.max_tokens(prompt_len, None if requested is None else int(requested)),
         temperature=float(params.pop("temperature", 1.0)),
         top_p=float(params.pop("top_p", 1.0)),
         top_k=-1 if top_k == 0 else top_k,
         seed=params.pop("seed", None),
         logprobs=bool(params.pop("logprobs", False)),
+        stop=_stop_strings(params.pop("stop", None)),
+        stop_token_ids=tuple(sorted(int(t) for t in params.pop("stop_token_ids", None) or ())),
     )
     for key, neutral in _NEUTRAL_SAMPLING.items():
         value = params.pop(key, neutral)
@@ -63,13 +106,32 @@ def sampling_params_from_verl(sampling_params: dict[str, Any], default_max_token
     return mapped
 
 
+def _stop_strings(stop: Any) -> tuple[str, ...]:
+    """vLLM's `stop`: one string or a list of them (an agent loop's, e.g. SkyRL-SQL's `</sql>`)."""
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,)
+    if not all(isinstance(s, str) and s for s in stop):
+        raise ValueError(f"sampling param stop={stop!r}: give non-empty strings")
+    return tuple(stop)
+
+
 class ArcticRolloutServer:
     """Ray actor behind one replica: verl's rollout server surface over the core backend."""
 
-    def __init__(self, replica_rank: int, response_length: int, max_num_seqs: int = 256) -> None:
+    def __init__(
+        self,
+        replica_rank: int,
+        response_length: int,
+        max_num_seqs: int = 256,
+        prompt_length: int | None = None,
+        max_model_len: int | None = None,
+    ) -> None:
         self.replica_rank = replica_rank
         self.response_length = response_length
         self.max_num_seqs = max_num_seqs
+        self.budget = TokenBudget(response_length, prompt_length, max_model_len)
         self._batcher: GenerateBatcher | None = None
         self._backend: Backend | None = None
         self._trace: TraceWriter | None = None
@@ -124,7 +186,7 @@ class ArcticRolloutServer:
 
         # without a server forward (Cortex) the old-log-prob pass serves the sampler's log-probs
         params = sampling_params_for(
-            self._backend, sampling_params_from_verl(sampling_params, self.response_length)
+            self._backend, sampling_params_from_verl(sampling_params, self.budget, len(prompt_ids))
         )
         served = await self._batcher.generate(self._prompt(prompt_ids), params)
         completion = served.completion
@@ -143,6 +205,7 @@ class ArcticRolloutServer:
                     "max_tokens": params.max_tokens,
                     "temperature": params.temperature,
                     "response_ids": list(completion.token_ids),
+                    "logprobs": list(completion.logprobs) if completion.logprobs else None,
                     "finish_reason": str(completion.finish_reason),
                     "weights_version": served.weights_version,
                     "batch_size": served.batch_size,
@@ -191,6 +254,12 @@ class ArcticRolloutServer:
         else:
             await backend.wake_inference(None)
 
+    async def disconnect(self) -> None:
+        """Close this server's client connection (the backend's jobs stay); the next request reconnects."""
+        backend, self._backend, self._batcher = self._backend, None, None
+        if backend is not None:
+            await backend.shutdown()
+
     async def clear_kv_cache(self) -> None:
         await (await self._connected()).reset_prefix_cache()
 
@@ -238,6 +307,8 @@ class ArcticRolloutReplica(RolloutReplica):
             replica_rank=self.replica_rank,
             response_length=int(self.config.response_length),
             max_num_seqs=int(self.config.max_num_seqs),
+            prompt_length=int(self.config.prompt_length),
+            max_model_len=None if self.config.max_model_len is None else int(self.config.max_model_len),
         )
         self.servers = [server]
         set_replica_server(self, server, f"arctic-replica-{self.replica_rank}{self.name_suffix}")

@@ -137,6 +137,7 @@ class ArcticBackend(Backend):
         from arctic_rl_core.config.plan import worker_env
 
         client_config = cfg.to_client_config()
+        arctic_compat.require_attention_kernel(client_config, cfg.kernels.attn_implementation)
         arctic_compat.apply_worker_env(client_config, worker_env(cfg))
         backend = cls.create(client_config, state_ledger=state_ledger)
         if cfg.backend.kind == "http" and cfg.loss.loss_fn == "arctic_rl_core":
@@ -576,8 +577,8 @@ def _to_wire(value: Any) -> Any:
 
 def _sampling_params(params: SamplingParams) -> dict[str, Any]:
     """vLLM sampling params as the server passes them on; `logprobs: 0` asks for the sampled
-    token's log-prob only."""
-    return {
+    token's log-prob only; `stop_token_ids` only when some are set."""
+    out: dict[str, Any] = {
         "max_tokens": params.max_tokens,
         "temperature": params.temperature,
         "top_p": params.top_p,
@@ -586,6 +587,9 @@ def _sampling_params(params: SamplingParams) -> dict[str, Any]:
         "seed": params.seed,
         "logprobs": 0 if params.logprobs else None,
     }
+    if params.stop_token_ids:
+        out["stop_token_ids"] = list(params.stop_token_ids)
+    return out
 
 
 def _completion(result: Mapping[str, Any], params: SamplingParams) -> Completion:

@@ -18,7 +18,21 @@ What it handles:
   server's error body; the transport built here raises `ArcticServerError` carrying it;
 - the weight-sync transfer alone: the client's `sync_weights` also wakes and resets around the
   transfer; `transfer_weights` sends only the weight-sync operation, because
-  `arctic_rl_core.weight_sync` drives (and checks) the transitions itself.
+  `arctic_rl_core.weight_sync` drives (and checks) the transitions itself;
+- the in-process Ray server's blocking methods: 0.1.4's `ArcticRLRayServer.forward_backward`,
+  `forward`, `step`, `save` and `load_checkpoint` call `ray.get` inside `async def`, and its Ray
+  transport awaits them on the caller's event loop, so a training step stalls that loop: a
+  `generate` issued meanwhile (async GRPO) waits for the whole step, and no deadline can fire. The
+  client's Ray transport is kept (built by 0.1.4's `make_transport`) but those ops run in a worker
+  thread (`OFF_LOOP_RAY_OPS`), so the loop keeps answering and `ArcticBackend`'s
+  `request_timeout` bounds them (a timed-out call's thread finishes in the background);
+- the DeepSpeed rendezvous ports: 0.1.4 gives the training and the log-prob job the same
+  `MASTER_PORT` whenever one is set (the Ray server's driver-captured `ds_master_port`, else each
+  server's environment; 29500 / 29501 only when none is), so the second job's rendezvous collides
+  with the first's. The Ray transport sets the server state's port per job (log-prob: the training
+  port + 1) just before creating it; a launched local HTTP server is started without `MASTER_PORT`
+  (`distinct_master_ports`). A remote HTTP server's environment is its own: do not export
+  `MASTER_PORT` there.
 
 Blocking calls (`create_client`, `destroy_jobs`) do HTTP with `requests`: callers run them off
 the event loop thread (`asyncio.to_thread`).
@@ -27,6 +41,7 @@ the event loop thread (`asyncio.to_thread`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 from dataclasses import dataclass
@@ -119,7 +134,10 @@ def create_client(config: Any, *, server_state: Any = None) -> Any:
             )
         return _client_with_transport(api, config, _http_transport_class()(config))
     try:
-        return api.async_client(config, server_state=server_state)
+        if config.backend.protocol == "ray":
+            return _client_with_transport(api, config, _compat_ray_transport(config, server_state))
+        with distinct_master_ports(config):
+            return api.async_client(config, server_state=server_state)
     except ImportError as exc:
         what = (
             "Cortex needs arctic-platform[cortex]"
@@ -178,6 +196,48 @@ def apply_worker_env(config: Any, env: dict[str, str], environ: Any = None) -> s
             )
             return f"Ray already running: {names} must have been exported before `ray start`"
     return f"set in this process: {names}"
+
+
+# The package each flash attention implementation loads (Hugging Face transformers' availability checks).
+ATTENTION_KERNEL_PACKAGES: dict[str, tuple[str, str]] = {
+    "flash_attention_2": ("distribution", "flash-attn"),
+    "flash_attention_3": ("module", "flash_attn_interface"),
+}
+FLASH_EXTRA_HINT = (
+    "install flash-attn where the server runs (`uv sync --locked --package adapter-<framework> --extra gpu "
+    "--extra flash`: PyPI has only its sdist, compiled against torch and the CUDA 13 toolkit, for hours), or "
+    "set kernels.attn_implementation=sdpa with zorro.enable=false (correct without it: rows are sent unpacked)"
+)
+
+
+def require_attention_kernel(client_config: Any, attn_implementation: str) -> None:
+    """Before a server that runs from THIS Python environment starts (the in-process Ray server, a
+    launched local HTTP server): the flash attention package `attn_implementation` (and ZoRRo, which
+    needs flash attention) loads must be installed here, else the training job fails when it builds
+    its model. A remote server's environment cannot be seen from here."""
+    backend = client_config.backend
+    local = getattr(backend, "type", "onprem") == "onprem" and (
+        backend.protocol == "ray" or getattr(backend, "launch_local_server", False)
+    )
+    if not local or attn_implementation not in ATTENTION_KERNEL_PACKAGES:
+        return
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError
+
+    kind, name = ATTENTION_KERNEL_PACKAGES[attn_implementation]
+    if kind == "module":
+        found = importlib.util.find_spec(name) is not None
+    else:
+        try:
+            version(name)
+            found = True
+        except PackageNotFoundError:
+            found = False
+    if not found:
+        raise ArcticUnavailableError(
+            f"kernels.attn_implementation={attn_implementation}: {name} is not installed in this environment, "
+            f"which the Arctic server's workers run from (backend {backend.protocol}): {FLASH_EXTRA_HINT}"
+        )
 
 
 def bounded_construction(construct: Any, config: Any) -> Any:
@@ -275,6 +335,134 @@ def _client_with_transport(api: ClientAPI, config: Any, transport: Any) -> Any:
     client.transport = transport
     client.jobs = initialize_or_cleanup(transport)
     return client
+
+
+# The client ops whose 0.1.4 Ray server method calls `ray.get` inside `async def` (checked against
+# the installed sources by tests/core/runtime/test_runtime_ray_off_loop.py).
+OFF_LOOP_RAY_OPS: frozenset[str] = frozenset(
+    {"forward-backward", "forward", "step", "save", "load-checkpoint"}
+)
+
+
+def _compat_ray_transport(config: Any, server_state: Any) -> Any:
+    """0.1.4's in-process Ray transport, built by its own `make_transport` (its dependency gate and
+    server-state creation unchanged), with `OFF_LOOP_RAY_OPS` run in a worker thread and a
+    rendezvous port of its own for each DeepSpeed job."""
+    from arctic_platform.client.base import make_transport
+
+    return with_blocking_ops_off_loop(make_transport(config, server_state=server_state))
+
+
+def with_blocking_ops_off_loop(transport: Any) -> Any:
+    """`transport`, as `CompatRayTransport` when it is 0.1.4's `RayTransport` (its class is swapped
+    for a subclass that overrides `acall` and `_start` only; its state is untouched)."""
+    from arctic_platform.client.transports.onprem_ray import RayTransport
+
+    if isinstance(transport, RayTransport) and not getattr(transport, "_blocking_ops_off_loop", False):
+        transport.__class__ = _compat_ray_transport_class(type(transport))
+    return transport
+
+
+@functools.cache
+def _compat_ray_transport_class(ray_transport: type) -> type:
+    class CompatRayTransport(ray_transport):
+        """0.1.4's `RayTransport`: blocking server methods run off the caller's event loop, and each
+        DeepSpeed job is created with its own rendezvous port."""
+
+        _blocking_ops_off_loop = True
+
+        async def acall(self, request: Any) -> dict:
+            if request.op not in OFF_LOOP_RAY_OPS:
+                return await super().acall(request)
+            method, args = self._resolve(request)
+            return await asyncio.to_thread(_run_blocking_coroutine, method, args)
+
+        def _start(self, payload: dict) -> Any:
+            port = ray_job_master_port(self._state, payload.get("job_type"))
+            if port is not None:
+                import ray
+
+                ray.get(self._state.__ray_call__.remote(_set_ds_master_port, port))
+            return super()._start(payload)
+
+    return CompatRayTransport
+
+
+LOG_PROB_PORT_OFFSET = 1  # 0.1.4's own default pair is 29500 (training) / 29501 (log-prob)
+
+
+def ray_job_master_port(state: Any, job_type: str | None) -> int | None:
+    """The rendezvous port to give the Ray server state before it creates `job_type`, or None to
+    leave 0.1.4's choice: it picks `ds_master_port` (the driver's MASTER_PORT), else the state
+    actor's own MASTER_PORT, for BOTH DeepSpeed jobs; only with neither are they 29500 / 29501."""
+    if job_type not in ("training", "log_prob"):
+        return None
+    import ray
+
+    shared = ray.get(state.__ray_call__.remote(_shared_master_port))
+    if shared is None:
+        return None
+    port = shared + (LOG_PROB_PORT_OFFSET if job_type == "log_prob" else 0)
+    if job_type == "log_prob":
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "MASTER_PORT=%s reaches the Arctic Ray server: arctic-platform 0.1.4 would give the training and "
+            "the log-prob job that one rendezvous port; the log-prob job gets %s",
+            shared,
+            port,
+        )
+    return port
+
+
+def _shared_master_port(state: Any) -> int | None:
+    """(In the server-state actor.) The port 0.1.4 would give every DeepSpeed job, if one is set."""
+    import os
+
+    if getattr(state, "_arctic_rl_shared_port", None) is not None:
+        return state._arctic_rl_shared_port
+    port = state.ds_master_port
+    if port is None and os.environ.get("MASTER_PORT"):
+        port = int(os.environ["MASTER_PORT"])
+    state._arctic_rl_shared_port = port  # read once: the per-job values below overwrite ds_master_port
+    return port
+
+
+def _set_ds_master_port(state: Any, port: int) -> None:
+    """(In the server-state actor.) The port its next DeepSpeed job rendezvous on."""
+    state.ds_master_port = port
+
+
+@contextlib.contextmanager
+def distinct_master_ports(config: Any) -> Any:
+    """While a client launches a local HTTP server that will run both DeepSpeed jobs: without
+    MASTER_PORT in this process's environment (the server copies it, and would give both jobs that
+    port; without it they get 29500 / 29501). Restored afterwards."""
+    import logging
+    import os
+
+    backend = config.backend
+    launches = getattr(backend, "protocol", None) == "http" and getattr(backend, "launch_local_server", False)
+    both = getattr(config, "training_gpus", 0) > 0 and getattr(config, "log_prob_gpus", 0) > 0
+    port = os.environ.get("MASTER_PORT")
+    if not (launches and both and port is not None):
+        yield
+        return
+    logging.getLogger(__name__).warning(
+        "MASTER_PORT=%s is not passed to the Arctic HTTP server this client launches: arctic-platform 0.1.4 "
+        "would give its training and log-prob jobs that one rendezvous port (without it: 29500 / 29501)",
+        port,
+    )
+    del os.environ["MASTER_PORT"]
+    try:
+        yield
+    finally:
+        os.environ.setdefault("MASTER_PORT", port)
+
+
+def _run_blocking_coroutine(method: Any, args: tuple) -> Any:
+    """Run one of the server's blocking coroutines to completion on this (worker) thread's own loop."""
+    return asyncio.run(method(*args))
 
 
 @functools.cache

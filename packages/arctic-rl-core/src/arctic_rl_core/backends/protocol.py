@@ -38,6 +38,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     logprobs: bool = False  # return the sampled token's log-prob per generated token
+    stop_token_ids: tuple[int, ...] = ()  # vLLM's: these tokens also end a completion (and are kept)
 
     def __post_init__(self) -> None:
         if self.max_tokens <= 0:
@@ -48,6 +49,10 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_p={self.top_p}: must be in (0, 1]")
         if self.top_k == 0 or self.top_k < -1:
             raise ValueError(f"SamplingParams.top_k={self.top_k}: use -1 to disable or a value >= 1")
+        if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
+            raise ValueError(
+                f"SamplingParams.stop_token_ids={self.stop_token_ids!r}: give token ids (integers >= 0)"
+            )
 
 
 class FinishReason(StrEnum):

@@ -16,12 +16,21 @@ if TYPE_CHECKING:
     from arctic_rl_core.config.schema import ArcticRLConfig
 
 
+def log_prob_zero_stage(cfg: ArcticRLConfig) -> int:
+    """ZeRO stage of the forward-only log-prob (reference) engine: 3 when training shards parameters,
+    else 0. Stages 1 and 2 shard optimizer state and gradients, which an engine without an optimizer
+    has none of: DeepSpeed asserts "zero stage N requires an optimizer" (0.1.4 builds that engine from
+    `log_prob_config` with no optimizer), and stage 0 holds the same parameters."""
+    return 3 if cfg.deepspeed.zero_stage == 3 else 0
+
+
 def _zero_optimization(cfg: ArcticRLConfig, *, training: bool) -> dict[str, Any]:
     ds = cfg.deepspeed
-    zero: dict[str, Any] = {"stage": ds.zero_stage}
+    stage = ds.zero_stage if training else log_prob_zero_stage(cfg)
+    zero: dict[str, Any] = {"stage": stage}
     if training and ds.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    if ds.offload_param:
+    if ds.offload_param and stage == 3:
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     return zero
 
@@ -71,6 +80,7 @@ def training_ds_config(cfg: ArcticRLConfig) -> dict[str, Any]:
                 "betas": list(opt.betas),
                 "eps": opt.eps,
                 "weight_decay": opt.weight_decay,
+                **({"torch_adam": True} if opt.torch_adam else {}),
             },
         },
         "bf16": {"enabled": ds.bf16},

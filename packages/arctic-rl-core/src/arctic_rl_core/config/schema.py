@@ -270,6 +270,15 @@ class OptimizerSettings(_Group):
             "Required by a cosine schedule or a warmup."
         ),
     )
+    torch_adam: bool | None = Field(
+        default=None,
+        description=(
+            "DeepSpeed steps torch.optim.AdamW (optimizer.params.torch_adam) instead of its FusedAdam, whose CUDA "
+            "op is JIT-compiled on the node with nvcc matching torch's CUDA (13.0 for torch 2.11); null = true "
+            "with the ray/http backends unless deepspeed.offload_optimizer (then DeepSpeedCPUAdam, a host C++ "
+            "build, no nvcc)."
+        ),
+    )
 
 
 class LossSettings(_Group):
@@ -456,8 +465,13 @@ class ZorroSettings(_Group):
     logits_peak_mem_gib: float = Field(
         default=4.0, gt=0, description="Per-chunk memory budget (GiB) of the compute/memory strategies."
     )
-    logits_compute_in_fp32: bool = Field(
-        default=False, description="Upcast logits to fp32 before log-prob/entropy/loss math."
+    logits_compute_in_fp32: bool | None = Field(
+        default=None,
+        description=(
+            "Upcast logits to fp32 before log-prob/entropy/loss math; null = true with the ray/http backends unless "
+            "kernels.attn_implementation=flash_attention_2 (flash-attn's fused cross-entropy computes in fp32; "
+            "without it bf16 log-probs are up to 0.07 nats off)."
+        ),
     )
     logits_compute_from_fp32_inputs: bool = Field(
         default=False, description="Run the LM head in fp32 (ZoRRo path only)."
@@ -746,6 +760,11 @@ def _resolve_backend_defaults(cfg: ArcticRLConfig) -> None:
     _set_resolved(cfg, "kernels", {"use_liger": arctic})
     _set_resolved(cfg, "arctic_inference", {"enable": ai_on, "fca": ai_on})
     _set_resolved(cfg, "batch", {"micro_batch_size_per_gpu": group if zorro_on else 1})
+    # fp32 log-probs unless flash-attn's fused cross-entropy (fp32 inside) runs; torch AdamW unless the
+    # optimizer is offloaded (FusedAdam JIT-compiles with nvcc; the CPU Adam needs only a host compiler)
+    fused_ce = cfg.kernels.attn_implementation == "flash_attention_2"
+    _set_resolved(cfg, "zorro", {"logits_compute_in_fp32": onprem and not fused_ce})
+    _set_resolved(cfg, "optimizer", {"torch_adam": onprem and not cfg.deepspeed.offload_optimizer})
 
 
 class _ArcticRLConfigGroups(BaseModel):

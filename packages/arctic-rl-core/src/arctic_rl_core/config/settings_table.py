@@ -71,10 +71,49 @@ def optimisation_rows(cfg: ArcticRLConfig) -> list[tuple[str, str]]:
         ("weight sync", "CUDA IPC" + (" (low memory)" if w.low_memory else "") if w.cuda_ipc else "NCCL"),
         ("DeepSpeed", f"ZeRO-{cfg.deepspeed.zero_stage}, offload optimizer {_on(cfg.deepspeed.offload_optimizer)}, "
          f"params {_on(cfg.deepspeed.offload_param)}"),
+        ("fp32 log-probs", _fp32_logits_line(cfg)),
+        ("optimizer", _optimizer_line(cfg)),
     ]  # fmt: skip
+    if cfg.placement.log_prob_gpus > 0:
+        rows.append(("log-prob job", _log_prob_line(cfg)))
     if cfg.backend.kind == "reference":
         rows = [(name, f"{state} (no CPU meaning: not run by the reference engine)") for name, state in rows]
     return rows
+
+
+def _fp32_logits_line(cfg: ArcticRLConfig) -> str:
+    state = _on(bool(cfg.zorro.logits_compute_in_fp32))
+    if "logits_compute_in_fp32" in cfg.zorro.model_fields_set:
+        return f"{state} (zorro.logits_compute_in_fp32)"
+    if cfg.kernels.attn_implementation == "flash_attention_2":
+        return f"{state} (flash-attn's fused cross-entropy computes in fp32 itself)"
+    return f"{state} (no flash-attn cross-entropy kernel with {cfg.kernels.attn_implementation}: bf16 log-probs are up to 0.07 nats off)"
+
+
+def _optimizer_line(cfg: ArcticRLConfig) -> str:
+    explicit = "torch_adam" in cfg.optimizer.model_fields_set
+    if cfg.optimizer.torch_adam:
+        why = (
+            "optimizer.torch_adam"
+            if explicit
+            else "DeepSpeed's FusedAdam would JIT-compile with nvcc on the node"
+        )
+        return f"torch AdamW ({why})"
+    if cfg.deepspeed.offload_optimizer:
+        return "DeepSpeedCPUAdam (offloaded; a host C++ build on first use, no nvcc)"
+    return "DeepSpeed FusedAdam (JIT-compiled on the node: needs nvcc matching torch's CUDA)"
+
+
+def _log_prob_line(cfg: ArcticRLConfig) -> str:
+    from arctic_rl_core.config.deepspeed_config import log_prob_zero_stage
+
+    stage = log_prob_zero_stage(cfg)
+    if stage == cfg.deepspeed.zero_stage:
+        return f"ZeRO-{stage}, forward only (no optimizer)"
+    return (
+        f"ZeRO-{stage}, forward only (no optimizer): ZeRO-{cfg.deepspeed.zero_stage} shards optimizer state "
+        "and gradients, which it has none of (DeepSpeed refuses ZeRO-1/2 without an optimizer)"
+    )
 
 
 def settings_rows(cfg: ArcticRLConfig) -> list[tuple[str, str]]:

@@ -496,6 +496,7 @@ def _builtin_verl_grpo_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
                 f"{server_value} and ignores the value sent, so this setting would silently not apply",
                 f"{fix}, or set loss.{name}={server_value} with backend.kind={cfg.backend.kind}",
             )
+    yield from _packed_rows_attend_across(cfg)
     if loss.loss_agg_mode in ("seq-mean-token-mean", "seq-mean-token-sum-norm"):
         yield _issue(
             "loss.loss_agg_mode",
@@ -504,6 +505,28 @@ def _builtin_verl_grpo_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
             "sequence, so this mode would not average per sequence (it divides by the packed token count) and "
             "ignores loss.loss_scale_factor",
             f"{fix}, or use loss_agg_mode=token-mean / seq-mean-token-sum",
+        )
+
+
+def _packed_rows_attend_across(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+    """0.1.4 packs a micro-batch's rows into one sequence; without flash attention's varlen kernel they
+    attend to each other. Forward payloads (and the arctic_rl_core loss) ask the server not to pack
+    (`PayloadSpec.rows_unpacked`); the built-in verl_grpo reads the packed layout, so its micro-batches
+    must hold one row."""
+    from arctic_rl_core.wire.spec import server_packs_rows_across_attention
+
+    micro = cfg.batch.micro_batch_size_per_gpu
+    if micro > 1 and server_packs_rows_across_attention(cfg):
+        attn = cfg.kernels.attn_implementation
+        yield _issue(
+            "batch.micro_batch_size_per_gpu",
+            micro,
+            f"the Arctic server (arctic-platform 0.1.4) packs the {micro} rows of a training micro-batch into "
+            f"one sequence, and {attn} attention (no flash-attention varlen kernel) lets them attend to each "
+            "other (0.16-0.38 nats off per token on a tiny Qwen3); the built-in verl_grpo loss needs that packed "
+            "layout, so the server cannot be asked not to pack",
+            "set loss.loss_fn=arctic_rl_core (its rows are sent unpacked), or batch.micro_batch_size_per_gpu=1, "
+            "or kernels.attn_implementation=flash_attention_2 (needs flash-attn on the server)",
         )
 
 

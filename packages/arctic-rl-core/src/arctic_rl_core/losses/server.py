@@ -22,7 +22,13 @@ pipeline.py: run_pipeline`). What the loss receives there (non-ZoRRo path, `pack
 - `meta`: as sent, plus `dp_size` (the number of training workers) injected by the server;
   `config`: `processing.config`.
 
-This module rebuilds response-aligned rows `[B, R]` from that layout (so per-sequence ratios and
+When the payload asks the server not to pack rows (`meta.cu_seqlens` present: 0.1.4's "already
+packed" signal, sent without flash attention so that rows never attend to each other; see
+`arctic_rl_core.wire.spec.PayloadSpec.rows_unpacked`), nothing is unpadded: `batch` tensors and
+`model_outputs` stay `[B, S]` with the prompt ending at column `meta.max_prompt_len`, and there are
+no `response_lens` / `sequence_offsets`.
+
+This module rebuilds response-aligned rows `[B, R]` from either layout (so per-sequence ratios and
 sequence aggregation see real sequences, unlike the built-in `verl_grpo`, which treats the packed
 micro-batch as one row) and computes `arctic_rl_core.losses.policy.actor_loss`.
 """
@@ -70,7 +76,10 @@ def policy_loss(
         raise ValueError(
             "batch.ref_log_prob is missing but meta.actor_config.use_kl_loss=True: send reference log-probs"
         )
-    rows = ResponseRows.of(batch, zorro=bool(meta.get("zorro_train_enable", False)))
+    if "cu_seqlens" in meta and "response_lens" not in batch:
+        rows = ResponseRows.padded(batch, meta)
+    else:
+        rows = ResponseRows.of(batch, zorro=bool(meta.get("zorro_train_enable", False)))
     logprobs = rows.model_output(model_outputs["logprobs"])
     entropy = model_outputs.get("entropy")
     counts = GlobalCounts(
@@ -146,6 +155,26 @@ class ResponseRows:
             valid, starts[:, None] + columns[None, :], torch.zeros_like(valid, dtype=torch.long)
         )
         return cls(index, valid, shift=0 if zorro else 1)
+
+    @classmethod
+    def padded(cls, batch: Mapping[str, Any], meta: Mapping[str, Any]) -> ResponseRows:
+        """The rows of an unpacked `[B, S]` micro-batch: responses start at column
+        `meta.max_prompt_len` and are right-padded (the wire layout)."""
+        mask = batch.get("attention_mask")
+        if not torch.is_tensor(mask) or mask.dim() != 2:
+            raise ValueError(
+                "meta.cu_seqlens is set (rows not packed) but batch.attention_mask is not a [B, S] tensor: the "
+                "arctic_rl_core loss reads the padded layout from it"
+            )
+        width = int(meta["max_prompt_len"])
+        B, S = mask.shape
+        valid = mask[:, width:].to(torch.bool)
+        columns = torch.arange(S - width, device=mask.device)
+        index = torch.arange(B, device=mask.device)[:, None] * S + width + columns[None, :]
+        if width == S:  # no response column at all: one empty column keeps the shapes
+            valid = torch.zeros(B, 1, dtype=torch.bool, device=mask.device)
+            index = torch.zeros(B, 1, dtype=torch.long, device=mask.device)
+        return cls(torch.where(valid, index, torch.zeros_like(index)), valid, shift=1)
 
     def _gather(self, values: torch.Tensor, shift: int) -> torch.Tensor:
         flat = values.reshape(-1)

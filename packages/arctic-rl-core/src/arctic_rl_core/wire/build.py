@@ -58,6 +58,8 @@ def build_train_payload(samples: Sequence[RolloutSample], spec: PayloadSpec) -> 
         actor_config=spec.actor_config(),
         policy_loss_config=spec.policy_loss_config(),
     )
+    if not spec.loss_reads_unpacked_rows:
+        meta.pop("cu_seqlens", None)  # the loss needs the packed layout (one row per micro-batch then)
     processing = {"post": [POST_APPLY_TEMPERATURE, POST_ENTROPY_AND_LOGPROBS], "loss_fn": spec.loss_fn}
     return WirePayload(batch=_to_torch(batch), meta=meta, processing=processing)
 
@@ -84,6 +86,7 @@ def build_sft_payload(samples: Sequence[RolloutSample], spec: PayloadSpec) -> Wi
     response_B_S[:, : layout.P] = False
     batch["labels"] = np.where(response_B_S, batch["input_ids"], IGNORE_INDEX).astype(np.int64)
     meta = layout.meta()
+    meta.pop("cu_seqlens", None)  # the server's SFT pipeline never packs rows
     meta.update(batch_num_tokens=int(response_B_S.sum()), global_batch_size=int(response_B_S.shape[0]))
     return WirePayload(batch=_to_torch(batch), meta=meta, processing={"post": [], "loss_fn": spec.loss_fn})
 

@@ -20,6 +20,24 @@ POST_APPLY_TEMPERATURE = "apply_temperature"
 POST_ENTROPY_AND_LOGPROBS = "compute_entropy_and_logprobs"
 
 
+FLASH_ATTENTIONS: tuple[str, ...] = ("flash_attention_2", "flash_attention_3")
+
+
+def server_packs_rows_across_attention(cfg: ArcticRLConfig) -> bool:
+    """True when arctic-platform 0.1.4 would pack a micro-batch's rows into one sequence that its
+    attention does not separate: an on-prem server (ray/http), ZoRRo off (ZoRRo packs by itself, with
+    flash attention), and an attention other than flash attention (whose varlen kernel splits the
+    packed rows at the position-id resets; sdpa, eager and flex_attention are given an all-ones
+    mask and attend across rows)."""
+    from arctic_rl_core.config.schema import ONPREM_BACKENDS
+
+    return (
+        cfg.backend.kind in ONPREM_BACKENDS
+        and not cfg.zorro.enable
+        and cfg.kernels.attn_implementation not in FLASH_ATTENTIONS
+    )
+
+
 class PayloadSpecError(ValueError):
     """A `PayloadSpec` field has a value the server cannot honour."""
 
@@ -64,6 +82,12 @@ class PayloadSpec:
     logits_optimization_peak_mem_size_in_gib: float = 4.0
     logits_compute_in_fp32: bool = False
     drop_position_ids: bool = False  # omit position_ids; the server rebuilds them from attention_mask
+    # Ask the server not to pack a micro-batch's rows into one [1, T] sequence: meta.cu_seqlens = None,
+    # 0.1.4's "already packed" signal (`rl/processors/pipeline.py`: run_pipeline then skips its unpad).
+    # Without flash attention's varlen kernel (sdpa, eager, flex_attention) the packed rows attend to
+    # each other. Sent in forward payloads, and in train payloads whose loss reads the padded layout
+    # (arctic_rl_core.losses); the built-in verl_grpo needs the packed layout (see `train_meta`).
+    rows_unpacked: bool = False
     # None: every payload is [B, max_prompt_len + max_response_len]. An integer m: each payload is
     # padded to its own longest prompt / response, rounded up to a multiple of m and capped at the
     # maxima (the response width stays max_response_len under ZoRRo: the server's patched model
@@ -210,6 +234,7 @@ class PayloadSpec:
             logits_compute_in_fp32=zorro.logits_compute_in_fp32,
             drop_position_ids=cfg.wire.drop_position_ids,
             pad_to_multiple=cfg.wire.pad_to_multiple,
+            rows_unpacked=server_packs_rows_across_attention(cfg),
         )
 
     # -- derived ------------------------------------------------------------------------------
@@ -252,7 +277,16 @@ class PayloadSpec:
         }
         if self.max_token_len_per_gpu is not None:
             meta["max_token_len_per_gpu"] = int(self.max_token_len_per_gpu)
+        if self.rows_unpacked:
+            meta["cu_seqlens"] = None
         return meta
+
+    @property
+    def loss_reads_unpacked_rows(self) -> bool:
+        """Whether the training loss takes the unpacked `[B, S]` layout (`arctic_rl_core.losses.server`
+        does; 0.1.4's `verl_grpo` reads `response_lens` / `sequence_offsets` of the packed layout and
+        fails without them, and a dotted-path loss is assumed to expect what the server builds)."""
+        return self.loss_fn == SERVER_LOSS_FN
 
     def actor_config(self) -> dict[str, Any]:
         """`meta.actor_config` as the server's `verl_grpo` loss reads it."""

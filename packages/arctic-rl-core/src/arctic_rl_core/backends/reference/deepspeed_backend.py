@@ -279,6 +279,13 @@ class DeepSpeedReferenceBackend(ReferenceBackend):
         answer = await self._run(self._with_sampler_lock, self._server_save, request, None)
         return str(answer["path"])
 
+    async def server_save(
+        self, request: dict[str, Any], extra: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The 0.1.4 server's `/save` with this `SaveRequest` body; its answer (path, hf_path, global_step)."""
+        answer = await self._run(self._with_sampler_lock, self._server_save, dict(request), extra)
+        return {key: answer[key] for key in ("path", "hf_path", "global_step")}
+
     async def load_checkpoint(self, path: str, step: int) -> None:
         await self._run(self._with_sampler_lock, self._server_load, {"path": str(path), "step": int(step)})
 
@@ -318,6 +325,34 @@ class DeepSpeedReferenceBackend(ReferenceBackend):
         self._global_step = int(answer["global_step"])
         self._has_grads = False
         return self._global_step
+
+    # -- sleep / wake of the jobs ---------------------------------------------------------------------
+    async def sleep_training(self, mode: str = "all") -> None:
+        """The state machine's checks, then what 0.1.4's `/sleep-training` runs on every rank: `all` ->
+        `offload_to_cpu`, `non_lp` -> `offload_non_lp_states`, `lp_params` -> `offload_lp_params`."""
+        await self._run(self._sleep_training, mode)
+
+    def _sleep_training(self, mode: str) -> None:
+        self._state.sleep_training(mode)
+        if self._training_job is not None:
+            method = {"non_lp": "offload_non_lp_states", "lp_params": "offload_lp_params"}.get(
+                mode, "offload_to_cpu"
+            )
+            self.server_jobs.call_ranks(self._training_job, method)
+
+    async def wake_training(self) -> None:
+        await self._run(self._wake_training)
+
+    def _wake_training(self) -> None:
+        self._state.wake_training()
+        if self._training_job is not None:
+            self.server_jobs.call_ranks(self._training_job, "backload_to_gpu")
+
+    async def set_log_prob_residency(self, *, offloaded: bool) -> list[dict[str, Any]]:
+        """0.1.4's `/sleep-log-prob` (`offload_to_cpu`) or `/wake-log-prob` (`backload_to_gpu`) on the
+        log-prob job's ranks; their answers."""
+        method = "offload_to_cpu" if offloaded else "backload_to_gpu"
+        return await self._run(lambda: self.server_jobs.call_ranks(self._log_prob(), method))
 
     # -- log-prob job ---------------------------------------------------------------------------------
     def _reference_token_logprobs(self, texts: list[str]) -> torch.Tensor:

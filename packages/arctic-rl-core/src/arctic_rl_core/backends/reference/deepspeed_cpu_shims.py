@@ -32,10 +32,20 @@ DeepSpeed is imported there:
     and vLLM), although the worker imports none of them on this path (no Liger, no vLLM). It checks
     installed metadata by name, so a CPU environment without the GPU stack would need them all.
 
+One change to what a client asks for, in `cpu_ds_config` (applied to every job's `ds_config` by
+`deepspeed_server_jobs` before the server's `/initialize` sees it):
+  - `optimizer.params.torch_adam = true` when the client left it unset: on DeepSpeed's CPU accelerator
+    its Adam/AdamW (fused, or the ZeRO-offload CPU Adam) is a C++ op it JIT-compiles at
+    `deepspeed.initialize` (several minutes of gcc on 2 cores; a killed build leaves a lock file that
+    hangs the next start, as above). `torch_adam` makes DeepSpeed use `torch.optim.AdamW`: the same
+    update with the same hyper-parameters. On a GPU node the same flag avoids the CUDA build (issue 28
+    item 3); the server logs what it added.
+
 In the process that runs the server's own code (`deepspeed_server_jobs`), only `extras_gate_open()`:
 the same gate, opened while `arctic_platform.common.http_server` is imported (it imports the worker
-module, hence `arctic_platform.model`) and closed again, so the process's arctic-platform client keeps
-its own check (`make_transport` refuses the on-prem transports without those extras).
+module, hence `arctic_platform.model`) and while one of its routes runs (the load balancer imports
+`arctic_platform.rl` on first use), and closed again, so a client in the same process keeps its own
+check (`make_transport` refuses the on-prem transports without those extras) outside those calls.
 """
 
 from __future__ import annotations
@@ -78,6 +88,21 @@ def install() -> None:
     dependency_groups = importlib.import_module("arctic_platform._dependency_groups")
     dependency_groups.require_any_dep_group = _require_nothing
     _installed = True
+
+
+def cpu_ds_config(ds_config: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[str]]:
+    """A copy of `ds_config` with `optimizer.params.torch_adam` set when it is unset (see above), and the
+    dotted keys that were added."""
+    import copy
+
+    if not ds_config or not isinstance(ds_config.get("optimizer"), dict):
+        return ds_config, []
+    config = copy.deepcopy(ds_config)
+    params = config["optimizer"].setdefault("params", {})
+    if "torch_adam" in params:
+        return config, []
+    params["torch_adam"] = True
+    return config, ["optimizer.params.torch_adam"]
 
 
 @contextlib.contextmanager

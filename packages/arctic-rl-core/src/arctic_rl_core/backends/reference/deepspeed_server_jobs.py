@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import tempfile
@@ -41,6 +42,7 @@ from arctic_rl_core.backends.reference.deepspeed_actor_stand_in import WorkerAct
 from arctic_rl_core.backends.reference.deepspeed_worker_process import WorkerProcess
 
 _APP_LOCK = threading.RLock()
+logger = logging.getLogger(__name__)
 
 
 class ServerRefusal(RuntimeError):
@@ -100,6 +102,7 @@ class ServerJobs:
         state.weight_sync_ready = False
         state.weight_sync_bucket_size = server._WEIGHT_SYNC_BUCKET_SIZE
         self.state = state
+        self.cpu_additions: dict[str, list[str]] = {}  # job type -> ds_config keys cpu_ds_config added
         self._closed = False
 
     # -- calls into the server's code -------------------------------------------------------------
@@ -108,7 +111,9 @@ class ServerJobs:
         server = self._server
         if self._closed:
             raise RuntimeError("the DeepSpeed server jobs are shut down: create a new engine")
-        with _APP_LOCK:
+        from arctic_rl_core.backends.reference.deepspeed_cpu_shims import extras_gate_open
+
+        with _APP_LOCK, extras_gate_open():  # the routes import arctic_platform.rl lazily (load balancer)
             saved_state = server.app.state
             server.app.state = self.state
             patched: list[tuple[Any, str, Any]] = []
@@ -136,7 +141,20 @@ class ServerJobs:
                 server.app.state = saved_state
 
     def initialize(self, body: dict[str, Any]) -> dict[str, Any]:
-        """POST /initialize (training or log_prob job with a ds_config): starts the job's ranks."""
+        """POST /initialize (training or log_prob job with a ds_config): starts the job's ranks. The
+        `ds_config` first goes through `deepspeed_cpu_shims.cpu_ds_config` (what it adds is logged)."""
+        from arctic_rl_core.backends.reference.deepspeed_cpu_shims import cpu_ds_config
+
+        ds_config, added = cpu_ds_config(body.get("ds_config"))
+        if added:
+            logger.warning(
+                "DeepSpeed trainer, %s job: added %s to the client's ds_config (DeepSpeed's CPU Adam is a C++ op "
+                "it would JIT-compile; torch.optim.AdamW is the same update)",
+                body.get("job_type"),
+                ", ".join(added),
+            )
+            body = {**body, "ds_config": ds_config}
+        self.cpu_additions[str(body.get("job_type"))] = added
         with self._as_the_server(starting_workers=True) as server:
             from arctic_platform.common.utils.server_models import JobConfig
 

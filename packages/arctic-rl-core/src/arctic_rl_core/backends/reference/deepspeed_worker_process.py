@@ -18,7 +18,8 @@ answers method calls over a pipe, in arrival order, one at a time (as a Ray acto
   multiprocessing child can open.
 - **Shutdown**: `close()` asks the child to exit and joins it (terminates it after a timeout). The
   child ignores SIGINT (the parent decides), exits when its socket closes, and a watchdog exits it
-  once its parent is gone (killed, crashed): no orphan survives the caller's process.
+  once its parent is gone (killed, crashed). The child leads its own process group, and both ways out
+  end the whole group, so nothing it started (DeepSpeed's JIT compiler, say) outlives it either.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import contextlib
 import itertools
 import os
 import pickle
+import signal
 import threading
 import weakref
 from concurrent.futures import Future
@@ -61,6 +63,7 @@ class WorkerProcess:
                 pass_fds=(child_sock.fileno(),),
                 env=env,
                 stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: close() also ends what it started (a compiler)
             )
         finally:
             child_sock.close()  # the child sees EOF when the parent's end is gone
@@ -156,6 +159,8 @@ def _stop_child(conn, process) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # whatever it started, still running
+        os.killpg(process.pid, signal.SIGKILL)
     conn.close()
 
 
@@ -171,8 +176,6 @@ def real_worker_class() -> type:
 
 def _serve(conn, rank: int, world_size: int, master_port: int, num_threads: int, parent_pid: int) -> None:
     """The child: shims, the real worker, then answer calls until `__close__`, EOF or the parent's death."""
-    import signal
-
     from arctic_rl_core.backends.reference import deepspeed_cpu_shims
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -248,6 +251,8 @@ def _watch_parent(parent_pid: int) -> None:
 
     while os.getppid() == parent_pid:
         time.sleep(WATCHDOG_S)
+    with contextlib.suppress(OSError):  # the group this process leads: itself and what it started
+        os.killpg(os.getpgrp(), signal.SIGKILL)
     os._exit(0)
 
 

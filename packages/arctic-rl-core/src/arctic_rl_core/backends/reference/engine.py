@@ -239,7 +239,9 @@ class ReferenceBackend(Backend):
     async def generate(
         self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
     ) -> GenerateOutput:
-        sequences, version = await self.sample(prompts, params)
+        sequences, version = await self.sample(
+            prompts, params, extra_stop_ids=frozenset(params.stop_token_ids)
+        )
         completions = [
             Completion(
                 text=s.text,

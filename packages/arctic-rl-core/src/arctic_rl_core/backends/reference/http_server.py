@@ -35,6 +35,7 @@ from arctic_rl_core.backends.protocol import SamplingParams
 from arctic_rl_core.backends.reference import http_auth, request_bounds
 from arctic_rl_core.backends.reference.app_runner import serve_application
 from arctic_rl_core.backends.reference.checkpoint import prune_checkpoint_dirs, write_text_atomic
+from arctic_rl_core.backends.reference.deepspeed_backend import DeepSpeedReferenceBackend
 from arctic_rl_core.backends.reference.fidelity import (
     GENERATE_KEYS,
     LOAD_KEYS,
@@ -261,13 +262,16 @@ class ReferenceServer:
         else:
             job.deepspeed = body.get("ds_config") is not None
             info["engine"] = "deepspeed" if job.deepspeed else "vllm"
+            if job.deepspeed and isinstance(
+                engine, DeepSpeedReferenceBackend
+            ):  # the 0.1.4 log-prob job itself
+                await engine.start_log_prob_job(dict(body))
         job.info = info
         self.state.jobs[job_id] = job
         self.state.next_job_id += 1
         return {"job_id": job_id, "job_type": job_type, "running": True}
 
     async def _engine_for(self, model_name: str, seed: int) -> ReferenceBackend:
-        from arctic_rl_core.backends.reference.engine import ReferenceBackend
 
         if self.state.engine is not None:
             if model_name != self.state.engine_model or not self.fidelity.job_seed(
@@ -289,7 +293,9 @@ class ReferenceServer:
                 )
             model = settings.model.model_copy(update={"model_path": model_name})
             settings = settings.model_copy(update={"model": model})
-        engine = await asyncio.to_thread(ReferenceBackend, settings)
+        from arctic_rl_core.backends.reference.deepspeed_backend import create_reference_backend
+
+        engine = await asyncio.to_thread(create_reference_backend, settings)
         self.state.engine, self.state.engine_seed, self.state.engine_model = engine, seed, model_name
         return engine
 
@@ -301,6 +307,14 @@ class ReferenceServer:
         if body.get("checkpoint_path") is None:
             raise HTTPError(400, "checkpoint_path is required for training jobs")
         checkpoint_root = self.files.resolve("checkpoint_path", body["checkpoint_path"])
+        if isinstance(engine, DeepSpeedReferenceBackend):
+            # the 0.1.4 training job itself, from the client's body: its ds_config goes to DeepSpeed as is,
+            # and the job's folder and weight-sync file are the ones the 0.1.4 server made
+            real = await engine.start_training_job({**body, "checkpoint_path": str(checkpoint_root)})
+            info["checkpoint_path"], info["sync_path"] = real["checkpoint_path"], real["sync_path"]
+            job.cuda_ipc, job.low_memory = bool(real["cuda_ipc"]), bool(real["low_memory"])
+            info["cuda_ipc"], info["low_memory"] = job.cuda_ipc, job.low_memory
+            return
         ds_config = body.get("ds_config")
         if ds_config is not None:
             if not isinstance(ds_config, Mapping):
@@ -450,6 +464,10 @@ class ReferenceServer:
                     f"/save: {self.files.shown(target)} is a file, not a folder: remove it or save elsewhere",
                 )
         extra = {"checkpoint_id": body.get("checkpoint_id"), "stage_info": body.get("stage_info")}
+        if isinstance(self.engine, DeepSpeedReferenceBackend):  # 0.1.4's /save: its paths, latest and pruning
+            request = {"path": str(root), "step": step, "export_hf": export_hf, "save_total_limit": limit}
+            answer = await self.engine.server_save(request, extra)
+            return {"job_id": job_id, **answer}
         global_step = await self.engine.save_to(path, export_hf=export_hf, extra=extra)
         if step is not None:
             write_text_atomic(root / "latest", str(step))
@@ -746,6 +764,10 @@ class ReferenceServer:
         await _json_body(request, required=False)
         if not job.deepspeed:
             return {"job_id": job_id, "workers": []}
+        if isinstance(self.engine, DeepSpeedReferenceBackend):  # 0.1.4's offload_to_cpu / backload_to_gpu
+            workers = await self.engine.set_log_prob_residency(offloaded=offloaded)
+            job.offloaded = offloaded
+            return {"job_id": job_id, "workers": workers}
         job.offloaded = offloaded
         state = "offloaded" if offloaded else "on_gpu"
         return {"job_id": job_id, "workers": [{"state": state}] * self.engine.settings.dp_size}

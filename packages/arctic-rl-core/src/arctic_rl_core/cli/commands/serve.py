@@ -89,6 +89,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "GIL; default: a thread (the engine settings' value)",
     )
     parser.add_argument(
+        "--trainer",
+        choices=("torch", "deepspeed"),
+        default=None,
+        help="who trains: the engine's own torch trainer (default), or 'deepspeed': arctic-platform 0.1.4's own "
+        "server code and DeepSpeedWorkers on the CPU, one process per rank, started by each training and "
+        "log-prob job's /initialize with the client's ds_config (needs arctic-rl-core[deepspeed]); the "
+        "sampler stays the engine's and receives the workers' weights at every sync",
+    )
+    parser.add_argument(
         "--profile",
         choices=("arctic-0.1.4", "strict"),
         default="arctic-0.1.4",
@@ -162,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
         update["colocated"] = args.colocate
     if args.sampler_process is not None:
         update["sampler_process"] = args.sampler_process
+    if args.trainer is not None:
+        update["trainer"] = args.trainer
     from pydantic import ValidationError
 
     try:
@@ -173,6 +184,12 @@ def run(args: argparse.Namespace) -> int:
     if args.api == "cortex" and args.fixed_rollouts is not None:
         print(
             "arctic-rl serve: --fixed-rollouts applies to the on-prem API only, not --api cortex",
+            file=sys.stderr,
+        )
+        return 2
+    if args.api == "cortex" and settings.trainer == "deepspeed":
+        print(
+            "arctic-rl serve: --trainer deepspeed applies to the on-prem API only, not --api cortex",
             file=sys.stderr,
         )
         return 2

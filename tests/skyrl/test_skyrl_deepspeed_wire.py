@@ -1,0 +1,181 @@
+"""SkyRL 0.4.0's real `RayPPOTrainer.train()` through `ArcticBackend` and the real arctic-platform
+0.1.4 client over HTTP, against `arctic-rl serve --reference --trainer deepspeed`: the training and
+log-prob jobs are arctic-platform 0.1.4's own server code and `DeepSpeedWorker`s on the CPU (one
+process per rank); only sampling is the reference engine's (the stand-in for vLLM), and it receives the
+workers' weights at every sync.
+
+Runs (one server for the module; each run starts its own jobs, ~20-40 s of worker start-up):
+- ZeRO-3, the KL loss with the log-prob job on ZeRO-3 (on ZeRO-1/2 the 0.1.4 log-prob job does not
+  start: test_reference_deepspeed_jobs.py), a weight sync from the workers every step, a checkpoint each
+  step with an HF export;
+- resumed from step 1 (the DeepSpeed checkpoint loads into fresh workers) for step 2.
+Not colocated: DeepSpeed offloads a ZeRO-3 job's states (`/sleep-training`) only with its FusedAdam, a
+C++ op it would compile here, and the CPU runs torch's AdamW (`deepspeed_cpu_shims`); the colocated
+family runs on ZeRO-2 in verl's run (tests/verl/test_verl_deepspeed_wire.py).
+
+On a CPU the configuration names what the GPU defaults would need: sdpa attention (flash-attention is a
+GPU kernel, and so ZoRRo is off) and no Liger kernels; one row per micro-batch
+(`micro_train_batch_size_per_gpu=1`), so the 0.1.4 pipeline never packs two rows together (issue 28
+item 3). The log-prob job answers one forward for the whole batch, packed: its reference log-probs
+carry that defect here (test_reference_deepspeed.py pins it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from arctic_rl_core.backends.arctic import ArcticBackend
+from skyrl_e2e_run import TINY_GRPO, TINY_MODEL, CallLog, logged_steps, run_grpo
+from wire_server import WireServer, serve_reference, tiny_model_dir
+
+SEED = 7
+DEEPSPEED_ON_CPU = [
+    "trainer.flash_attn=false",  # SkyRL's own switch: sdpa attention (flash-attention is a GPU kernel)
+    "trainer.arctic_rl.zorro.enable=false",
+    "trainer.arctic_rl.kernels.use_liger=false",
+    "trainer.arctic_rl.deepspeed.zero_stage=3",  # the log-prob job takes the same stage (1 and 2 fail: 0.1.4)
+]
+
+
+@pytest.fixture(scope="module")
+def deepspeed_server(tmp_path_factory) -> WireServer:
+    log_dir = tmp_path_factory.mktemp("deepspeed-server")
+    with serve_reference(log_dir, args=["--trainer", "deepspeed"]) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-model"), SEED, **TINY_MODEL)
+
+
+def _run(server, model_dir, learnable_jsonl, root, *extra: str):
+    logs: list[CallLog] = []
+
+    def factory(arctic_cfg):
+        logs.append(CallLog(ArcticBackend.from_config(arctic_cfg)))
+        return logs[-1]
+
+    start = time.perf_counter()
+    try:
+        exp = run_grpo(
+            [
+                *server.overrides("trainer.arctic_rl.", model=False),
+                *DEEPSPEED_ON_CPU,
+                f"trainer.policy.model.path={model_dir}",
+                f"data.train_data=['{learnable_jsonl}']",
+                f"trainer.seed={SEED}",
+                "trainer.max_training_steps=2",
+                f"trainer.ckpt_path={root / 'ckpt'}",
+                f"trainer.export_path={root / 'export'}",
+                f"trainer.arctic_rl.checkpoint.path={root / 'server'}",
+                "trainer.arctic_rl.placement.log_prob_gpus=1",  # reference log-probs for the KL loss
+                *extra,
+            ],
+            base=TINY_GRPO,
+            backend_factory=factory,
+            shutdown=True,
+        )
+    finally:
+        leftover = server.destroy_all_jobs()  # a failed run must not break the next one
+    assert leftover == []  # the run destroyed the jobs it created
+    return exp, logs[0], time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def kl_run(deepspeed_server, model_dir, learnable_jsonl, tmp_path_factory):
+    root = tmp_path_factory.mktemp("skyrl_deepspeed_kl")
+    exp, calls, seconds = _run(
+        deepspeed_server,
+        model_dir,
+        learnable_jsonl,
+        root,
+        "trainer.ckpt_interval=1",
+        "trainer.hf_save_interval=-1",
+        "trainer.arctic_rl.checkpoint.export_hf=true",
+        "trainer.resume_mode=none",
+    )
+    print(f"SkyRL run on the 0.1.4 DeepSpeed workers (ZeRO-3, KL, 2 steps): {seconds:.1f} s")
+    return exp, calls, root
+
+
+def _checkpoint_folder(root: Path, step: int) -> Path:
+    """The server-side checkpoint SkyRL's step-`step` checkpoint points at (its arctic_checkpoint.json)."""
+    marker = json.loads(
+        (root / "ckpt" / f"global_step_{step}" / "policy" / "arctic_checkpoint.json").read_text()
+    )
+    return Path(marker["backend_path"]) / f"checkpoint-{marker['step']}"
+
+
+def test_grpo_with_kl_trains_on_the_real_workers(kl_run):
+    exp, calls, _ = kl_run
+    steps = logged_steps(exp)
+    assert sorted(steps) == [1, 2]
+    for step in steps.values():
+        assert math.isfinite(step["policy/policy_loss"]) and step["policy/grad_norm"] > 0
+        assert step["loss/avg_raw_advantages_abs"] > 0.1  # rewards differ within groups
+        assert step["policy/arctic/kl_loss"] >= 0.0 and step["policy/arctic/kl_coef"] == pytest.approx(0.01)
+    assert "forward" in calls.calls and calls.prompt_types == {str}
+
+
+def test_each_step_samples_from_the_workers_last_sync(kl_run):
+    exp, calls, _ = kl_run
+    names = calls.calls
+    generates = [i for i, name in enumerate(names) if name == "generate"]
+    between = names[generates[0] : generates[1]]
+    assert (
+        between.index("forward_backward")
+        < between.index("sync_weights")
+        < between.index("reset_prefix_cache")
+    )
+    versions = [batch["version"] for batch in exp.generator.batches]
+    assert versions[0] < versions[1] == logged_steps(exp)[1]["arctic/weights_version"]
+
+
+def test_each_checkpoint_is_a_deepspeed_checkpoint_with_an_hf_export(kl_run):
+    _, calls, root = kl_run
+    assert calls.calls.count("save_checkpoint") == 2
+    for step in (1, 2):
+        folder = _checkpoint_folder(root, step)
+        tag = (folder / "latest").read_text().strip()  # DeepSpeed's own pointer to its tag folder
+        assert list((folder / tag).glob("*model_states.pt")) and list((folder / tag).glob("*optim_states.pt"))
+        assert (folder / "hf" / "config.json").is_file() and (folder / "hf" / "model.safetensors").is_file()
+
+
+def _module_weights(folder: Path) -> dict[str, torch.Tensor]:
+    tag = (folder / "latest").read_text().strip()
+    (states,) = (folder / tag).glob("*model_states.pt")
+    return torch.load(states, map_location="cpu", weights_only=False)["module"]
+
+
+def test_resume_from_step_1_trains_step_2_from_the_loaded_workers(
+    deepspeed_server, kl_run, model_dir, learnable_jsonl, tmp_path
+):
+    exp, _, root = kl_run
+    resumed, calls, seconds = _run(
+        deepspeed_server,
+        model_dir,
+        learnable_jsonl,
+        tmp_path,
+        "trainer.ckpt_interval=1",
+        "trainer.hf_save_interval=-1",
+        "trainer.resume_mode=from_path",
+        f"trainer.resume_path={root / 'ckpt' / 'global_step_1'}",
+    )
+    print(f"SkyRL run on the 0.1.4 DeepSpeed workers (resumed, 1 step): {seconds:.1f} s")
+    assert "load_checkpoint" in calls.calls
+    assert calls.calls.index("load_checkpoint") < calls.calls.index("forward_backward")
+    assert sorted(logged_steps(resumed)) == [2]
+    assert resumed.generator.batches[0]["texts"] == exp.generator.batches[1]["texts"]  # the same rollouts
+    original, again = (
+        _module_weights(_checkpoint_folder(root, 2)),
+        _module_weights(_checkpoint_folder(tmp_path, 2)),
+    )
+    assert original.keys() == again.keys()
+    for name in original:  # the same step from the same state: DeepSpeed on one CPU rank is deterministic
+        assert torch.equal(original[name], again[name]), name
