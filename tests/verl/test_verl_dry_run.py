@@ -458,7 +458,7 @@ def test_verls_settings_are_translated_instead_of_refused(tmp_path):
         "micro-batches of 8 rows from the token budget actor_rollout_ref.actor.ppo_max_token_len_per_gpu=12288",
     ):
         assert text in said, said
-    assert any(s.setting == f"{actor}.use_prefix_grouper" for s in result.resolution.not_applicable)
+    assert any(s.field == f"{actor}.use_prefix_grouper" for s in result.resolution.not_applicable)
 
 
 def test_a_loss_the_server_does_not_compute_is_one_problem_with_the_nearest(tmp_path):

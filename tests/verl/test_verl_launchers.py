@@ -67,7 +67,9 @@ def test_the_launcher_ends_as_it_should(key, home, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing is downloaded by a dry run
     fields, problems = outcome(key, home)
     assert fields == expected_fields(key), "\n".join(problems)
-    for problem in problems:  # 'field=value: why. Fix: ...' (the table's rows) or 'field=value: why: fix' (its rules)
+    for (
+        problem
+    ) in problems:  # 'field=value: why. Fix: ...' (the table's rows) or 'field=value: why: fix' (its rules)
         assert "Fix: " in problem or problem.count(": ") >= 2, problem
 
 

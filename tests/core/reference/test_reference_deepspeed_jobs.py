@@ -37,6 +37,8 @@ CPU_KERNELS = (
     "kernels.use_liger=false",
 )
 SEED = 5
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-model"), SEED)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 import yaml
@@ -24,7 +25,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.utils import get_class
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from adapter_verl.command_line import ConfigSelection
@@ -111,8 +112,6 @@ def compose_reporting(
 ) -> tuple[DictConfig | None, list[str]]:
     """`compose`, with every override verl's config has no field for (or Hydra cannot parse) reported
     and left out, so that the rest is still composed and checked: (config or None, problems)."""
-    from adapter_verl.config import default_leaves
-
     remaining = list(overrides)
     problems: list[str] = []
     for _ in range(len(remaining) + 1):
@@ -175,3 +174,33 @@ def unknown_key_problem(override: str, existing: Mapping[str, Any], *, config_cl
         else "not a field of verl 0.9.1's config"
     )
     return f"{key}={value}: {where}. Fix: {suggest_key_among(sorted(known), group, name)}"
+
+
+def leaves(config: Any) -> dict[str, Any]:
+    """Every leaf of a verl config by dotted path, with its RAW value (an interpolation stays
+    its `${...}` text, so a field that follows another compares equal to its default). An empty
+    mapping is a leaf; lists are leaves."""
+    found: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, dict) and value:
+                walk(value, path)
+            else:
+                found[path] = value
+
+    walk(OmegaConf.to_container(config, resolve=False), "")
+    return found
+
+
+@lru_cache(maxsize=1)
+def default_config() -> DictConfig:
+    """The installed verl's default `ppo_trainer` config with the Arctic selection (what every
+    rejection compares against)."""
+    return compose(with_arctic_defaults([])[0])
+
+
+@lru_cache(maxsize=1)
+def default_leaves() -> dict[str, Any]:
+    return leaves(default_config())

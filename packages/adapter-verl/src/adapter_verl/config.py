@@ -13,6 +13,7 @@ validation, every problem at once.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from arctic_rl_core.config.truncated_sampling import truncated_sampling_issues
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapter_verl.compose import compose, with_arctic_defaults
+from adapter_verl.compose import default_config, default_leaves, leaves
 from adapter_verl.field_table import CORE_WHEN_VERL_DEFAULT, VERL_FIELDS
 from adapter_verl.field_transforms import CORE_PREFIX, LOSS_MODE, VERL_POLICY_LOSSES, A, M, R, is_bypass_mode
 
@@ -74,42 +75,24 @@ def _plain(value: Any) -> Any:
 
 
 def reader(config: Any) -> Reader:
-    """Reads dotted verl fields of `config` as plain values (None where absent)."""
+    """Reads dotted verl fields of `config` as plain values (None where absent). Each field is
+    resolved once per reader (OmegaConf parses an interpolation again on every select): a reader
+    is for a config nobody changes while it is read."""
+    resolved: dict[str, Any] = {}
 
     def read(path: str) -> Any:
-        return _plain(OmegaConf.select(config, path, default=None))
+        if path not in resolved:
+            resolved[path] = _plain(OmegaConf.select(config, path, default=None))
+        value = resolved[path]
+        return copy.deepcopy(value) if isinstance(value, dict | list) else value
 
     return read
 
 
-def leaves(config: Any) -> dict[str, Any]:
-    """Every leaf of a verl config by dotted path, with its RAW value (an interpolation stays
-    its `${...}` text, so a field that follows another compares equal to its default). An empty
-    mapping is a leaf; lists are leaves."""
-    found: dict[str, Any] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        for key, value in node.items():
-            path = f"{prefix}.{key}" if prefix else str(key)
-            if isinstance(value, dict) and value:
-                walk(value, path)
-            else:
-                found[path] = value
-
-    walk(OmegaConf.to_container(config, resolve=False), "")
-    return found
-
-
 @lru_cache(maxsize=1)
-def default_config() -> DictConfig:
-    """The installed verl's default `ppo_trainer` config with the Arctic selection (what every
-    rejection compares against)."""
-    return compose(with_arctic_defaults([])[0])
-
-
-@lru_cache(maxsize=1)
-def default_leaves() -> dict[str, Any]:
-    return leaves(default_config())
+def _default_config_reader() -> Reader:
+    """The reader of verl's default config (composed once, never changed), shared by every check."""
+    return reader(default_config())
 
 
 _INTERPOLATION = re.compile(r"^\$\{(?:oc\.select:)?\s*([\w.]+)\s*(?:,.*)?\}$")
@@ -129,13 +112,13 @@ def _followed(path: str, default_raw: dict[str, Any]) -> str | None:
     return None
 
 
-def _default_reader(config: DictConfig) -> Reader:
+def _default_reader(config: DictConfig, read: Reader) -> Reader:
     """verl's default of each field of `config`: a field at its default interpolation (`${...}`)
     counts as at its default, also once verl has resolved the config (the trainer sees it
     resolved): its default is then what it follows."""
     user_raw = leaves(config)
     default_raw = default_leaves()
-    read, read_default = reader(config), reader(default_config())
+    read_default = _default_config_reader()
 
     def default(path: str) -> Any:
         if path in default_raw and default_raw[path] == user_raw.get(path, _ABSENT):
@@ -152,7 +135,8 @@ def translate_fields(config: DictConfig) -> Translation:
     """The mapping table over `config`: core values, the rows' and the rules' problems, the settings
     not applied and the startup notices."""
     fields = [path for path in leaves(config) if not path.endswith("._target_")]
-    return VERL_FIELDS.translate(reader(config), _default_reader(config), fields)
+    read = reader(config)
+    return VERL_FIELDS.translate(read, _default_reader(config, read), fields)
 
 
 def render_rule_issue(issue: ConfigIssue) -> str:
@@ -219,7 +203,8 @@ def check_supported(config: DictConfig) -> list[str]:
     """verl settings the Arctic path cannot honour beyond the table's rejections, as
     'field=value: remedy': the config's structure and the table's rules (the rows' own problems come
     from `translate_fields`)."""
-    rules = VERL_FIELDS.check_rules(Fields(reader(config), _default_reader(config)))
+    read = reader(config)
+    rules = VERL_FIELDS.check_rules(Fields(read, _default_reader(config, read)))
     return [*_structure_problems(config), *map(render_rule_issue, rules), *_core_group_problems(config)]
 
 

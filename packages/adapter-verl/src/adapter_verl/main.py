@@ -186,7 +186,7 @@ def override_type_problems(overrides: Sequence[str]) -> list[str]:
             continue
         problem = value_problem(text, value, defaults[key])
         if problem is not None:
-            problems.append(f"{key}={text}: {problem[0]}; {problem[1]}")
+            problems.append(f"{key}={text}: {problem[0]}. Fix: {problem[1]}")
     return problems
 
 
