@@ -174,7 +174,6 @@ def test_bad_settings_are_all_reported_in_one_round(capsys):
         *STOCK_QWEN2_7B,
         "+remote_backend.core.zorro.enabel=true",  # misspelt core knob
         "actor_rollout_ref.rollout.tensor_model_parallel_size=3",  # 8 GPUs do not split into TP-3 engines
-        "algorithm.use_kl_in_reward=true",  # beside the stock KL loss: the KL counted twice
         "actor_rollout_ref.model.lora_rank=16",
         "trainer.default_local_dir=",  # no checkpoint folder: the server 400s without one
     )
@@ -185,8 +184,6 @@ def test_bad_settings_are_all_reported_in_one_round(capsys):
     for expected in (
         "remote_backend.core.zorro.enabel = true: unknown key. Fix: did you mean '+remote_backend.core.zorro.enable'?",
         "not divisible by placement.sampling_tensor_parallel_size=3",
-        "algorithm.use_kl_in_reward (core loss.use_kl_in_reward) = true: a KL penalty both in the reward and in "
-        "the loss counts the KL twice",
         "actor_rollout_ref.model.lora_rank (core peft.lora_rank) = 16: arctic-platform 0.1.4's on-prem server "
         "trains dense only",
     ):
@@ -437,6 +434,7 @@ def test_verls_settings_are_translated_instead_of_refused(tmp_path):
             f"{actor}.use_prefix_grouper=True",
             f"{actor}.ulysses_sequence_parallel_size=2",
             "actor_rollout_ref.model.use_fused_kernels=True",
+            "algorithm.use_kl_in_reward=true",  # beside the stock KL loss: verl runs both
         ]
     )
     assert result.problems == [], result.problems
@@ -448,6 +446,7 @@ def test_verls_settings_are_translated_instead_of_refused(tmp_path):
     assert (cfg.deepspeed.offload_param, cfg.deepspeed.zero_stage) == (True, 3)
     assert (cfg.optimizer.warmup_steps, cfg.optimizer.warmup_ratio) == (None, 0.0)
     assert cfg.kernels.use_liger is True
+    assert (cfg.loss.use_kl_loss, cfg.loss.use_kl_in_reward, cfg.placement.log_prob_gpus) == (True, True, 8)
     assert (cfg.zorro.enable, cfg.zorro.load_balancer, cfg.zorro.max_rollouts) == (False, True, None)
     said = "\n".join(result.notices)
     for text in (
@@ -456,6 +455,8 @@ def test_verls_settings_are_translated_instead_of_refused(tmp_path):
         "Qwen3-family models only, and Qwen/Qwen2-7B-Instruct is 'qwen2' (+remote_backend.core.zorro.enable=true",
         "ZeRO stage 3: actor_rollout_ref.actor.fsdp_config.param_offload=true offloads the parameters",
         "micro-batches of 8 rows from the token budget actor_rollout_ref.actor.ppo_max_token_len_per_gpu=12288",
+        "algorithm.use_kl_in_reward=true with actor_rollout_ref.actor.use_kl_loss=true: the KL to the reference "
+        "policy is applied twice, as verl does",
     ):
         assert text in said, said
     assert any(s.field == f"{actor}.use_prefix_grouper" for s in result.resolution.not_applicable)

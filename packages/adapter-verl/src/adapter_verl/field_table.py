@@ -326,8 +326,8 @@ ROWS = [
         "server loss multiplies them in, rejected tokens leave the response mask"),
     passed_through("algorithm.rollout_correction.bypass_mode", "verl's V1 trainer: true sets the old log-probs to the rollout's (no old-log-prob forward; the PPO ratio "
         "is against the sampling policy, and verl computes no rollout_is / rollout_rs then: refused with them); "
-        "what lets separate_async run parameter_sync_step > 1 (no pi_old to keep); true needs "
-        "trainer.v1.trainer_mode=separate_async and rollout.calculate_log_probs=true (checked at dry run)"),
+        "what lets separate_async run parameter_sync_step > 1 (no pi_old to keep); in either mode true needs "
+        "rollout.calculate_log_probs=true (checked at dry run)"),
     not_applicable("algorithm.rollout_correction.loss_type", "verl's V1 trainer reads it only in its bypass_mode policy loss (actor.policy_loss.loss_mode=bypass_mode, "
         "which the Arctic path does not serve); with bypass_mode=true the policy loss is actor.policy_loss"),
     # -- trainer ---------------------------------------------------------------------------------
@@ -434,14 +434,10 @@ RULES = [
          t.async_naive_checkpoint_engine,
          "verl's separate_async asserts a collective engine (its transfer to standalone replicas)",
          "set it to nccl (on the Arctic path the backend moves the weights between its own jobs either way)"),
-    Rule("separate_async: rollout log-probs",
-         (f"{R}.calculate_log_probs", TRAINER_MODE_FIELD, f"{RC}.bypass_mode"), t.async_without_rollout_logprobs,
+    Rule("rollout log-probs for separate_async and bypass mode",
+         (f"{R}.calculate_log_probs", TRAINER_MODE_FIELD, f"{RC}.bypass_mode"), t.rollout_logprobs_missing,
          "{why}", "set it to true"),
-    # what bypass mode needs on the Arctic path, and what verl itself would leave unused in it
-    Rule("bypass mode runs separate_async", (f"{RC}.bypass_mode", TRAINER_MODE_FIELD), t.bypass_in_sync_mode,
-         "the Arctic path serves bypass mode with verl's separate_async trainer (where it lets parameter_sync_step "
-         "> 1 run without pi_old); the synchronous arctic mode recomputes old log-probs (one update per sync, not "
-         "built without them)", "set it to false, or trainer.v1.trainer_mode=separate_async"),
+    # what verl itself would leave unused in bypass mode
     *(Rule(f"bypass mode computes no {name}", (f"{RC}.{name}", f"{RC}.bypass_mode"), check,
            "verl's V1 trainer computes no rollout correction in bypass mode (old log-probs = the rollout's: the PPO "
            "ratio already is against the sampling policy), so it would never apply",
@@ -465,6 +461,8 @@ NOTICES = [
            t.sequence_parallel_off),
     Notice("activations recomputed, not offloaded", (f"{M}.enable_activation_offload",),
            t.activation_offload_as_recompute),
+    Notice("KL in the reward and in the loss", ("algorithm.use_kl_in_reward", f"{A}.use_kl_loss"),
+           t.kl_in_reward_and_loss),
 ]  # fmt: skip
 
 VERL_FIELDS = FieldTable(FRAMEWORK, ROWS, RULES, NOTICES)

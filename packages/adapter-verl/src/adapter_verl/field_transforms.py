@@ -444,8 +444,9 @@ def async_naive_checkpoint_engine(f: Fields) -> bool:
     return is_separate_async(f) and f(f"{R}.checkpoint_engine.backend") == "naive"
 
 
-def async_without_rollout_logprobs(f: Fields) -> Found | None:
-    if not is_separate_async(f) or f(f"{R}.calculate_log_probs"):
+def rollout_logprobs_missing(f: Fields) -> Found | None:
+    """Bypass mode (any trainer mode) and separate_async read the rollout log-probs."""
+    if not (is_separate_async(f) or is_bypass_mode(f)) or f(f"{R}.calculate_log_probs"):
         return None
     why = (
         f"{RC}.bypass_mode=true takes the old log-probs from the rollout"
@@ -453,10 +454,6 @@ def async_without_rollout_logprobs(f: Fields) -> Found | None:
         else "asynchronous training corrects for stale rollouts with truncated IS weights from the rollout log-probs"
     )
     return Found(value=False, names={"why": why})
-
-
-def bypass_in_sync_mode(f: Fields) -> Found | None:
-    return Found(value=True) if is_bypass_mode(f) and not is_separate_async(f) else None
 
 
 def bypass_with_rollout_is(f: Fields) -> bool:
@@ -493,6 +490,16 @@ def group_of_one(f: Fields) -> str | None:
     return (
         f"{R}.n=1 with algorithm.adv_estimator={estimator}: each prompt's group is one response, so its baseline "
         f"is that response and every advantage is zero (nothing is learned); set {R}.n >= 2"
+    )
+
+
+def kl_in_reward_and_loss(f: Fields) -> str | None:
+    if not (f("algorithm.use_kl_in_reward") and f(f"{A}.use_kl_loss")):
+        return None
+    return (
+        f"algorithm.use_kl_in_reward=true with {A}.use_kl_loss=true: the KL to the reference policy is applied "
+        "twice, as verl does: subtracted from the rewards by verl (algorithm.kl_ctrl) and added to the loss by the "
+        "Arctic server (kl_loss_coef); both read the log-prob job's reference log-probs"
     )
 
 
