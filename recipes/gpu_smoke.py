@@ -146,8 +146,8 @@ def smoke_config(args: argparse.Namespace, placement: str):
 
 def build_backend(cfg):
     if cfg.backend.kind == "reference":
-        from arctic_rl_core.backends.reference.engine import ReferenceBackend
-        from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+        from arctic_rl_testbed.reference.engine import ReferenceBackend
+        from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
         return ReferenceBackend(ReferenceEngineSettings.from_config(cfg))
     from arctic_rl_core.backends.arctic import ArcticBackend

@@ -7,11 +7,11 @@
 #                                         colocated branch only (without it FCA and Arctic speculative
 #                                         decoding silently fall back to plain vLLM)
 #   TORCHINDUCTOR_FORCE_DISABLE_CACHES=1  a stale on-disk inductor graph from an earlier run (e.g. one with
-#                                         a fused all-reduce) asserts at vLLM warm-up (seed launchers)
+#                                         a fused all-reduce) asserts at vLLM warm-up (legacy launchers)
 #   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  separate training GPUs only: less fragmentation with
 #                                         optimizer offload; colocated vLLM runs in sleep mode, whose
 #                                         CuMemAllocator refuses expandable segments at start-up
-# Not carried over from the seed: VLLM_DISABLE_COMPILE_CACHE=1 (0.1.4 turns the cache back on with Arctic
+# Not carried over from the legacy integration: VLLM_DISABLE_COMPILE_CACHE=1 (0.1.4 turns the cache back on with Arctic
 # Inference), TORCH_COMPILE_DISABLE=1 (disables vLLM's compiled graphs), ARCTIC_WEIGHT_SYNC_STRICT_NAMES
 # and ARCTIC_CUDA_IPC_LOW_MEM (0.1.4 reads neither; weight_sync.low_memory is the setting).
 case "${1:-}" in

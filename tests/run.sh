@@ -53,7 +53,8 @@ run_suite() {  # suite, env, test dir [more pytest arguments: the files to run o
   local targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=("$dir")
   echo "== suite $suite (${targets[*]}, environment .venvs/$env)"
   local t0=$(date +%s)
-  "$root/.venvs/$env/bin/python" -m pytest "${targets[@]}" -q -p no:cacheprovider \
+  # --durations: the slowest tests in every log, where the 30-minute budget is spent
+  "$root/.venvs/$env/bin/python" -m pytest "${targets[@]}" -q -p no:cacheprovider --durations=15 \
     --junitxml="$results_dir/$suite.xml" -o junit_suite_name="$suite"
   local rc=$?
   echo "== suite $suite: exit $rc in $(( $(date +%s) - t0 )) s"
@@ -71,7 +72,7 @@ run_one() {  # suite: its environment, then its tests; appends to failed
       .venvs/core/bin/ruff check packages tests recipes || failed+=("ruff-check")
       .venvs/core/bin/ruff format --check packages tests recipes || failed+=("ruff-format")
       echo "== import rules (lint-imports; contracts in pyproject.toml [tool.importlinter])"
-      PYTHONPATH="$root/packages/arctic-rl-core/src:$root/packages/adapter-skyrl/src:$root/packages/adapter-verl/src" \
+      PYTHONPATH="$root/packages/arctic-rl-core/src:$root/packages/arctic-rl-losses/src:$root/packages/arctic-rl-testbed/src:$root/packages/adapter-skyrl/src:$root/packages/adapter-verl/src" \
         .venvs/core/bin/lint-imports --no-cache || failed+=("import-rules")
       ;;
     core)

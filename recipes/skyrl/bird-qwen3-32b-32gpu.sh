@@ -5,7 +5,7 @@
 # Settings: bird-qwen3-32b-32gpu.overrides next to this file. SkyRL overrides given after the
 # script name are appended and win.
 #
-# First start a Ray cluster over the 4 nodes (README, "Multi-node"), then run this on the head node
+# First start a Ray cluster over the 4 nodes (docs/recipes.md, "Multi-node"), then run this on the head node
 # from a clone of the repository; Ray runs every worker under the same `uv run` environment.
 # Environment:
 #   BIRD_DIR    BIRD root holding train/ and dev/ (required)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from arctic_rl_core.parity.loss_cases import random_policy_loss_case
+from arctic_rl_testbed.parity.loss_cases import random_policy_loss_case
 
 
 def test_cases_are_reproducible_and_seed_dependent():

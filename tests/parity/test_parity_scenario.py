@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 import torch
-from arctic_rl_core.parity.scenario import (
+from arctic_rl_testbed.parity.scenario import (
     CANONICAL,
     ParityScenario,
     canonical_rollouts,
@@ -17,9 +17,9 @@ from arctic_rl_core.parity.scenario import (
 
 
 def _engine(scenario: ParityScenario):
-    from arctic_rl_core.backends.reference.engine import ReferenceBackend
-    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
     from arctic_rl_core.config import ArcticRLConfig
+    from arctic_rl_testbed.reference.engine import ReferenceBackend
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
     return ReferenceBackend(
         ReferenceEngineSettings.from_config(ArcticRLConfig.from_dict(scenario.core_config()))
@@ -93,9 +93,9 @@ def test_bad_scenarios_are_refused():
 
 def test_recording_backend_traces_forward_train_and_step(tmp_path, engine, rollouts):
     from arctic_rl_core.dispatch import run
-    from arctic_rl_core.parity.recording import RecordingBackend, weights_digest
-    from arctic_rl_core.parity.trace_file import ParityTraceWriter, read_trace
     from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_forward_payload, build_train_payload
+    from arctic_rl_testbed.parity.recording import RecordingBackend, weights_digest
+    from arctic_rl_testbed.parity.trace_file import ParityTraceWriter, read_trace
 
     writer = ParityTraceWriter(tmp_path / "t.trace")
     backend = RecordingBackend(engine, writer).handle().connect()
@@ -132,8 +132,8 @@ def test_fixed_rollouts_file_serves_each_step_its_rollouts_in_any_order_within_a
     """The `--fixed-rollouts` document of the scenario, served as the server does: prompts of step s,
     asked for in any order within a group, get exactly step s's responses; the dataset rows hold the
     prompts in step order."""
-    from arctic_rl_core.backends.reference.fixed_rollouts import FixedRollouts, FixedRolloutsError
-    from arctic_rl_core.parity.scenario import dataset_rows, fixed_rollouts_document
+    from arctic_rl_testbed.parity.scenario import dataset_rows, fixed_rollouts_document
+    from arctic_rl_testbed.reference.fixed_rollouts import FixedRollouts, FixedRolloutsError
 
     fixed = FixedRollouts.from_document(fixed_rollouts_document(CANONICAL, rollouts))
     rows = dataset_rows(CANONICAL)

@@ -5,7 +5,7 @@ taken from the installed wheel's sources (`ast`, undecorated) and run as they ar
 `resolve_fn` (imported for real: `arctic_platform.common.registry`), and `compute_packing_info_for_batch`
 and the `[B, S]` -> `[1, T]` unpadding of `rl/processors/pipeline.py`. Only the model is a stand-in
 (given log-probs). The loss the server resolves from `SERVER_LOSS_FN` must equal
-`arctic_rl_core.losses.policy.actor_loss` on response rows bit for bit, loss and gradient, for every
+`arctic_rl_losses.policy.actor_loss` on response rows bit for bit, loss and gradient, for every
 family; and the reference engine must hand a dotted-path loss exactly the layout the server builds.
 """
 
@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 import torch
-from arctic_rl_core.backends.reference.pipeline import PostOutputs, server_layout
-from arctic_rl_core.backends.reference.validation import MicroBatch, parse_payload
-from arctic_rl_core.losses import LOSS_AGG_MODES, POLICY_LOSSES, SERVER_LOSS_FN
-from arctic_rl_core.losses.policy import GlobalCounts, actor_loss
-from arctic_rl_core.losses.settings import LossSettings
 from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_train_payload
+from arctic_rl_losses import LOSS_AGG_MODES, POLICY_LOSSES, SERVER_LOSS_FN
+from arctic_rl_losses.policy import GlobalCounts, actor_loss
+from arctic_rl_losses.settings import LossSettings
+from arctic_rl_testbed.reference.pipeline import PostOutputs, server_layout
+from arctic_rl_testbed.reference.validation import MicroBatch, parse_payload
 
 arctic_platform = pytest.importorskip("arctic_platform")
 from arctic_platform.common.registry import LOSS_FNS, resolve_fn  # noqa: E402

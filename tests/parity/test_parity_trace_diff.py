@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from arctic_rl_core.backends.protocol import WirePayload
-from arctic_rl_core.parity.trace_diff import canonical_order, diff_traces, format_differences
-from arctic_rl_core.parity.trace_file import ParityTraceWriter, read_trace
+from arctic_rl_testbed.parity.trace_diff import canonical_order, diff_traces, format_differences
+from arctic_rl_testbed.parity.trace_file import ParityTraceWriter, read_trace
 
 
 def _payload(scale: float = 1.0, pad: int = 0, mb: int = 1) -> WirePayload:

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 import pytest
-from arctic_rl_core.parity.scenario import (
+from arctic_rl_testbed.parity.scenario import (
     CANONICAL,
     DEFAULT_TRACE_SUBDIR,
     FRAMEWORKS,
@@ -29,8 +29,8 @@ from arctic_rl_core.parity.scenario import (
     TRACE_DIR_ENV,
     wire_trace_name,
 )
-from arctic_rl_core.parity.trace_diff import canonical_order, diff_traces, format_differences
-from arctic_rl_core.parity.trace_file import read_trace
+from arctic_rl_testbed.parity.trace_diff import canonical_order, diff_traces, format_differences
+from arctic_rl_testbed.parity.trace_file import read_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -97,7 +97,7 @@ def cortex_emulator(tmp_path_factory) -> Iterator[CortexEmulator]:
 
 
 class InProcessCortex:
-    """The emulator (`CortexEmulator` of `arctic_rl_core.backends.reference.cortex_server`) on loopback in
+    """The emulator (`CortexEmulator` of `arctic_rl_testbed.reference.cortex_server`) on loopback in
     this process, on its own event-loop thread, so a test can look at the jobs' engines (LoRA runs:
     adapters, base, the last sync). `url`, `emulator.jobs`, `overrides(prefix)`; `stop()` when done."""
 
@@ -106,7 +106,7 @@ class InProcessCortex:
         import threading
 
         from aiohttp import web
-        from arctic_rl_core.backends.reference.cortex_server import CortexEmulator as Server
+        from arctic_rl_testbed.reference.cortex_server import CortexEmulator as Server
 
         self.pat = pat
         self.emulator = Server(pat, settings, file_root=file_root)

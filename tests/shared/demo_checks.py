@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from arctic_rl_core.demo import run as demo_run
-from arctic_rl_core.demo.options import DemoModel, DemoOptions
-from arctic_rl_core.demo.run_log import MetricsLog
+from arctic_rl_testbed.demo import run as demo_run
+from arctic_rl_testbed.demo.options import DemoModel, DemoOptions
+from arctic_rl_testbed.demo.run_log import MetricsLog
 
 TINY = DemoModel(
     num_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1

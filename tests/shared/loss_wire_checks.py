@@ -10,9 +10,7 @@ from typing import Any
 from arctic_rl_core import dispatch
 from arctic_rl_core.backends.arctic import ArcticBackend
 from arctic_rl_core.backends.protocol import SamplingParams
-from arctic_rl_core.backends.reference.model import load_tokenizer
-from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
-from arctic_rl_core.losses import SERVER_LOSS_FN
+from arctic_rl_core.config.reference_model import ReferenceModelConfig
 from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
 from arctic_rl_core.wire import (
     PayloadSpec,
@@ -22,6 +20,8 @@ from arctic_rl_core.wire import (
     response_logprobs,
     with_response_logprobs,
 )
+from arctic_rl_losses import SERVER_LOSS_FN
+from arctic_rl_testbed.reference.model import load_tokenizer
 
 PROMPTS = ("Count to three:", "Name a colour:")
 

@@ -15,7 +15,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def trace_dir() -> Path:
     """`$ARCTIC_RL_PARITY_DIR`, else `.test-results/parity` under the repository root."""
-    from arctic_rl_core.parity.scenario import DEFAULT_TRACE_SUBDIR, TRACE_DIR_ENV
+    from arctic_rl_testbed.parity.scenario import DEFAULT_TRACE_SUBDIR, TRACE_DIR_ENV
 
     return Path(os.environ.get(TRACE_DIR_ENV) or REPO_ROOT / DEFAULT_TRACE_SUBDIR)
 

@@ -28,15 +28,15 @@ class ParityWireSetup:
 def prepare(root: Path, framework: str) -> ParityWireSetup:
     """The scenario's rollouts (sampled once, in process, before any training: fixed data), written
     as the server's `--fixed-rollouts` file, and the model directory both frameworks load."""
-    from arctic_rl_core.backends.reference.engine import ReferenceBackend
-    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
     from arctic_rl_core.config import ArcticRLConfig
-    from arctic_rl_core.parity.scenario import (
+    from arctic_rl_testbed.parity.scenario import (
         CANONICAL,
         canonical_rollouts,
         fixed_rollouts_document,
         wire_trace_name,
     )
+    from arctic_rl_testbed.reference.engine import ReferenceBackend
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
     scenario = CANONICAL
     engine = ReferenceBackend(

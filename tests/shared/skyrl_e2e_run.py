@@ -6,6 +6,7 @@ call, shared by the in-process runs (tests/skyrl/test_skyrl_e2e.py) and the wire
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,8 +18,11 @@ from adapter_skyrl.generator import ArcticGenerator
 from adapter_skyrl.trainer import ArcticPPOExp
 from arctic_rl_core.backends.forwarding import ForwardingBackend
 
-# SkyRL's own settings of a tiny CPU GRPO run (no backend named).
+# SkyRL's own settings of a tiny CPU GRPO run (no backend named). `generator.batched=true`, as SkyRL's
+# stock GSM8K example: one generate call per step, so a resumed run samples exactly what the original
+# did (SkyRL's agent loops call the engine in no fixed order).
 TINY_GRPO = [
+    "generator.batched=true",
     "trainer.placement.colocate_all=false",
     "generator.inference_engine.enable_ray_prometheus_stats=false",
     "trainer.enable_ray_gpu_monitor=false",
@@ -57,9 +61,11 @@ TINY_FULLY_ASYNC = [
                 "trainer.train_batch_size",
                 "trainer.update_epochs_per_batch",
                 "trainer.algorithm.use_kl_loss",
+                "generator.batched",
             )
         )
     ),
+    "generator.batched=false",  # SkyRL's fully async trainer samples per trajectory
     "trainer.algorithm.use_kl_loss=false",
     "trainer.fully_async.enabled=true",
     "trainer.fully_async.max_staleness_steps=1",
@@ -102,18 +108,22 @@ class RecordingTracker:
 
 
 class RecordingGenerator(ArcticGenerator):
-    """Keeps every rollout batch (texts, rewards, verdicts, prompts as sent) for the assertions."""
+    """Keeps every rollout batch (texts, each row's reward: SkyRL's per-token rewards summed, the
+    environments' metrics, prompts as sent) for the assertions."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.batches: list[dict[str, Any]] = []
 
-    async def generate(self, input_batch):
-        out = await super().generate(input_batch)
+    async def generate(self, input_batch, disable_tqdm: bool = True):
+        fresh = {**input_batch, "env_extras": [dict(e) for e in input_batch["env_extras"]]}  # as sent
+        out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
         texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in out["response_ids"]]
         self.batches.append(
-            {"extras": input_batch["env_extras"], "texts": texts, "rewards": list(out["rewards"]),
-             "verdicts": out["env_metrics"], "version": self.weights_versions[-1]}
+            {"extras": input_batch["env_extras"], "texts": texts,
+             "rewards": [float(sum(r)) if isinstance(r, list) else float(r) for r in out["rewards"]],
+             "verdicts": out.get("env_metrics"), "version": self.weights_versions[-1],
+             "input": fresh, "output": copy.deepcopy(dict(out)), "reports": list(self.last_call.trajectories)}
         )  # fmt: skip
         return out
 
@@ -156,7 +166,7 @@ class RecordingExp(ArcticPPOExp):
         return self.recorded
 
     def get_generator(self, cfg, tokenizer, inference_engine_client) -> RecordingGenerator:
-        self.generator = RecordingGenerator(self.backend, tokenizer, **self.generator_options())
+        self.generator = self.build_generator(RecordingGenerator, tokenizer)
         return self.generator
 
 

@@ -28,7 +28,7 @@ ONE_STEP_ASYNC_ENTRY_POINTS = ("main_async",)
 
 
 def stock_launchers() -> list[str]:
-    """The recorded example launchers of both sources (the seed integration's are recorded too, apart)."""
+    """The recorded example launchers of both sources (the legacy integration's are recorded too, apart)."""
     return sorted(name for name in RECORDED if name.split("/", 1)[0] in SOURCES)
 
 

@@ -2,8 +2,8 @@
 test_verl_async_wire): the working folder (the tiny model saved as a Hugging Face directory, which verl
 reads, and the bundled BIRD sample preprocessed to verl's parquet files) and the overrides every such
 `python -m adapter_verl.main` run sets (data, model, group size, the graded reward, one node of one
-GPU, the console logger, Ray's and TransferQueue's sizes), running it, and reading verl's logged step
-metrics.
+GPU, the console logger, Ray's and TransferQueue's sizes), running it, reading verl's logged step
+metrics, and the control routes an Arctic server received from the run (in verl's order).
 Each test adds its own layout, batch shapes and checks."""
 
 from __future__ import annotations
@@ -14,6 +14,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+# The control routes an Arctic server receives from a verl run (`control_routes`):
+# the weight-sync policy's sequence around a colocated sync (arctic_rl_core.weight_sync): the trainer
+# gives the devices back after it
+SYNC_COLOCATED = [
+    "sleep-training(non_lp)",
+    "wake-inference(['weights'])",
+    "weight-sync",
+    "wake-inference(['kv_cache'])",
+    "reset-prefix-cache",
+    "sleep-training(all)",
+]
+# verl's per-step order on the forwarder: the replica hands the devices to training after sampling,
+# old log-probs on the training job, reference log-probs on the log-prob job (woken for it)
+TO_TRAINING = ["sleep-inference(2)", "wake-training"]
+REF_LOGPROBS = ["wake-log-prob", "sleep-log-prob"]
+START_UP = ["initialize(sampling)", "initialize(log_prob)", "initialize(training)"]
+SHUT_DOWN = ["destroy(training)", "destroy(sampling)", "destroy(log_prob)"]
+_DATA_ROUTES = {"forward", "forward-backward", "step", "status", "health"}
 TINY_MODEL = {"num_layers": 1, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
 # a random tiny model writes no valid SQL (every BIRD reward is 0, every GRPO advantage 0): the graded
 # vowel-share reward differs within groups, so the policy term has a signal
@@ -27,8 +45,8 @@ def prepare_workdir(root: Path, *, model: bool = True) -> Path:
     from arctic_rl_core.envs.bird.sample import sample_dir
 
     if model:
-        from arctic_rl_core.backends.reference.model import save_model_dir
-        from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+        from arctic_rl_core.config.reference_model import ReferenceModelConfig
+        from arctic_rl_testbed.reference.model import save_model_dir
 
         save_model_dir(root / "model", ReferenceModelConfig(**TINY_MODEL), seed=42)
     preprocess(sample_dir(root / "bird_cache"), root / "data", PreprocessOptions(), show_progress=False)
@@ -95,3 +113,22 @@ def step_metrics(log: str, step: int) -> dict[str, float]:
         except ValueError:
             continue
     return metrics
+
+
+def control_routes(requests: list[dict]) -> list[str]:
+    """Sleep/wake/sync/checkpoint calls and generates (consecutive generates, one per rollout request, as
+    one `generate`), in the order the server received them (from whichever client sent them; a server's
+    `--request-log`); job set-up polls and training data calls left out. Every request answered 200."""
+    names: list[str] = []
+    for entry in requests:
+        route = entry["route"].lstrip("/")
+        assert entry["status"] == 200, entry
+        if route == "operation":
+            route = entry["operation_type"]
+        if route.startswith("job/") or route in _DATA_ROUTES:
+            continue
+        detail = entry.get("mode") or entry.get("tags") or entry.get("level") or entry.get("job_type")
+        name = f"{route}({detail})" if detail is not None else route
+        if not (name == "generate" and names and names[-1] == "generate"):
+            names.append(name)
+    return names

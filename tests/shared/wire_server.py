@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-REFERENCE_MODEL_NAME = "arctic-rl/reference-tiny"  # what backends/reference/http_server.py serves
+REFERENCE_MODEL_NAME = "arctic-rl/reference-tiny"  # what arctic_rl_testbed/reference/http_server.py serves
 STARTUP_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 LOG_TAIL_LINES = 80
@@ -229,8 +229,8 @@ def _stop(process: subprocess.Popen) -> None:
 def tiny_model_dir(directory: Path, seed: int, **model: Any) -> Path:
     """A tiny reference model (and the bundled tokenizer) saved as a local Hugging Face directory:
     the framework's tokenizer loads from it and the server serves it when a job names it."""
-    from arctic_rl_core.backends.reference.model import save_model_dir
-    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+    from arctic_rl_core.config.reference_model import ReferenceModelConfig
+    from arctic_rl_testbed.reference.model import save_model_dir
 
     return save_model_dir(directory, ReferenceModelConfig(**model), seed)
 

@@ -61,7 +61,7 @@ def bird_rows(split: str = "train") -> list[dict[str, Any]]:
     prompts keep the CPU runs fast; the reward path is what matters here)."""
     from arctic_rl_core.envs.bird.dataset import load_split
     from arctic_rl_core.envs.bird.sample import sample_dir
-    from arctic_rl_core.parity.scenario import dataset_row
+    from arctic_rl_testbed.parity.scenario import dataset_row
 
     data = load_split(sample_dir(), split)
     return [dataset_row(data, q) for q in data.questions]

@@ -9,8 +9,8 @@ import json
 import os
 
 import pytest
-from arctic_rl_core.demo import run as demo_run
-from arctic_rl_core.demo.run_log import MetricsLog
+from arctic_rl_testbed.demo import run as demo_run
+from arctic_rl_testbed.demo.run_log import MetricsLog
 from demo_checks import (
     assert_interrupted_then_resumed,
     assert_real_grpo_steps,
@@ -49,13 +49,18 @@ def test_run_directory_holds_config_metrics_plot_checkpoints_and_summary(interru
     )
     # the run's backend checkpoints share one folder; the server keeps trainer.max_ckpts_to_keep=2 of them
     backend = run_dir / "checkpoints" / "arctic_backend"
-    assert marker["backend_path"] == str(backend) and (backend / f"checkpoint-{marker['step']}").is_dir()
+    policy = run_dir / "checkpoints" / "global_step_2" / "policy"
+    assert (
+        marker["backend_path"] == "../../arctic_backend"
+        and (policy / marker["backend_path"]).resolve() == backend.resolve()
+    )
+    assert (backend / f"checkpoint-{marker['step']}").is_dir()
     assert len([p for p in backend.iterdir() if p.name.startswith("checkpoint-")]) <= 2
 
 
 def test_gsm8k_task_runs_end_to_end_with_its_own_reward_and_metric(tmp_path):
-    from arctic_rl_core.demo.tasks import load_task
     from arctic_rl_core.envs.gsm8k import compute_score
+    from arctic_rl_testbed.demo.tasks import load_task
 
     run_dir = tmp_path / "gsm8k"
     options = tiny_options(
@@ -88,7 +93,7 @@ def test_gsm8k_task_runs_end_to_end_with_its_own_reward_and_metric(tmp_path):
 def test_the_adapter_registers_its_demo_driver():
     # the core's demo finds the GRPO phase through the adapter's entry point (the core imports no adapter)
     from adapter_skyrl.demo_driver import run_grpo
-    from arctic_rl_core.demo.drivers import load_driver, registered_frameworks
+    from arctic_rl_testbed.demo.drivers import load_driver, registered_frameworks
 
     assert registered_frameworks() == ["skyrl"]
     assert load_driver("skyrl") is run_grpo
@@ -101,3 +106,34 @@ def test_demo_drives_an_arctic_server_through_the_real_client(wire, tmp_path, co
     from demo_checks import run_against_server
 
     run_against_server("skyrl", tmp_path / "run", wire.url, colocate=colocate)
+
+
+def test_bird_multi_turn_demo_shows_turns_and_accuracy_before_and_after(tmp_path):
+    """`arctic-rl demo --max-turns 2`: SkyRL's generator runs SkyRL-SQL's protocol (the Arctic
+    `bird_multi_turn` environment, one continued message, stop at </sql> and </solution>); the accuracy
+    before and after is over whole episodes, with how many took 1 and 2 turns; each step logs the mean."""
+    from arctic_rl_core.envs.bird.multi_turn import STOP_STRINGS
+
+    run_dir = tmp_path / "multi_turn"
+    options = tiny_options("skyrl", run_dir, max_turns=2, steps=1, eval_samples=1)
+    assert demo_run.run_demo(options) == 0
+    rows = [json.loads(line) for line in (run_dir / "data" / "train.jsonl").read_text().splitlines()]
+    assert {row["env_class"] for row in rows} == {"bird_multi_turn"}
+    overrides = (run_dir / "config.yaml").read_text()
+    for setting in (
+        "generator.max_turns=2",
+        "generator.use_conversation_multi_turn=false",
+        "generator.batched=false",
+    ):
+        assert setting in overrides
+    assert all(stop in overrides for stop in STOP_STRINGS)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["max_turns"] == 2
+    for phase in ("before", "after"):
+        for split, total in (("heldout", 10), ("train", 16)):
+            score = summary[phase][split]
+            assert score["metric"] == "EX" and score["total"] == total
+            assert sum(score["turns"].values()) == total and set(score["turns"]) <= {"1", "2"}
+            assert sum(score["errors"].values()) == total and score["correct"] <= score["well_formatted"]
+    (step,) = MetricsLog(run_dir).grpo_steps()
+    assert 1.0 <= step["turns_mean"] <= 2.0

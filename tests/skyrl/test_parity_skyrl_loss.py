@@ -1,7 +1,7 @@
 """Math parity: the reference backend's `verl_grpo` loss against SkyRL 0.4.0's own dual-clip PPO loss
 (`ppo_utils.ppo_policy_loss`, `policy_loss_type=dual_clip`, the only type the SkyRL adapter
 accepts) and KL estimators (`compute_approx_kl`), on the seeded cases of
-`arctic_rl_core.parity.loss_cases`.
+`arctic_rl_testbed.parity.loss_cases`.
 
 Per token the math is the same and is compared bit for bit (rtol = 0). The reductions differ in
 where the normaliser goes, so they are pinned with a float tolerance: SkyRL divides the ADVANTAGES
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from arctic_rl_core.backends.reference.loss import aggregate, kl_penalty, policy_loss_vanilla
-from arctic_rl_core.parity.loss_cases import random_policy_loss_case
+from arctic_rl_testbed.parity.loss_cases import random_policy_loss_case
+from arctic_rl_testbed.reference.loss import aggregate, kl_penalty, policy_loss_vanilla
 from skyrl.backends.skyrl_train.utils.ppo_utils import (
     apply_loss_reduction_to_advantages_minibatch,
     compute_approx_kl,
@@ -171,10 +171,10 @@ def test_kl_estimators_match_skyrl(kind):
     torch.testing.assert_close(masked, ours.detach() * case.mask_B_R, rtol=0, atol=0)
 
 
-# -- arctic_rl_core.losses: every family SkyRL names, against SkyRL's own registered function -------
+# -- arctic_rl_losses: every family SkyRL names, against SkyRL's own registered function -------
 
-from arctic_rl_core.losses.aggregation import aggregate as core_aggregate  # noqa: E402
-from arctic_rl_core.losses.families import FamilyParams, policy_terms  # noqa: E402
+from arctic_rl_losses.aggregation import aggregate as core_aggregate  # noqa: E402
+from arctic_rl_losses.families import FamilyParams, policy_terms  # noqa: E402
 from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry  # noqa: E402
 from skyrl.train.config.config import (  # noqa: E402
     CISPOConfig,
@@ -351,7 +351,7 @@ def test_parity_covers_every_loss_the_adapter_sends():
     tests/skyrl/test_skyrl_fully_async.py), and every core family is covered by SkyRL's or verl's
     (gpg, dual clip as verl's vanilla: tests/verl/test_parity_verl_loss.py)."""
     from adapter_skyrl.config import SKYRL_POLICY_LOSSES
-    from arctic_rl_core.losses import POLICY_LOSSES
+    from arctic_rl_losses import POLICY_LOSSES
 
     assert SKYRL_POLICY_LOSSES == {**SKYRL_FAMILIES, "rollout_is": "rollout_is"}
     assert set(POLICY_LOSSES) == {*SKYRL_FAMILIES.values(), "rollout_is", "gpg"}

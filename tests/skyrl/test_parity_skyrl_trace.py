@@ -25,7 +25,7 @@ from parity_trace_checks import (
     trace_dir,
 )
 
-pytest.importorskip("arctic_rl_core.backends.reference.engine", reason="reference engine not landed yet")
+pytest.importorskip("arctic_rl_testbed.reference.engine", reason="reference engine not landed yet")
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +33,11 @@ def recorded():
     from adapter_skyrl.config import parse_cli, to_arctic_config
     from adapter_skyrl.dispatch import ArcticWorkerDispatch
     from adapter_skyrl.trainer import build_backend
-    from arctic_rl_core.parity.recording import RecordingBackend, weights_digest
-    from arctic_rl_core.parity.scenario import CANONICAL, canonical_rollouts, token_level_rewards
-    from arctic_rl_core.parity.trace_file import ParityTraceWriter, read_trace
     from arctic_rl_core.weight_sync import WeightSyncPolicy
     from arctic_rl_core.wire import PayloadSpec
+    from arctic_rl_testbed.parity.recording import RecordingBackend, weights_digest
+    from arctic_rl_testbed.parity.scenario import CANONICAL, canonical_rollouts, token_level_rewards
+    from arctic_rl_testbed.parity.trace_file import ParityTraceWriter, read_trace
     from skyrl.backends.skyrl_train.distributed.dispatch import loss_fn_outputs_to_tensor
     from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
     from skyrl.backends.skyrl_train.utils import ppo_utils

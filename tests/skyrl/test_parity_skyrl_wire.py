@@ -59,8 +59,8 @@ def skyrl_read_order(cfg, n: int) -> list[int]:
 def recorded(tmp_path_factory):
     from adapter_skyrl.config import parse_cli
     from arctic_rl_core.backends.arctic import ArcticBackend
-    from arctic_rl_core.parity.scenario import dataset_rows
-    from arctic_rl_core.parity.trace_file import read_trace
+    from arctic_rl_testbed.parity.scenario import dataset_rows
+    from arctic_rl_testbed.parity.trace_file import read_trace
     from skyrl_e2e_run import logged_steps, run_grpo
 
     root = tmp_path_factory.mktemp("skyrl_parity_wire")
@@ -110,7 +110,7 @@ def test_skyrl_trains_every_step_on_the_fixed_rollouts(recorded):
 def test_skyrl_trace_holds_the_trainers_calls_in_order(recorded):
     setup, _, _, calls = recorded
     scenario = setup.scenario
-    from arctic_rl_core.losses import IMPORT_PROBE_FN
+    from arctic_rl_losses import IMPORT_PROBE_FN
 
     # without the loss-import probe `ArcticBackend.from_config` sends first (loss.loss_fn=arctic_rl_core)
     ops = [c.op for c in calls if (c.record.get("processing") or {}).get("loss_fn") != IMPORT_PROBE_FN]

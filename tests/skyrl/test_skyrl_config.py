@@ -47,7 +47,7 @@ def test_default_backend_is_the_arctic_server_on_ray_and_the_reference_engine_on
     arctic = to_arctic_config(parse_cli(SUPPORTED), steps_per_epoch=4)
     assert arctic.backend.kind == "ray" and arctic.is_arctic
     assert arctic.model.name == "Qwen/Qwen2.5-1.5B-Instruct"  # SkyRL's trainer.policy.model.path
-    # the seed's optimisations are on with the Arctic backend
+    # the legacy integrations' optimisations are on with the Arctic backend
     assert (arctic.zorro.enable, arctic.kernels.use_liger, arctic.arctic_inference.fca) == (True, True, True)
     reference = to_arctic_config(parse_cli(REFERENCE), steps_per_epoch=4)
     assert reference.backend.kind == "reference" and reference.model.name is None
@@ -70,7 +70,7 @@ def test_stock_defaults_pass_with_skyrls_own_loss():
         ("trainer.update_ref_every_epoch=true", "trainer.update_ref_every_epoch", "fixed"),
         ("trainer.policy.torch_profiler_config.enable=true", "torch_profiler_config.enable", "false"),
         ("trainer.fully_async.simulate_training=true", "trainer.fully_async.simulate_training", "false"),
-        ("generator.max_turns=3", "generator.max_turns", "single-turn"),
+        ("generator.merge_stepwise_output=true", "generator.merge_stepwise_output", "set it to false"),
         ("generator.sampling_params.min_p=0.1", "generator.sampling_params.min_p", "min_p"),
         ("generator.eval_sampling_params.min_p=0.1", "generator.eval_sampling_params.min_p", "min_p"),
         ("generator.sampling_params.repetition_penalty=1.1", "repetition_penalty", "repetition"),
@@ -125,7 +125,7 @@ def test_every_problem_at_once():
             "trainer.policy.model.lora.rank=8",  # a SkyRL setting
             "trainer.arctic_rl.zorro.enabel=true",  # a core key typo
             "trainer.arctic_rl.deepspeed.offload_param=true",  # core validation: needs ZeRO-3
-            "trainer.arctic_rl.arctic_inference_config={zorro_inference:{enable:true}}",  # a changed seed key
+            "trainer.arctic_rl.arctic_inference_config={zorro_inference:{enable:true}}",  # a changed legacy key
         ]
     )
     with pytest.raises(UnsupportedSkyRLSettingError) as info:
@@ -446,8 +446,9 @@ def test_flash_attention_off_turns_our_default_zorro_off_with_the_reason():
 @pytest.mark.parametrize(
     ("overrides", "path"),
     [
+        # multi-turn and step-wise rows are SkyRL's generator's (issue 29); merging the step rows is refused
         (["generator.max_turns=3", "generator.step_wise_trajectories=true", "generator.merge_stepwise_output=true"],
-         "generator.max_turns"),
+         "generator.merge_stepwise_output"),
         (["generator.inference_engine.external_proxy_url=http://p:8000",
           "generator.inference_engine.external_server_urls=['http://s:8001']",
           "generator.inference_engine.run_engines_locally=false"], "generator.inference_engine.external_proxy_url"),

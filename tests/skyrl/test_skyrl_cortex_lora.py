@@ -17,7 +17,7 @@ E2E_LORA = [
 @pytest.fixture(scope="module")
 def cortex_lora_run(tmp_path_factory, learnable_jsonl):
     pytest.importorskip("tenacity")  # arctic-platform[cortex]
-    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
     from cortex_emulator import PAT, TOKEN_ENV, InProcessCortex
     from skyrl_e2e_run import TINY_GRPO, TINY_MODEL, run_grpo
     from wire_server import tiny_model_dir
@@ -55,7 +55,7 @@ def cortex_lora_run(tmp_path_factory, learnable_jsonl):
 
 
 def test_skyrl_lora_on_the_cortex_emulator_trains_and_syncs_adapters(cortex_lora_run):
-    from arctic_rl_core.backends.reference.lora import is_adapter
+    from arctic_rl_testbed.reference.lora import is_adapter
     from skyrl_e2e_run import logged_steps
 
     exp, job, _ = cortex_lora_run
@@ -67,7 +67,7 @@ def test_skyrl_lora_on_the_cortex_emulator_trains_and_syncs_adapters(cortex_lora
     engine = job.engine
     assert sorted(logged_steps(exp)) == [1, 2] and engine.global_step == 2
     # only the adapters trained: the base is still the model directory's weights
-    from arctic_rl_core.backends.reference.model import build_model, load_tokenizer
+    from arctic_rl_testbed.reference.model import build_model, load_tokenizer
 
     base_model = build_model(engine.settings.model, 7, load_tokenizer(engine.settings.model))
     base = {f"base_model.model.{n}": p for n, p in base_model.named_parameters()}

@@ -5,19 +5,19 @@ process per rank); only sampling is the reference engine's (the stand-in for vLL
 workers' weights at every sync.
 
 Runs (one server for the module; each run starts its own jobs, ~20-40 s of worker start-up):
-- ZeRO-3, the KL loss with the log-prob job on ZeRO-3 (on ZeRO-1/2 the 0.1.4 log-prob job does not
-  start: test_reference_deepspeed_jobs.py), a weight sync from the workers every step, a checkpoint each
-  step with an HF export;
+- ZeRO-3, the KL loss with the log-prob job on ZeRO-3 (under ZeRO-1/2 training the client starts it on
+  ZeRO-0: tests/verl/test_verl_deepspeed_wire.py runs that), a weight sync from the workers every step, a
+  checkpoint each step with an HF export;
 - resumed from step 1 (the DeepSpeed checkpoint loads into fresh workers) for step 2.
 Not colocated: DeepSpeed offloads a ZeRO-3 job's states (`/sleep-training`) only with its FusedAdam, a
 C++ op it would compile here, and the CPU runs torch's AdamW (`deepspeed_cpu_shims`); the colocated
 family runs on ZeRO-2 in verl's run (tests/verl/test_verl_deepspeed_wire.py).
 
 On a CPU the configuration names what the GPU defaults would need: sdpa attention (flash-attention is a
-GPU kernel, and so ZoRRo is off) and no Liger kernels; one row per micro-batch
-(`micro_train_batch_size_per_gpu=1`), so the 0.1.4 pipeline never packs two rows together (issue 28
-item 3). The log-prob job answers one forward for the whole batch, packed: its reference log-probs
-carry that defect here (test_reference_deepspeed.py pins it).
+GPU kernel, and so ZoRRo is off) and no Liger kernels; one row per training micro-batch
+(`micro_train_batch_size_per_gpu=1`: the built-in verl_grpo loss reads the 0.1.4 pipeline's packed
+layout, which sdpa cannot keep apart). Forwards (old and reference log-probs) go unpacked
+(`meta.cu_seqlens=None`, issue 28 item 3).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ DEEPSPEED_ON_CPU = [
     "trainer.flash_attn=false",  # SkyRL's own switch: sdpa attention (flash-attention is a GPU kernel)
     "trainer.arctic_rl.zorro.enable=false",
     "trainer.arctic_rl.kernels.use_liger=false",
-    "trainer.arctic_rl.deepspeed.zero_stage=3",  # the log-prob job takes the same stage (1 and 2 fail: 0.1.4)
+    "trainer.arctic_rl.deepspeed.zero_stage=3",  # the log-prob job takes the same stage (ZeRO-0 under 1/2)
 ]
 
 

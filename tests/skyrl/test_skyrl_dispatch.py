@@ -108,7 +108,9 @@ def test_checkpoint_round_trip_restores_the_policy(setup, tmp_path):
     dispatch.save_checkpoint("policy", str(policy))
     saved = _logprobs(dispatch, "policy", data)
     marker = json.loads((policy / CHECKPOINT_MARKER).read_text())
-    assert marker["step"] == 1 and marker["backend_path"] == str(tmp_path / "ckpt" / "arctic_backend")
+    # relative to the marker's folder: a run folder moved elsewhere still resumes
+    assert marker["step"] == 1 and marker["backend_path"] == "../../arctic_backend"
+    assert (policy / marker["backend_path"]).resolve() == (tmp_path / "ckpt" / "arctic_backend").resolve()
     assert (tmp_path / "ckpt" / "arctic_backend" / "checkpoint-1").is_dir()
     dispatch.forward_backward("policy", data)
     dispatch.optim_step("policy")

@@ -266,17 +266,18 @@ def test_a_steps_generator_metrics_are_over_all_its_calls():
     from adapter_skyrl.generator import combine_call_metrics
 
     calls = [
-        (4, {"generate/weights_version": 3.0, "generate/overlong_filtered": 0.5, "generate/backend_generate_s": 1.5,
-             "generate/scoring_errors": 1.0, "generate/avg_response_length": 10.0}),
-        (12, {"generate/weights_version": 3.0, "generate/overlong_filtered": 0.25, "generate/backend_generate_s": 2.0,
-              "generate/scoring_errors": 0.0, "generate/avg_response_length": 6.0}),
+        (4, {"generate/weights_version": 3.0, "generate/overlong_filtered": 0.5, "generate/env_errors": 1.0,
+             "generate/scoring_errors": 1.0, "generate/turns_mean": 2.0, "generate/turns_max": 3.0}),
+        (12, {"generate/weights_version": 3.0, "generate/overlong_filtered": 0.25, "generate/env_errors": 0.0,
+              "generate/scoring_errors": 0.0, "generate/turns_mean": 1.5, "generate/turns_max": 2.0}),
     ]  # fmt: skip
     assert combine_call_metrics(calls) == {
         "generate/weights_version": 3.0,
         "generate/weights_version_max": 3.0,
         "generate/overlong_filtered": (4 * 0.5 + 12 * 0.25) / 16,
-        "generate/avg_response_length": (4 * 10 + 12 * 6) / 16,
-        "generate/backend_generate_s": 3.5,
+        "generate/turns_mean": (4 * 2.0 + 12 * 1.5) / 16,
+        "generate/turns_max": 3.0,
+        "generate/env_errors": 1.0,
         "generate/scoring_errors": 1.0,
     }
 

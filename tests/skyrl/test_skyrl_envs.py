@@ -6,10 +6,8 @@ import pickle
 import subprocess
 import sys
 
-import pytest
 import skyrl_gym
 from adapter_skyrl.envs import BIRD_ENV_IDS, register_environments
-from adapter_skyrl.generator import score_rollouts
 
 
 def _answer(sql: str) -> str:
@@ -36,20 +34,21 @@ def test_scoring_failure_is_reported_not_a_silent_zero(bird_train_rows):
     assert "db_path" in out["metadata"]["scoring_error"]
 
 
-def test_batch_scoring_matches_per_row_env_scoring(bird_train_rows):
-    rows = bird_train_rows[:4]
-    texts = [
-        _answer(rows[0]["reward_model"]["ground_truth"]),
-        _answer("SELECT 1"),
-        "nothing",
-        _answer("SELEC x"),
-    ]
-    broken = dict(rows[3], extra_info={})  # this row cannot be scored: the batch falls back per row
-    rewards, verdicts = score_rollouts(texts, [r["prompt"] for r in rows], ["bird"] * 4, [*rows[:3], broken])
-    assert rewards == [1.0, 0.1, 0.0, 0.0]
-    assert [bool(v.get("scoring_error")) for v in verdicts] == [False, False, False, True]
-    rewards_ok, _ = score_rollouts(texts[:3], [r["prompt"] for r in rows[:3]], ["bird_sql"] * 3, rows[:3])
-    assert rewards_ok == rewards[:3]
+def test_arctic_envs_report_their_verdict_as_metrics(bird_train_rows):
+    """SkyRL's generator reads `env.get_metrics()`: the verdict as numbers (what the generator counts
+    as `generate/scoring_errors` and `generate/execution_success_rate`)."""
+    row = bird_train_rows[0]
+    env = skyrl_gym.make("bird", env_config={}, extras=row)
+    env.step(_answer(row["reward_model"]["ground_truth"]))
+    assert env.get_metrics() == {
+        "scoring_error": 0.0,
+        "correct": 1.0,
+        "format_correct": 1.0,
+        "execution_success": 1.0,
+    }
+    broken = skyrl_gym.make("bird", env_config={}, extras=dict(row, extra_info={}))
+    broken.step(_answer("SELECT 1"))
+    assert broken.get_metrics()["scoring_error"] == 1.0
 
 
 def test_registration_is_idempotent_and_happens_in_a_fresh_process_on_unpickling():
@@ -63,10 +62,10 @@ def test_registration_is_idempotent_and_happens_in_a_fresh_process_on_unpickling
         "from skyrl_gym.envs.registration import registry\n"
         "assert 'bird' not in registry\n"
         "pickle.loads(sys.stdin.buffer.read())\n"
-        "print(sorted(k for k in registry if k in ('bird', 'bird_sql', 'gsm8k_arctic')))\n"
+        "print(sorted(k for k in registry if k in ('bird', 'bird_sql', 'gsm8k_arctic', 'bird_multi_turn')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, check=True).stdout
-    assert out.decode().strip().splitlines()[-1] == "['bird', 'bird_sql', 'gsm8k_arctic']"
+    assert out.decode().strip().splitlines()[-1] == "['bird', 'bird_multi_turn', 'bird_sql', 'gsm8k_arctic']"
 
 
 def test_gsm8k_arctic_env_uses_the_core_reward():
@@ -79,53 +78,3 @@ def test_gsm8k_arctic_env_uses_the_core_reward():
     assert right["reward"] == 1.0 and right["metadata"]["answer"] == answer
     wrong = skyrl_gym.make("gsm8k_arctic", env_config={}, extras=row).step(f"#### {answer}1")
     assert wrong["reward"] == 0.0 and wrong["metadata"]["answer_found"] is True
-    rewards, _ = score_rollouts([f"#### {answer}"], [row["prompt"]], ["gsm8k_arctic"], [row])
-    assert rewards == [1.0]
-
-
-class EchoEnv:  # replaced below by a BaseTextEnv subclass (skyrl_gym imported lazily)
-    pass
-
-
-def test_environment_skyrl_gym_sections_reach_the_environments():
-    from adapter_skyrl.config import parse_cli
-    from adapter_skyrl.generator import env_config_for
-    from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
-    from skyrl_gym.envs.registration import register, registry
-
-    class _Echo(BaseTextEnv):
-        def __init__(self, env_config=None, extras=None):
-            super().__init__()
-            self.value = float(env_config["reward"])
-
-        def step(self, action):
-            return BaseTextEnvStepOutput(observations=[], reward=self.value, done=True, metadata={})
-
-    global EchoEnv
-    EchoEnv = _Echo
-    _Echo.__module__, _Echo.__qualname__, _Echo.__name__ = __name__, "EchoEnv", "EchoEnv"
-    if "arctic_echo_test" not in registry:
-        register(id="arctic_echo_test", entry_point=f"{__name__}:EchoEnv")
-    # SkyRL's own section of an env class is what that environment gets (SkyRLGymGenerator's rule)
-    cfg = parse_cli(["environment.skyrl_gym.text2sql.db_path=/db"])
-    assert env_config_for(cfg.environment.skyrl_gym, "text2sql").db_path == "/db"
-    conv = [[{"role": "user", "content": "q"}]]
-    rewards, _ = score_rollouts(
-        ["x"], conv, ["arctic_echo_test"], [{}], env_configs={"arctic_echo_test": {"reward": 0.25}}
-    )
-    assert rewards == [0.25]
-
-
-@pytest.mark.parametrize("max_turns", [1, 5])
-def test_every_environment_gets_generator_max_turns_in_its_extras_as_skyrl_gives_it(max_turns):
-    """SkyRL's generator sets `env_extras["max_turns"] = generator.max_turns` before it builds each
-    environment; gsm8k_multi_turn (SkyRL's turn_level_rewards example) sizes its format reward by it,
-    over the data's own `extra_info.max_turns`. A well-formatted wrong answer there: 0.2 / max_turns."""
-    row = {"reward_spec": {"ground_truth": "72"}, "extra_info": {"max_turns": 5}}
-    conv = [[{"role": "user", "content": "How many?"}]]
-    wrong = "Working it out.\n#### 71"
-    rewards, _ = score_rollouts([wrong], conv, ["gsm8k_multi_turn"], [row], max_turns=max_turns)
-    # the environment exactly as SkyRLGymGenerator builds it (its extras: the row's plus max_turns)
-    env = skyrl_gym.make("gsm8k_multi_turn", env_config={}, extras={**row, "max_turns": max_turns})
-    env.init(conv[0])
-    assert rewards == [env.step(wrong)["reward"]] == [pytest.approx(0.2 / max_turns)]

@@ -12,7 +12,7 @@ from arctic_rl_core.config.framework_fields import marked_section
 from field_table_checks import assert_functions_are_named_transforms
 from skyrl.train.config import SkyRLTrainConfig
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "packages" / "adapter-skyrl" / "README.md"
 
 
 def test_every_leaf_of_the_installed_skyrl_config_is_classified():

@@ -1,12 +1,12 @@
-"""The SkyRL adapter's seam (`adapter_skyrl.skyrl_internals`): every SkyRL internal it lists still
+"""The SkyRL adapter's framework internals (`adapter_skyrl.skyrl_internals`): every SkyRL internal it lists still
 exists in the installed SkyRL 0.4.0 with the shape the adapter uses, and the adapter touches
-no private framework symbol the seam does not list. A new SkyRL release fails here, by name."""
+no private framework symbol the list does not name. A new SkyRL release fails here, by name."""
 
 from __future__ import annotations
 
 import pytest
 from adapter_skyrl.skyrl_internals import INTERNALS
-from seam_checks import problem, unlisted_internals
+from framework_internals_checks import problem, unlisted_internals
 
 
 @pytest.mark.parametrize("entry", INTERNALS, ids=lambda entry: entry.label)
@@ -29,7 +29,7 @@ def test_the_adapter_touches_no_unlisted_private_framework_symbol():
 
 
 def test_the_completeness_check_catches_a_private_access():
-    # the scan must be able to fail: without the seam's list, the adapter's overrides are found
+    # the scan must be able to fail: without the list, the adapter's overrides are found
     found = unlisted_internals("adapter_skyrl", "adapter_skyrl.skyrl_internals", (), ("skyrl", "skyrl_gym"))
     assert any("_execute_forward_pass" in line for line in found)
     assert any("_setup_trainer" in line for line in found)

@@ -1,6 +1,6 @@
 """`python -m adapter_skyrl.main --dry-run` (and `--help`, and through SkyRL's main_base), fed the real
 command lines of every example launcher of SkyRL (the release tag's and the default branch's) and of the
-seed integration's five launchers, as recorded from them (launchers/README.md); only the entry point is
+legacy integration's five launchers, as recorded from them (launchers/README.md); only the entry point is
 changed. Each stock launcher ends as `launchers/expected_outcomes.json` says: a pass, or a refusal of
 exactly the named fields, each of a refused kind whose reason the README lists (~25 s for all, in
 process)."""
@@ -18,13 +18,16 @@ from adapter_skyrl.main import USAGE, dry_run, main
 
 LAUNCHERS = Path(__file__).parent / "launchers"
 REPO = Path(__file__).resolve().parents[2]
+README = (
+    REPO / "packages" / "adapter-skyrl" / "README.md"
+)  # its launcher figures and the legacy integration's table
 RECORDED = json.loads((LAUNCHERS / "recorded_commands.json").read_text())  # see launchers/README.md
-SEED = sorted(name for name in RECORDED if name.startswith("seed_"))
+LEGACY = sorted(name for name in RECORDED if name.startswith("legacy_"))
 
 
 def recorded_command(name: str, tmp_path: Path) -> list[str]:
     """The framework arguments the launcher `name` passed to its Python entry point, as recorded, run
-    from `tmp_path` (its data folder made with GSM8K's train size); the seed's entry point removed."""
+    from `tmp_path` (its data folder made with GSM8K's train size); the legacy entry point removed."""
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     import pyarrow as pa
@@ -33,7 +36,7 @@ def recorded_command(name: str, tmp_path: Path) -> list[str]:
     for file in ("train.parquet", "validation.parquet", "val.parquet"):  # 7473 rows: GSM8K's train size
         pq.write_table(pa.table({"prompt": ["q"] * 7473}), data / file)
     args = [arg.replace("$HOME", str(tmp_path)) for arg in RECORDED[name]]
-    # The one change: our entry point instead of the seed's (the FSDP baseline names none).
+    # The one change: our entry point instead of the legacy one (the FSDP baseline names none).
     return [a for a in args if not a.startswith("trainer.override_entrypoint=")]
 
 
@@ -89,9 +92,9 @@ def test_every_stock_launcher_ends_as_expected(name, tmp_path, monkeypatch):
 def test_the_readme_states_the_launcher_figures():
     """The README's figures are the expected outcomes' (launchers per source, passes, refusals by kind)."""
     outcomes = EXPECTED["launchers"]
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("#### SkyRL's example launchers") :]
-    section = section[: section.index("\n#### ", 10)]
+    readme = README.read_text(encoding="utf-8")
+    section = readme[readme.index("### SkyRL's example launchers") :]
+    section = section[: section.index("\n### ", 10)]
     for source in ("v0.4.0", "head"):
         names = [n for n in outcomes if n.startswith(source + "/")]
         passes = sum(outcomes[n] == "pass" for n in names)
@@ -194,13 +197,13 @@ def test_stock_gsm8k_example_with_the_switch(tmp_path):
     assert (loss["loss_fn"], loss["policy_loss"]) == ("arctic_rl_core", "ppo_clip")  # SkyRL's regular
 
 
-# What the seed sent: its `build_rl_config` output for each launcher (launchers/seed_sent.json, recorded
-# once by running the seed's own function; see launchers/README.md), compared field by field with the
-# 0.1.4 client config our plan carries (`plan.client`). Where each seed field lives in 0.1.4's shape
+# What the legacy integration sent: its `build_rl_config` output for each launcher (launchers/legacy_sent.json,
+# recorded once by running its own function; see launchers/README.md), compared field by field with the
+# 0.1.4 client config our plan carries (`plan.client`). Where each legacy field lives in 0.1.4's shape
 # (longest prefix wins); None: 0.1.4's on-prem client config has no such field.
-SENT = json.loads((LAUNCHERS / "seed_sent.json").read_text())
+SENT = json.loads((LAUNCHERS / "legacy_sent.json").read_text())
 SMOKE_FIX = ["trainer.policy_mini_batch_size=8", "trainer.train_batch_size=8"]
-SEED_FIELD_IN_0_1_4 = {
+LEGACY_FIELD_IN_0_1_4 = {
     "backend": "backend.type",
     "comm_protocol": "backend.protocol",
     "colocate": "backend.colocate",
@@ -222,55 +225,58 @@ SEED_FIELD_IN_0_1_4 = {
     "training_config.optimizer.gradient_clipping": "training.ds_config.gradient_clipping",
 }
 MISSING = "(not sent)"
-# Every field where our plan differs from what the seed sent (seed name where 0.1.4 has no such field),
+# Every field where our plan differs from what the legacy integration sent (its name where 0.1.4 has no such field),
 # with the row of the README's field-by-field table that says why, and what ours must be.
-SEED_DIFFERENCES = {
-    "backend.type": ("`backend.type`", lambda ours, seed: (seed, ours) == ("local", "onprem")),
-    "sampling.log_prob_engine": ("`log_prob_engine`", lambda ours, seed: ours == "deepspeed"),
-    "job_ready_timeout": ("`job_ready_timeout`", lambda ours, seed: (seed, ours) == (300.0, 1800.0)),
-    "request_timeout": ("`job_ready_timeout`", lambda ours, seed: ours == 1800.0),
-    "server_logs": ("`server_logs`", lambda ours, seed: ours == MISSING),
+LEGACY_DIFFERENCES = {
+    "backend.type": ("`backend.type`", lambda ours, legacy: (legacy, ours) == ("local", "onprem")),
+    "sampling.log_prob_engine": ("`log_prob_engine`", lambda ours, legacy: ours == "deepspeed"),
+    "job_ready_timeout": ("`job_ready_timeout`", lambda ours, legacy: (legacy, ours) == (300.0, 1800.0)),
+    "request_timeout": ("`job_ready_timeout`", lambda ours, legacy: ours == 1800.0),
+    "server_logs": ("`server_logs`", lambda ours, legacy: ours == MISSING),
     "sampling.arctic_inference_config": (
         "`arctic_inference_config`",
-        lambda ours, seed: seed is None and ours["zorro_inference"] == {"enable": True},
+        lambda ours, legacy: legacy is None and ours["zorro_inference"] == {"enable": True},
     ),
     "training.ds_config.zero_optimization.offload_optimizer.device": (
         "`offload_optimizer` / `offload_param`",
-        lambda ours, seed: (seed, ours) == ("none", MISSING),
+        lambda ours, legacy: (legacy, ours) == ("none", MISSING),
     ),
     "training.ds_config.zero_optimization.offload_param.device": (
         "`offload_optimizer` / `offload_param`",
-        lambda ours, seed: (seed, ours) == ("none", MISSING),
+        lambda ours, legacy: (legacy, ours) == ("none", MISSING),
     ),
     "training.ds_config.zero_optimization.stage": (
         "`zero_optimization.stage`",
         lambda o, s: (s, o) == (0, 2),
     ),
-    "backend.colocate": ("`backend.colocate`", lambda ours, seed: (seed, ours) == (False, True)),
+    "backend.colocate": ("`backend.colocate`", lambda ours, legacy: (legacy, ours) == (False, True)),
     "training.ds_config.optimizer.params.torch_adam": (
         "`optimizer.params.torch_adam`",
-        lambda ours, seed: (seed, ours) == (MISSING, True),
+        lambda ours, legacy: (legacy, ours) == (MISSING, True),
     ),
     "training.ds_worker_config.logits_compute_in_fp32": (
         "`logits_compute_in_fp32`",
-        lambda ours, seed: (seed, ours) == (False, True),
+        lambda ours, legacy: (legacy, ours) == (False, True),
     ),
-    "sampling.vllm.enforce_eager": ("`enforce_eager`", lambda ours, seed: (seed, ours) == (True, False)),
-    "sampling.vllm.max_num_seqs": ("`max_num_seqs`", lambda ours, seed: (seed, ours) == (256, 1024)),
+    "sampling.vllm.enforce_eager": ("`enforce_eager`", lambda ours, legacy: (legacy, ours) == (True, False)),
+    "sampling.vllm.max_num_seqs": ("`max_num_seqs`", lambda ours, legacy: (legacy, ours) == (256, 1024)),
     "sampling.vllm.max_num_batched_tokens": (
         "`max_num_batched_tokens`",
-        lambda ours, seed: (seed, ours) == (MISSING, 8192),
+        lambda ours, legacy: (legacy, ours) == (MISSING, 8192),
     ),
     "sampling.vllm.logprobs_mode": (
         "`logprobs_mode`",
-        lambda ours, seed: (seed, ours) == (MISSING, "processed_logprobs"),
+        lambda ours, legacy: (legacy, ours) == (MISSING, "processed_logprobs"),
     ),
     "sampling.vllm.compilation_config.cudagraph_mode": (
         "`compilation_config.cudagraph_mode`",
-        lambda ours, seed: (seed, ours) == (MISSING, "PIECEWISE"),
+        lambda ours, legacy: (legacy, ours) == (MISSING, "PIECEWISE"),
     ),
     **{
-        f"training.ds_config.{key}": ("`torch_autocast`, `data_types`", lambda ours, seed, v=value: ours == v)
+        f"training.ds_config.{key}": (
+            "`torch_autocast`, `data_types`",
+            lambda ours, legacy, v=value: ours == v,
+        )
         for key, value in (
             ("torch_autocast.enabled", False),
             ("data_types.grad_accum_dtype", "fp32"),
@@ -278,15 +284,15 @@ SEED_DIFFERENCES = {
         )
     },
     "training.ds_worker_config.use_autocast": ("`torch_autocast`, `data_types`", lambda o, s: o is False),
-    "training.cuda_ipc": ("`cuda_ipc`, `low_memory`", lambda ours, seed: seed == MISSING),
-    "training.low_memory": ("`cuda_ipc`, `low_memory`", lambda ours, seed: seed == MISSING),
-    "sampling.log_prob_ds_config": ("`log_prob_ds_config`", lambda ours, seed: ours is None),
+    "training.cuda_ipc": ("`cuda_ipc`, `low_memory`", lambda ours, legacy: legacy == MISSING),
+    "training.low_memory": ("`cuda_ipc`, `low_memory`", lambda ours, legacy: legacy == MISSING),
+    "sampling.log_prob_ds_config": ("`log_prob_ds_config`", lambda ours, legacy: ours is None),
     **{
-        f"training_config.{key}": ("`training_config`", lambda ours, seed: ours == MISSING)
+        f"training_config.{key}": ("`training_config`", lambda ours, legacy: ours == MISSING)
         for key in ("lr_scheduler.type", "lr_scheduler.warmup_ratio", "training_horizon", "model_config")
     },
     **{
-        f"training.ds_config.scheduler.{key}": ("`training_config`", lambda ours, seed: seed == MISSING)
+        f"training.ds_config.scheduler.{key}": ("`training_config`", lambda ours, legacy: legacy == MISSING)
         for key in (
             "type",
             "params.warmup_min_lr",
@@ -306,12 +312,12 @@ def _leaves(data, prefix: str = ""):
         yield prefix[:-1], data
 
 
-def _in_0_1_4(seed_path: str) -> str | None:
-    for prefix in sorted(SEED_FIELD_IN_0_1_4, key=len, reverse=True):
-        if seed_path == prefix or seed_path.startswith(prefix + "."):
-            target = SEED_FIELD_IN_0_1_4[prefix]
-            return None if target is None else target + seed_path[len(prefix) :]
-    return seed_path  # the same name in 0.1.4 (model_name, seed, *_gpus)
+def _in_0_1_4(legacy_path: str) -> str | None:
+    for prefix in sorted(LEGACY_FIELD_IN_0_1_4, key=len, reverse=True):
+        if legacy_path == prefix or legacy_path.startswith(prefix + "."):
+            target = LEGACY_FIELD_IN_0_1_4[prefix]
+            return None if target is None else target + legacy_path[len(prefix) :]
+    return legacy_path  # the same name in 0.1.4 (model_name, seed, *_gpus)
 
 
 def _get(data: dict, dotted: str):
@@ -322,17 +328,17 @@ def _get(data: dict, dotted: str):
     return data
 
 
-def seed_differences(sent: dict, client: dict) -> dict[str, tuple]:
-    """Every field where `client` (our plan's 0.1.4 client config) differs from what the seed `sent`:
-    name -> (ours, the seed's); each seed leaf looked up where 0.1.4 keeps it, each of our leaves
-    that no seed field covers compared with "not sent"."""
+def legacy_differences(sent: dict, client: dict) -> dict[str, tuple]:
+    """Every field where `client` (our plan's 0.1.4 client config) differs from what the legacy integration `sent`:
+    name -> (ours, its value); each legacy leaf looked up where 0.1.4 keeps it, each of our leaves
+    that no legacy field covers compared with "not sent"."""
     out, covered = {}, set()
-    for path, seed in _leaves(sent):
+    for path, legacy in _leaves(sent):
         target = _in_0_1_4(path)
         ours = MISSING if target is None else _get(client, target)
         covered.add(target)
-        if ours != seed:
-            out[target or path] = (ours, seed)
+        if ours != legacy:
+            out[target or path] = (ours, legacy)
     for path, ours in _leaves(client):
         if not any(path == c or path.startswith(c + ".") for c in covered if c):
             out[path] = (ours, MISSING)
@@ -340,18 +346,20 @@ def seed_differences(sent: dict, client: dict) -> dict[str, tuple]:
 
 
 @pytest.mark.parametrize(
-    "script", [*SEED, "seed_run_bird_grpo_smoke.sh + fix"], ids=lambda name: name.removesuffix(".sh")
+    "script", [*LEGACY, "legacy_run_bird_grpo_smoke.sh + fix"], ids=lambda name: name.removesuffix(".sh")
 )
-def test_seed_launchers_send_what_the_seed_sent_but_where_the_readme_says_why(script, tmp_path, monkeypatch):
-    """The seed's five launchers with only the entry point changed pass `--dry-run` (the smoke launcher
-    after the one fix the seed itself needs), and the plan's client config equals the seed's
+def test_legacy_launchers_send_what_the_legacy_integration_sent_but_where_the_readme_says_why(
+    script, tmp_path, monkeypatch
+):
+    """The legacy integration's five launchers with only the entry point changed pass `--dry-run` (the smoke launcher
+    after the one fix the legacy integration itself needs), and the plan's client config equals its
     `build_rl_config` field by field except where the README's table says why ours is better."""
     monkeypatch.setenv("WANDB_API_KEY", "test-key-not-used")  # SkyRL's validate_cfg demands one for wandb
     name, fixed = script.removesuffix(" + fix"), script.endswith(" + fix")
     args = recorded_command(name, tmp_path)
     code, out, err = run_dry(args)
-    if name == "seed_run_bird_grpo_smoke.sh":
-        # the seed itself stops here, in build_rl_config's assert: mini-batch 16 rows / 8 GPUs = 2 per
+    if name == "legacy_run_bird_grpo_smoke.sh":
+        # the legacy integration itself stops here, in build_rl_config's assert: mini-batch 16 rows / 8 GPUs = 2 per
         # rank, not a whole ZoRRo group of 4. ZoRRo is our default, not the launcher's setting: off,
         # said aloud, and SkyRL's own micro-batch (1 row) trains the 2 rows each rank gets
         assert SENT[name]["assertion"].startswith("per-DP-rank mini-batch (2) must be divisible")
@@ -371,12 +379,12 @@ def test_seed_launchers_send_what_the_seed_sent_but_where_the_readme_says_why(sc
     document = document_of(out)
     client, shape = document["plan"]["client"], document["plan"]["shape"]
     sent = json.loads(json.dumps(SENT[name]).replace("$HOME", str(tmp_path)))
-    differing = seed_differences(sent, client)
-    unexplained = {k: v for k, v in differing.items() if k not in SEED_DIFFERENCES}
+    differing = legacy_differences(sent, client)
+    unexplained = {k: v for k, v in differing.items() if k not in LEGACY_DIFFERENCES}
     assert not unexplained, unexplained
-    for path, (ours, seed) in differing.items():
-        assert SEED_DIFFERENCES[path][1](ours, seed), (path, ours, seed)
-    # the fields the seed's users tune by hand, equal (GPUs, TP, memory, batch shape, ZeRO, ZoRRo, lr)
+    for path, (ours, legacy) in differing.items():
+        assert LEGACY_DIFFERENCES[path][1](ours, legacy), (path, ours, legacy)
+    # the fields the legacy integration's users tune by hand, equal (GPUs, TP, memory, batch shape, ZeRO, ZoRRo, lr)
     for path in (
         "training_gpus", "sampling_gpus", "log_prob_gpus", "model_name", "seed", "max_seq_len",
         "training.checkpoint_path", "sampling.vllm.tensor_parallel_size", "sampling.vllm.gpu_memory_utilization",
@@ -385,7 +393,7 @@ def test_seed_launchers_send_what_the_seed_sent_but_where_the_readme_says_why(sc
         "training.ds_worker_config.max_token_len", "training.ds_worker_config.zorro_train_enable",
     ):  # fmt: skip
         assert path not in differing, (path, differing.get(path))
-    # the seed's warmup (training_config, which 0.1.4's on-prem client cannot send) is a DeepSpeed
+    # the legacy warmup (training_config, which 0.1.4's on-prem client cannot send) is a DeepSpeed
     # schedule over the run's own optimizer steps
     ratio = sent["training_config"]["lr_scheduler"]["warmup_ratio"]
     scheduler = client["training"]["ds_config"].get("scheduler")
@@ -393,12 +401,12 @@ def test_seed_launchers_send_what_the_seed_sent_but_where_the_readme_says_why(sc
         assert scheduler["params"]["warmup_num_steps"] == round(ratio * shape["training_horizon"]) > 0
     else:
         assert scheduler is None
-    # the seed's sync knobs (sent per sync_weights call) are 0.1.4's TrainingConfig fields
+    # the legacy sync knobs (sent per sync_weights call) are 0.1.4's TrainingConfig fields
     knobs = {a.split("=")[0]: a.split("=")[1] for a in args if a.startswith("trainer.arctic_rl.")}
     for knob, field in (("cuda_ipc_weight_sync", "cuda_ipc"), ("low_memory_weight_sync", "low_memory")):
         assert client["training"][field] is (knobs.get(f"trainer.arctic_rl.{knob}", "false") == "true")
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    table = readme[readme.index("#### Coming from the SkyRL integration") :]
+    readme = README.read_text(encoding="utf-8")
+    table = readme[readme.index("### Coming from the SkyRL integration") :]
     table = table[table.index("Field by field") : table.index("<!-- skyrl-legacy-keys:start -->")]
     for path in differing:
-        assert f"| {SEED_DIFFERENCES[path][0]} |" in table, path
+        assert f"| {LEGACY_DIFFERENCES[path][0]} |" in table, path

@@ -97,7 +97,7 @@ E2E_LORA = [
 
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory, bird_train_rows):
-    from arctic_rl_core.backends.reference.engine import ReferenceBackend
+    from arctic_rl_testbed.reference.engine import ReferenceBackend
     from skyrl_e2e_run import run_grpo
 
     root = tmp_path_factory.mktemp("skyrl_lora")
@@ -123,7 +123,7 @@ def lora_run(tmp_path_factory, bird_train_rows):
 
 
 def test_skyrl_grpo_trains_lora_adapters_for_two_steps(lora_run):
-    from arctic_rl_core.backends.reference.lora import is_adapter
+    from arctic_rl_testbed.reference.lora import is_adapter
     from skyrl_e2e_run import logged_steps
 
     exp, engine, start = lora_run

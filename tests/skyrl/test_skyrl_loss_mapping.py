@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from adapter_skyrl.config import SKYRL_POLICY_LOSSES, parse_cli, to_arctic_config
 from arctic_rl_core.config import ConfigError
-from arctic_rl_core.losses import POLICY_LOSSES, SERVER_LOSS_FN
+from arctic_rl_losses import POLICY_LOSSES, SERVER_LOSS_FN
 
 RAY = [
     "trainer.placement.colocate_all=false",
@@ -112,4 +112,4 @@ def test_done_when_cases_pass_the_dry_run_on_ray_with_no_problem(overrides, clip
         "ppo_clip",
         clip_high,
     )
-    assert SERVER_LOSS_FN.startswith("arctic_rl_core.losses.")
+    assert SERVER_LOSS_FN.startswith("arctic_rl_losses.")

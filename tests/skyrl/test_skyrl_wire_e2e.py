@@ -83,7 +83,7 @@ def test_wire_run_trains_with_text_prompts_and_a_learning_signal(wire, plain_run
     for step in steps.values():
         assert math.isfinite(step["policy/policy_loss"]) and step["policy/grad_norm"] > 0
         # prompts are not echoed back: the generator used its own tokenisation, of the same length
-        assert step["generate/prompt_retokenization_drift"] == 0
+        assert step["token_drift/prompts_repaired"] == 0
         assert step["loss/avg_raw_advantages_abs"] > 0.1  # rewards differ within every group
         assert step["policy/arctic/actor/pg_loss"] != 0  # the policy term (2nd epoch: ratio != 1)
     for batch in exp.generator.batches:  # n_samples_per_prompt=2: each pair is one prompt's group

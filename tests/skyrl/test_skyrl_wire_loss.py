@@ -12,7 +12,7 @@ import pytest
 from adapter_skyrl.config import parse_cli, to_arctic_config
 from adapter_skyrl.trace import PayloadTrace
 from arctic_rl_core.backends.arctic import ArcticBackend
-from arctic_rl_core.losses import SERVER_LOSS_FN
+from arctic_rl_losses import SERVER_LOSS_FN
 from loss_wire_checks import check_wire_run, wire_grpo_steps
 from skyrl_e2e_run import TINY_GRPO, TINY_MODEL, logged_steps, run_grpo
 from wire_server import REFERENCE_MODEL_NAME, tiny_model_dir, wire, wire_server  # noqa: F401  (fixtures)

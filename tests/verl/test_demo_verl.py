@@ -10,7 +10,7 @@ import json
 import os
 
 import pytest
-from arctic_rl_core.demo.run_log import MetricsLog
+from arctic_rl_testbed.demo.run_log import MetricsLog
 from demo_checks import (
     assert_interrupted_then_resumed,
     assert_real_grpo_steps,
@@ -68,7 +68,7 @@ def test_rollout_reward_and_ex_are_those_of_verls_rollout_dump(interrupted_then_
 def test_the_adapter_registers_its_demo_driver():
     # the core's demo finds the GRPO phase through the adapter's entry point (the core imports no adapter)
     from adapter_verl.demo_driver import run_grpo
-    from arctic_rl_core.demo.drivers import load_driver, registered_frameworks
+    from arctic_rl_testbed.demo.drivers import load_driver, registered_frameworks
 
     assert registered_frameworks() == ["verl"]
     assert load_driver("verl") is run_grpo
@@ -83,7 +83,7 @@ def test_demo_server_flags_compose_into_verls_config(tmp_path, colocate):
     from adapter_verl.config import arctic_config_from_verl
     from adapter_verl.demo_driver import verl_overrides
     from adapter_verl.main import compose, with_arctic_defaults
-    from arctic_rl_core.demo.options import DemoOptions
+    from arctic_rl_testbed.demo.options import DemoOptions
 
     options = DemoOptions(out=str(tmp_path), server="http://127.0.0.1:8123", colocate=colocate, steps=2)
     model = tmp_path / "warm_start" / "hf"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from arctic_rl_core.advantages import token_level_grpo_advantages
-from arctic_rl_core.parity.advantage_cases import random_grpo_batch
+from arctic_rl_testbed.parity.advantage_cases import random_grpo_batch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 

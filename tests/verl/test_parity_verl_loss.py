@@ -1,5 +1,5 @@
 """Math parity: the reference backend's `verl_grpo` loss equals verl 0.9.1's own policy-loss code,
-bit for bit (rtol = 0), on the seeded random cases of `arctic_rl_core.parity.loss_cases`.
+bit for bit (rtol = 0), on the seeded random cases of `arctic_rl_testbed.parity.loss_cases`.
 
 Compared: `core_algos.get_policy_loss_fn("vanilla")` (vanilla PPO with clip, dual clip, rollout
 IS weights, `agg_loss` with the global batch info) against `policy_loss_vanilla` + `aggregate`;
@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from arctic_rl_core.backends.reference.loss import (
+from arctic_rl_testbed.parity.loss_cases import PolicyLossCase, random_policy_loss_case
+from arctic_rl_testbed.reference.loss import (
     KL_LOSS_TYPES,
     LOSS_AGG_MODES,
     GlobalBatchInfo,
@@ -31,7 +32,6 @@ from arctic_rl_core.backends.reference.loss import (
     kl_penalty,
     policy_loss_vanilla,
 )
-from arctic_rl_core.parity.loss_cases import PolicyLossCase, random_policy_loss_case
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn
 from verl.trainer.ppo.core_algos import kl_penalty as verl_kl_penalty
 from verl.utils import tensordict_utils as tu
@@ -322,13 +322,13 @@ def test_server_clip_ratios_are_verls_defaults():
     )  # fmt: skip
 
 
-# -- arctic_rl_core.losses: every family verl names, against verl's own registered function ---------
+# -- arctic_rl_losses: every family verl names, against verl's own registered function ---------
 
-from arctic_rl_core.losses import LOSS_AGG_MODES as CORE_AGG_MODES  # noqa: E402
-from arctic_rl_core.losses.aggregation import aggregate as core_aggregate  # noqa: E402
-from arctic_rl_core.losses.families import FamilyParams, policy_terms  # noqa: E402
-from arctic_rl_core.losses.policy import GlobalCounts, actor_loss  # noqa: E402
-from arctic_rl_core.losses.settings import LossSettings  # noqa: E402
+from arctic_rl_losses import LOSS_AGG_MODES as CORE_AGG_MODES  # noqa: E402
+from arctic_rl_losses.aggregation import aggregate as core_aggregate  # noqa: E402
+from arctic_rl_losses.families import FamilyParams, policy_terms  # noqa: E402
+from arctic_rl_losses.policy import GlobalCounts, actor_loss  # noqa: E402
+from arctic_rl_losses.settings import LossSettings  # noqa: E402
 from verl.workers.config.actor import PolicyLossConfig  # noqa: E402
 
 # verl loss_mode -> core family (the verl adapter's VERL_POLICY_LOSSES, restated so a change shows)
@@ -466,7 +466,7 @@ def test_parity_covers_every_loss_the_adapter_sends():
     """Every verl loss_mode the adapter maps has its bit-for-bit parity test here; the core families
     verl has no mode for are SkyRL's (ppo_clip = regular, rollout_is: tests/skyrl)."""
     from adapter_verl.config import VERL_POLICY_LOSSES
-    from arctic_rl_core.losses import POLICY_LOSSES
+    from arctic_rl_losses import POLICY_LOSSES
 
     assert VERL_POLICY_LOSSES == VERL_FAMILIES
     assert set(POLICY_LOSSES) - set(VERL_FAMILIES.values()) == {"ppo_clip", "rollout_is"}

@@ -28,7 +28,7 @@ from parity_trace_checks import (
     trace_dir,
 )
 
-pytest.importorskip("arctic_rl_core.backends.reference.engine", reason="reference engine not landed yet")
+pytest.importorskip("arctic_rl_testbed.reference.engine", reason="reference engine not landed yet")
 
 
 def _rows_tensordict(rows):
@@ -55,13 +55,13 @@ def recorded(tmp_path_factory):
     from adapter_verl.main import compose, with_arctic_defaults
     from adapter_verl.session import SessionInfo
     from adapter_verl.worker import ArcticActorRolloutRefWorker
-    from arctic_rl_core.backends.reference.engine import ReferenceBackend
-    from arctic_rl_core.backends.reference.model import save_model_dir
-    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
     from arctic_rl_core.config import ArcticRLConfig
-    from arctic_rl_core.parity.recording import RecordingBackend, weights_digest
-    from arctic_rl_core.parity.scenario import CANONICAL, canonical_rollouts, token_level_rewards
-    from arctic_rl_core.parity.trace_file import ParityTraceWriter, read_trace
+    from arctic_rl_testbed.parity.recording import RecordingBackend, weights_digest
+    from arctic_rl_testbed.parity.scenario import CANONICAL, canonical_rollouts, token_level_rewards
+    from arctic_rl_testbed.parity.trace_file import ParityTraceWriter, read_trace
+    from arctic_rl_testbed.reference.engine import ReferenceBackend
+    from arctic_rl_testbed.reference.model import save_model_dir
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
     from omegaconf import OmegaConf
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
     from verl.utils import tensordict_utils as tu

@@ -40,8 +40,8 @@ def _write_parquet(rows, path) -> None:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    from arctic_rl_core.parity.scenario import dataset_rows
-    from arctic_rl_core.parity.trace_file import read_trace
+    from arctic_rl_testbed.parity.scenario import dataset_rows
+    from arctic_rl_testbed.parity.trace_file import read_trace
 
     root = tmp_path_factory.mktemp("verl_parity_wire")
     setup = prepare(root, "verl")
@@ -105,7 +105,7 @@ def test_verl_trains_every_step_on_the_fixed_rollouts(recorded):
 def test_verl_trace_holds_the_trainers_calls_in_order(recorded):
     setup, _, calls = recorded
     scenario = setup.scenario
-    from arctic_rl_core.losses import IMPORT_PROBE_FN
+    from arctic_rl_losses import IMPORT_PROBE_FN
 
     # without the loss-import probe `ArcticBackend.from_config` sends first (loss.loss_fn=arctic_rl_core)
     ops = [c.op for c in calls if (c.record.get("processing") or {}).get("loss_fn") != IMPORT_PROBE_FN]

@@ -379,8 +379,8 @@ def test_the_demos_async_option_is_verls_separate_async(tmp_path):
     from adapter_verl.config import resolve
     from adapter_verl.demo_driver import run_grpo, verl_overrides
     from adapter_verl.main import compose, with_arctic_defaults
-    from arctic_rl_core.demo.drivers import supports_async
-    from arctic_rl_core.demo.options import DemoOptions
+    from arctic_rl_testbed.demo.drivers import supports_async
+    from arctic_rl_testbed.demo.options import DemoOptions
 
     options = DemoOptions(framework="verl", out=str(tmp_path / "run"), steps=2, max_staleness=1)
     overrides = verl_overrides(

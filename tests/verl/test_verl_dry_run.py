@@ -519,3 +519,24 @@ def test_printed_fixes_are_typeable_as_given(tmp_path):
         "Fix: set +remote_backend.core.deepspeed.zero_stage=3, or actor_rollout_ref.actor.fsdp_config.param_offload=false"
         in problem
     ), problem
+
+
+def test_a_damaged_checkpoint_is_named_before_ray_starts(capsys, tmp_path, monkeypatch):
+    """verl 0.9.1 starts from scratch without latest_checkpointed_iteration.txt (and from the dataloader's
+    start without a readable data.pt); the adapter's entry point checks the folder first: one message."""
+    import ray
+    from adapter_verl.main import main
+
+    monkeypatch.setenv("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    checkpoints = tmp_path / "ckpt"
+    (checkpoints / "global_step_3").mkdir(parents=True)  # saved, but the latest-step file is gone
+    with pytest.raises(SystemExit) as info:
+        main([*STOCK_QWEN2_7B, f"trainer.default_local_dir={checkpoints}"])
+    err = capsys.readouterr().err
+    assert info.value.code == 1 and not ray.is_initialized() and "Traceback" not in err
+    latest = checkpoints / "latest_checkpointed_iteration.txt"
+    assert (
+        f"adapter_verl: cannot resume: {latest}: missing, but {checkpoints} holds checkpoints of steps 3"
+        in err
+    )
+    assert "silently start again at step 1" in err

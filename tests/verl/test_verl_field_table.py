@@ -167,7 +167,7 @@ def test_readme_carries_the_table():
     from adapter_verl.field_table import VERL_FIELDS
     from arctic_rl_core.config.framework_fields import marked_section
 
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "packages" / "adapter-verl" / "README.md").read_text(encoding="utf-8")
     assert marked_section(readme, "verl-fields") == VERL_FIELDS.markdown()
 
 

@@ -1,6 +1,6 @@
-"""The verl adapter's seam (`adapter_verl.verl_internals`): every verl/Ray internal it lists still
+"""The verl adapter's framework internals (`adapter_verl.verl_internals`): every verl/Ray internal it lists still
 exists in the installed verl 0.9.1 / Ray with the shape the adapter uses, and the adapter touches
-no private framework symbol the seam does not list. A new verl release fails here, by name."""
+no private framework symbol the list does not name. A new verl release fails here, by name."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import inspect
 import pytest
 from adapter_verl import verl_internals
 from adapter_verl.verl_internals import INTERNALS
-from seam_checks import problem, unlisted_internals
+from framework_internals_checks import problem, unlisted_internals
 
 
 @pytest.mark.parametrize("entry", INTERNALS, ids=lambda entry: entry.label)
@@ -27,7 +27,7 @@ def test_the_adapter_touches_no_unlisted_private_framework_symbol():
 
 
 def test_the_completeness_check_catches_a_private_access():
-    # the scan must be able to fail: without the seam's list, the adapter's overrides are found
+    # the scan must be able to fail: without the list, the adapter's overrides are found
     found = unlisted_internals("adapter_verl", "adapter_verl.verl_internals", (), ("verl", "ray"))
     assert any("_init_resource_pool_mgr" in line for line in found)
     assert any("_check_resource_available" in line for line in found)

@@ -2,9 +2,10 @@
 overrides each script passes, expanded by its own bash) through `python -m adapter_verl.main --dry-run`'s
 check, with only the entry point switched, as a new user would run it: each must end as
 tests/verl/launchers/expected.yaml says, a pass or a refusal of exactly the fields listed there (each
-one something the Arctic stack cannot do, of a kind the README lists with its reason). In process, no
-Ray: about 1 s of CPU per launcher (Hydra composes each twice: once for the FSDP stand-in's field list,
-cached, and once for the launcher). The README's figure is the one computed here."""
+one something the Arctic stack cannot do, of a kind the package README lists with its reason). In
+process, no Ray; each launcher is composed and checked once (`outcome` is cached: the figure test reuses
+the per-launcher results), verl's default config once for all. The README's figure is the one computed
+here."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 HERE = Path(__file__).resolve().parent / "launchers"
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "packages" / "adapter-verl" / "README.md"
 RECORDED = json.loads((HERE / "recorded.json").read_text())
 EXPECTED = yaml.safe_load((HERE / "expected.yaml").read_text())
 LAUNCHERS = sorted(k for k, v in RECORDED["launchers"].items() if v.get("entry"))

@@ -172,7 +172,7 @@ def problems_of(err: str) -> list[str]:
 
 # What the legacy integration's `_initialize_client` builds from each launcher (read from its source): the
 # client config fields, by dotted path. `checkpoint_path` is verl's trainer.default_local_dir as is.
-INCUMBENT = {
+LEGACY_CLIENT_FIELDS = {
     "bird": {
         "model_name": "Qwen/Qwen3-0.6B",
         "seed": 42,
@@ -232,8 +232,8 @@ INCUMBENT = {
         "backend.type": "onprem",
     },
 }
-INCUMBENT["gsm8k"] = {
-    **INCUMBENT["bird"],
+LEGACY_CLIENT_FIELDS["gsm8k"] = {
+    **LEGACY_CLIENT_FIELDS["bird"],
     "max_seq_len": 1536,
     "backend.colocate": False,
     "training.checkpoint_path": "checkpoints/arctic_rl_gsm8k_arctic_platform/"
@@ -247,7 +247,7 @@ INCUMBENT["gsm8k"] = {
     "training.ds_worker_config.rollout_n": 5,
     "sampling.vllm.max_model_len": 1536,
 }
-del INCUMBENT["gsm8k"]["training.ds_config.scheduler"]
+del LEGACY_CLIENT_FIELDS["gsm8k"]["training.ds_config.scheduler"]
 
 # The one problem each launcher has on the 0.1.4 server, and its fix (README table).
 FIXES = {
@@ -378,7 +378,7 @@ def test_legacy_launcher_dry_run(launcher, capsys, config_dir, monkeypatch, tmp_
     code, out, err = dry_run(capsys, [*argv, fix])
     assert code == 0, err
     client = yaml.safe_load(out.partition("Arctic RL run settings")[0])["plan"]["client"]
-    theirs_all = INCUMBENT[launcher]
+    theirs_all = LEGACY_CLIENT_FIELDS[launcher]
     differing = {}
     for path, theirs in theirs_all.items():
         ours = _get(client, path)
@@ -392,9 +392,9 @@ def test_legacy_launcher_dry_run(launcher, capsys, config_dir, monkeypatch, tmp_
     assert not unexplained, unexplained
     for path, (ours, theirs) in differing.items():
         assert DIFFERENCES[path][1](ours, theirs), (path, ours, theirs)
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### Coming from Arctic's verl integration") :]
-    section = section[: section.index("### The verl mapping table")]
+    readme = (REPO / "packages" / "adapter-verl" / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Coming from Arctic's verl integration") :]
+    section = section[: section.index("## The verl mapping table")]
     for path in differing:
         assert f"| {DIFFERENCES[path][0]} |" in section, path
 

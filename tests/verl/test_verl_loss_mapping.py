@@ -31,7 +31,7 @@ def core():
 
 
 def test_gspo_validates_on_ray(core):
-    from arctic_rl_core.losses import SERVER_LOSS_FN
+    from arctic_rl_losses import SERVER_LOSS_FN
 
     cfg = core(
         "actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "actor_rollout_ref.actor.clip_ratio_high=0.28"
@@ -92,7 +92,7 @@ def test_done_when_gspo_passes_the_dry_run_on_ray_with_no_problem(capsys):
     `policy_loss.loss_mode=gspo` on backend.kind=ray, 0 problems, the loss named by dotted path."""
     import yaml
     from adapter_verl.main import main
-    from arctic_rl_core.losses import SERVER_LOSS_FN
+    from arctic_rl_losses import SERVER_LOSS_FN
 
     with pytest.raises(SystemExit) as info:
         main(
@@ -112,4 +112,4 @@ def test_done_when_gspo_passes_the_dry_run_on_ray_with_no_problem(capsys):
     loss = document["config"]["loss"]
     assert document["config"]["backend"]["kind"] == "ray"
     assert (loss["loss_fn"], loss["policy_loss"]) == ("arctic_rl_core", "gspo")
-    assert SERVER_LOSS_FN.startswith("arctic_rl_core.losses.")
+    assert SERVER_LOSS_FN.startswith("arctic_rl_losses.")

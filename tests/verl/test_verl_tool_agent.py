@@ -45,8 +45,8 @@ def root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def model_dir(root) -> Path:
-    from arctic_rl_core.backends.reference.model import save_model_dir
-    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+    from arctic_rl_core.config.reference_model import ReferenceModelConfig
+    from arctic_rl_testbed.reference.model import save_model_dir
 
     return save_model_dir(root / "model", ReferenceModelConfig(**TINY_MODEL), seed=42)
 
@@ -225,7 +225,7 @@ def test_the_sampler_conditioned_every_turn_on_verls_ids(runs):
     """The server's record of each generate: the digest of (its tokenisation of the prompt text, the ids
     it served). verl's ids before each turn, with that turn's ids, give every digest the server logged:
     the decoded text re-encoded to exactly verl's ids, turn by turn."""
-    from arctic_rl_core.backends.reference.http_server import rollout_digest
+    from arctic_rl_testbed.reference.http_server import rollout_digest
 
     _, arctic, _, requests, _, _ = runs
     served = [d for r in requests if r["route"] == "/generate" for d in r["rollouts"]]

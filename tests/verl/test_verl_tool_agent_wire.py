@@ -39,8 +39,8 @@ ROWS = len(SCENARIOS)  # one step: every question once (rollout.n=1)
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     import pandas as pd
-    from arctic_rl_core.backends.reference.model import save_model_dir
-    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+    from arctic_rl_core.config.reference_model import ReferenceModelConfig
+    from arctic_rl_testbed.reference.model import save_model_dir
 
     root = tmp_path_factory.mktemp("verl_tool_agent_wire")
     save_model_dir(root / "model", ReferenceModelConfig(**TINY_MODEL), seed=42)
@@ -140,7 +140,7 @@ def _dumped(workdir: Path, step: int) -> list[dict]:
 
 
 def test_every_turn_is_sampled_on_verls_ids_and_every_trained_row_is_a_whole_conversation(workdir, run):
-    from arctic_rl_core.backends.reference.http_server import rollout_digest
+    from arctic_rl_testbed.reference.http_server import rollout_digest
 
     _, requests = run
     generates = _generates(workdir)

@@ -29,27 +29,23 @@ import time
 from pathlib import Path
 
 import pytest
-from verl_e2e_run import prepare_workdir, run_overrides, step_metrics
+from verl_e2e_run import (
+    REF_LOGPROBS,
+    SHUT_DOWN,
+    START_UP,
+    SYNC_COLOCATED,
+    TO_TRAINING,
+    control_routes,
+    prepare_workdir,
+    run_overrides,
+    step_metrics,
+)
 
 pytest.importorskip("arctic_platform.client")
 
 TRAIN_BATCH, ROLLOUT_N, MAX_RESPONSE, VAL_ROWS = 2, 2, 8, 10
-# the weight-sync policy's sequences (arctic_rl_core.weight_sync): colocated, the trainer gives the
-# devices back after the sync; separate, nothing sleeps
-SYNC_COLOCATED = [
-    "sleep-training(non_lp)",
-    "wake-inference(['weights'])",
-    "weight-sync",
-    "wake-inference(['kv_cache'])",
-    "reset-prefix-cache",
-    "sleep-training(all)",
-]
+# the weight-sync policy's sequence when separate (nothing sleeps; colocated: verl_e2e_run.SYNC_COLOCATED)
 SYNC_SEPARATE = ["weight-sync", "reset-prefix-cache"]
-# verl's per-step order on the forwarder: the replica hands the devices to training after sampling,
-# old log-probs on the training job, reference log-probs on the log-prob job (woken for it)
-TO_TRAINING = ["sleep-inference(2)", "wake-training"]
-REF_LOGPROBS = ["wake-log-prob", "sleep-log-prob"]
-DATA_ROUTES = {"forward", "forward-backward", "step", "status", "health"}
 VAL_METRIC = "val-core/bird/acc/mean@1"  # verl's core validation metric of the `bird` data source
 RUN_SECONDS: dict[str, float] = {}
 
@@ -125,31 +121,6 @@ def _run(root: Path, server, label: str, **kw) -> tuple[str, list[dict]]:
     return log, server.requests(mark)
 
 
-def _control_routes(requests: list[dict]) -> list[str]:
-    """Sleep/wake/sync/checkpoint calls and generates, in the order the server received them (from
-    whichever client sent them); job set-up polls and training data calls left out."""
-    names = []
-    for entry in requests:
-        route = entry["route"].lstrip("/")
-        assert entry["status"] == 200, entry
-        if route == "operation":
-            route = entry["operation_type"]
-        if route.startswith("job/") or route in DATA_ROUTES:
-            continue
-        detail = entry.get("mode") or entry.get("tags") or entry.get("level") or entry.get("job_type")
-        names.append(f"{route}({detail})" if detail is not None else route)
-    return names
-
-
-def _collapse_generates(routes: list[str]) -> list[str]:
-    """Consecutive generates (one per rollout request) as one `generate`."""
-    out: list[str] = []
-    for name in routes:
-        if not (name == "generate" and out and out[-1] == "generate"):
-            out.append(name)
-    return out
-
-
 def _trace(root: Path, steps: int) -> list[dict]:
     from adapter_verl.trace import read_trace
 
@@ -160,14 +131,6 @@ def _dumped(directory: Path, step: int) -> list[dict]:
     return [json.loads(line) for line in (directory / f"{step}.jsonl").read_text().splitlines()]
 
 
-START_UP = [
-    "initialize(sampling)",
-    "initialize(log_prob)",
-    "initialize(training)",
-]
-SHUT_DOWN = ["destroy(training)", "destroy(sampling)", "destroy(log_prob)"]
-
-
 @pytest.fixture(scope="module")
 def colocated(wire_server, workdir):
     return _run(workdir, wire_server, "colocated", colocate=True, steps=2, validate=True)
@@ -176,7 +139,7 @@ def colocated(wire_server, workdir):
 @pytest.fixture(scope="module")
 def resumed(wire_server, workdir, colocated):
     # the resumed step trains with verl's GSPO (issue 16's verl case), computed on the server by
-    # dotted path (arctic_rl_core.losses); the checkpoint holds weights and optimizer, not the loss
+    # dotted path (arctic_rl_losses); the checkpoint holds weights and optimizer, not the loss
     return _run(
         workdir,
         wire_server,
@@ -190,7 +153,7 @@ def resumed(wire_server, workdir, colocated):
 
 def test_colocated_sleeps_and_wakes_every_step_in_the_policy_order(wire, colocated):
     _, requests = colocated
-    routes = _collapse_generates(_control_routes(requests))
+    routes = control_routes(requests)
     # start-up: the log-prob job sleeps until needed, the replica hands the devices to training,
     # the worker syncs the initial weights (training sleeps again). Then per step: sampling (after
     # the validation before it, on the same awake sampler), the devices to training, log-probs,
@@ -200,7 +163,7 @@ def test_colocated_sleeps_and_wakes_every_step_in_the_policy_order(wire, colocat
     expected = [*start, *step, *SYNC_COLOCATED, *step, "save", *SYNC_COLOCATED, "generate", *SHUT_DOWN]
     assert routes == expected, routes
     # never a generate while inference sleeps, never a sync into a sleeping sampler (the server's
-    # state guard would have answered 409, which _control_routes refuses)
+    # state guard would have answered 409, which control_routes refuses)
 
 
 def test_every_process_holds_its_own_client_and_the_replica_reports_the_synced_version(workdir, colocated):
@@ -272,7 +235,7 @@ def test_validation_runs_before_training_and_after_every_step(workdir, colocated
 
 def test_resume_in_the_separate_layout_continues_from_the_checkpoint(wire, workdir, resumed):
     log, requests = resumed
-    routes = _collapse_generates(_control_routes(requests))
+    routes = control_routes(requests)
     # nothing sleeps when not colocated (no job shares devices with another); the restored weights
     # are synced before the first rollout; verl saves its last step before that step's sync
     assert routes == [
@@ -305,9 +268,9 @@ def test_resume_in_the_separate_layout_continues_from_the_checkpoint(wire, workd
 def test_resumed_step_trains_gspo_on_the_server_by_dotted_path(workdir, colocated, resumed):
     """verl's `policy_loss.loss_mode=gspo` through verl's own trainer over the wire: every
     forward-backward names the server loss by dotted path with the gspo family, the server imported it
-    (the start-up probe is a no-grad forward naming arctic_rl_core.losses.server.import_probe) and
+    (the start-up probe is a no-grad forward naming arctic_rl_losses.server.import_probe) and
     trained with it."""
-    from arctic_rl_core.losses import SERVER_LOSS_FN
+    from arctic_rl_losses import SERVER_LOSS_FN
 
     log, requests = resumed
     train = [r for r in _trace(workdir, 3) if r["op"] == "forward_backward"]

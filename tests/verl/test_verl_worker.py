@@ -47,8 +47,8 @@ def arctic_cfg():
 
 @pytest.fixture(scope="module")
 def backend(arctic_cfg):
-    from arctic_rl_core.backends.reference.engine import ReferenceBackend
-    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+    from arctic_rl_testbed.reference.engine import ReferenceBackend
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
     engine = ReferenceBackend(ReferenceEngineSettings.from_config(arctic_cfg))
     yield engine
@@ -59,7 +59,7 @@ def backend(arctic_cfg):
 def session(arctic_cfg, backend, run_dir):
     from adapter_verl.config import ArcticVerlSettings
     from adapter_verl.session import SessionInfo
-    from arctic_rl_core.backends.reference.model import save_model_dir
+    from arctic_rl_testbed.reference.model import save_model_dir
 
     model_dir = save_model_dir(run_dir / "model", arctic_cfg.backend.reference, arctic_cfg.determinism.seed)
     settings = ArcticVerlSettings(

@@ -10,6 +10,7 @@ its own `main_base` with `trainer.override_entrypoint=adapter_skyrl.main`, verl 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -24,7 +25,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
-PACKAGES = ("arctic_rl_core", "adapter_skyrl", "adapter_verl")
+PACKAGES = ("arctic_rl_core", "arctic_rl_losses", "arctic_rl_testbed", "adapter_skyrl", "adapter_verl")
 TIMEOUT_S = 900
 TINY_MODEL = {"num_layers": 1, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
 
@@ -83,8 +84,13 @@ def workdir(tmp_path_factory, wheels) -> Path:
     sample preprocessed to parquet and the reference backend's tiny model (for verl's tokenizer)."""
     root = tmp_path_factory.mktemp("outside")
     assert REPO not in root.parents
-    core = f"{wheels}/arctic_rl_core-0.1.0-py3-none-any.whl[reference]"
-    prefix = [_uv(), "run", "-q", "--isolated", "--no-project", "--python", "3.12", "--with", core, "--"]
+    prefix = [_uv(), "run", "-q", "--isolated", "--no-project", "--python", "3.12"]
+    for wheel in ("arctic_rl_core", "arctic_rl_losses", "arctic_rl_testbed"):
+        prefix += [
+            "--with",
+            f"{wheels}/{wheel}-0.1.0-py3-none-any.whl" + ("[reference]" if "testbed" in wheel else ""),
+        ]
+    prefix.append("--")
     env = _clean_env(wheels)
     run = lambda *argv: subprocess.run([*prefix, *argv], cwd=root, env=env, check=True, timeout=TIMEOUT_S)  # noqa: E731
     run("arctic-rl", "bird", "sample", "--out", "bird")
@@ -93,8 +99,8 @@ def workdir(tmp_path_factory, wheels) -> Path:
     run(
         "python",
         "-c",
-        "from arctic_rl_core.backends.reference.model import save_model_dir; "
-        "from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig; "
+        "from arctic_rl_testbed.reference.model import save_model_dir; "
+        "from arctic_rl_core.config.reference_model import ReferenceModelConfig; "
         f"save_model_dir('model', ReferenceModelConfig({args}), seed=42)",
     )
     return root
@@ -119,6 +125,55 @@ def run_launcher(name: str, overrides: list[str], workdir: Path, wheels: Path, l
     return text
 
 
+# One micro-batch in the Arctic server's packed layout (two rows: prompt 2 + response 4, prompt 3 +
+# response 3), the server-side loss and the import probe on it; prints what a test compares.
+LOSS_SCRIPT = """
+import json, sys
+from importlib.metadata import distribution
+import torch
+import arctic_rl_losses
+from arctic_rl_losses.server import import_probe, policy_loss
+g = torch.Generator().manual_seed(0)
+T = 12
+batch = {"response_lens": torch.tensor([4, 3]), "sequence_offsets": torch.tensor([6, 12]),
+         "response_mask": torch.ones(1, T), "advantages": torch.randn(1, T, generator=g),
+         "old_log_probs": -torch.rand(1, T, generator=g)}
+outputs = {"logprobs": (-torch.rand(1, T, generator=g, dtype=torch.float64)).requires_grad_()}
+meta = {"actor_config": {"clip_ratio": 0.2}, "policy_loss_config": {"loss_mode": "dual_clip"}}
+loss, metrics = policy_loss(outputs, batch, meta, {}, "cpu")
+loss.backward()
+print(json.dumps({
+    "loss": loss.item(), "grad": outputs["logprobs"].grad.tolist(), "probe": import_probe(outputs, batch, meta, {}, "cpu")[1],
+    "file": arctic_rl_losses.__file__, "requires": distribution("arctic-rl-losses").requires or [],
+    "workspace": sorted(m for m in sys.modules if m.split(".")[0] in ("arctic_rl_core", "arctic_rl_testbed", "numpy")),
+}))
+"""
+
+
+def test_the_losses_wheel_runs_the_server_loss_with_torch_alone(wheels, tmp_path):
+    """What the Arctic server's environment installs: the losses wheel and torch, nothing else; the
+    server loss there equals the workspace's on the same micro-batch, gradient included."""
+    losses = f"{wheels}/arctic_rl_losses-0.1.0-py3-none-any.whl"
+    argv = [_uv(), "run", "-q", "--isolated", "--no-project", "--python", "3.12", "--with", losses]
+    argv += ["--with", "torch==2.11.0", "--", "python", "-c", LOSS_SCRIPT]
+    out = subprocess.run(
+        argv, cwd=tmp_path, env=_clean_env(wheels), capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    wheel = json.loads(out.stdout.splitlines()[-1])
+    here = subprocess.run([sys.executable, "-c", LOSS_SCRIPT], capture_output=True, text=True, check=True)
+    workspace = json.loads(here.stdout.splitlines()[-1])
+    assert str(REPO) not in wheel["file"] and str(REPO) in workspace["file"]
+    assert wheel["requires"] == [] and wheel["workspace"] == []
+    assert wheel["loss"] == workspace["loss"] and wheel["grad"] == workspace["grad"]
+    assert any(g != 0.0 for row in wheel["grad"] for g in row)  # the loss reaches the log-probs
+    assert wheel["probe"] == {
+        "arctic_rl_core/import_probe": 1.0,
+        "arctic_rl_core/version_major": 0.0,
+        "arctic_rl_core/version_minor": 1.0,
+    }
+
+
 def test_base_dependencies_carry_no_exact_pins_and_the_extras_exist(wheels):
     for wheel in wheels.glob("*.whl"):
         with zipfile.ZipFile(wheel) as archive:
@@ -126,7 +181,7 @@ def test_base_dependencies_carry_no_exact_pins_and_the_extras_exist(wheels):
             meta = Parser().parsestr(archive.read(meta_name).decode())
         requires = meta.get_all("Requires-Dist") or []
         base = [r for r in requires if "extra ==" not in r]
-        pinned = [r for r in base if "==" in r and not r.startswith("arctic-rl-core")]
+        pinned = [r for r in base if "==" in r and not r.startswith("arctic-rl-")]
         assert pinned == [], f"{wheel.name}: exact pins in base dependencies: {pinned}"
         if wheel.name.startswith("adapter_"):
             assert any(r.startswith("arctic-rl-core") and "==0.1.0" in r for r in base), base

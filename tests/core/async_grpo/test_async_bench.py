@@ -15,7 +15,10 @@ def test_bench_async_prints_the_split_and_the_ratio_last(capsys) -> None:
     assert cli_main.main(argv) == 0
     out = capsys.readouterr().out
     lines = out.strip().splitlines()
-    assert re.fullmatch(r"ratio: \d+\.\d\dx", lines[-1])
+    # a number, or why the machine could not give one (no second free core, load)
+    assert re.fullmatch(r"ratio: \d+\.\d\dx", lines[-1]) or re.fullmatch(
+        r"ratio: not measured \(.+\)", lines[-1]
+    )
     assert re.search(r"sync step split: generation \d+\.\d+ s \(\d+%\), training \d+\.\d+ s \(\d+%\)", out)
     assert re.search(r"staleness of trained groups \(k=1\)\s*│\s*0, 1\s*│", out)  # overlapped, bound held
     assert re.search(r"dropped groups \(k=1\)\s*│\s*0\s*│", out)

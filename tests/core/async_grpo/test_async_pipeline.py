@@ -16,8 +16,6 @@ import torch
 from arctic_rl_core.advantages import grpo_outcome_advantages
 from arctic_rl_core.async_grpo.token_task import TokenTask, even_token_reward
 from arctic_rl_core.backends.protocol import GenerateOutput, SamplingParams
-from arctic_rl_core.backends.reference.engine import ReferenceBackend
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 from arctic_rl_core.config import ArcticRLConfig
 from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
 from arctic_rl_core.wire import (
@@ -28,6 +26,8 @@ from arctic_rl_core.wire import (
     payload_digest,
     response_logprobs,
 )
+from arctic_rl_testbed.reference.engine import ReferenceBackend
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 PROMPT_LEN = 6
 STEPS = 4

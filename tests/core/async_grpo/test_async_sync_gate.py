@@ -104,10 +104,10 @@ def test_on_the_reference_engine_no_generate_lands_inside_a_sync(gated):
     succeeds, the one issued in the window held back until the reset; without it the engine refuses
     that one."""
     from arctic_rl_core.backends.protocol import SamplingParams
-    from arctic_rl_core.backends.reference.engine import ReferenceBackend
-    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
     from arctic_rl_core.config import load_config
     from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
+    from arctic_rl_testbed.reference.engine import ReferenceBackend
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
     cfg = load_config(
         None,

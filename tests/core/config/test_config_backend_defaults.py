@@ -1,4 +1,4 @@
-"""The seed's optimisations: on by default with the Arctic backends (ZoRRo with memory-lean logits and
+"""The legacy integrations' optimisations: on by default with the Arctic backends (ZoRRo with memory-lean logits and
 micro-batches of whole prompt groups, Liger, Arctic Inference with FCA), each one can be turned off,
 and none of them runs on the reference backend, whose plan says so."""
 
@@ -9,7 +9,7 @@ from arctic_rl_core.config import ArcticRLConfig
 _ARCTIC_MIN = {"backend": {"kind": "ray"}, "model": {"name": "Qwen/Qwen3-0.6B"}, "checkpoint": {"path": "/c"}}
 
 
-def test_arctic_backends_default_to_the_seed_optimisations() -> None:
+def test_arctic_backends_default_to_the_legacy_optimisations() -> None:
     cfg = ArcticRLConfig.from_dict(
         {**_ARCTIC_MIN, "batch": {"rollouts_per_prompt": 8, "prompts_per_step": 8}}
     )
@@ -29,7 +29,7 @@ def test_arctic_backends_default_to_the_seed_optimisations() -> None:
     assert "micro_batch_size_per_gpu" not in cfg.batch.model_fields_set
 
 
-def test_each_seed_optimisation_can_be_turned_off() -> None:
+def test_each_legacy_optimisation_can_be_turned_off() -> None:
     cfg = ArcticRLConfig.from_dict(
         {
             **_ARCTIC_MIN,

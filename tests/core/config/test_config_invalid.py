@@ -251,7 +251,7 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
         RAY,
         ["backend.kind=http", "backend.server_has_arctic_rl_core=false", "loss.loss_fn=arctic_rl_core"],
         "loss.loss_fn",
-        "install arctic-rl-core",
+        "install arctic-rl-losses",
     ),
     (
         "server-package-flag-off-http",
@@ -471,7 +471,7 @@ def test_core_loss_on_ray_honours_every_family_setting() -> None:
             "loss.tau_pos=2",
         ],
     )
-    assert cfg.server_loss_fn == "arctic_rl_core.losses.server.policy_loss"
+    assert cfg.server_loss_fn == "arctic_rl_losses.server.policy_loss"
     assert cfg.loss.family_params() == {"tau_pos": 2.0}
     assert _validate(RAY, ["loss.loss_fn=arctic_rl_core", "loss.loss_agg_mode=token-sum"]).server_imports_core
 

@@ -1,4 +1,4 @@
-"""The README's configuration reference is generated from the schema and must be current."""
+"""The configuration reference in arctic-rl-core's README is generated from the schema and must be current."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from arctic_rl_core.config.reference_doc import (
     replace_section,
 )
 
-README = Path(__file__).resolve().parents[3] / "README.md"
-REGENERATE = "python -m arctic_rl_core.config.reference_doc --write README.md"
+README = Path(__file__).resolve().parents[3] / "packages" / "arctic-rl-core" / "README.md"
+REGENERATE = "python -m arctic_rl_core.config.reference_doc --write packages/arctic-rl-core/README.md"
 
 
 def test_readme_section_is_current() -> None:
     text = README.read_text(encoding="utf-8")
-    assert START_MARKER in text and END_MARKER in text, "README.md lacks the config-reference markers"
+    assert START_MARKER in text and END_MARKER in text, f"{README} lacks the config-reference markers"
     assert current_section(text) == render_reference(), f"README config reference is stale: run {REGENERATE}"
 
 

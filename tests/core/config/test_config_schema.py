@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
 from arctic_rl_core.config import ArcticRLConfig, load_config
 from arctic_rl_core.config.errors import all_leaf_paths, schema_paths
+from arctic_rl_core.config.reference_model import ReferenceModelConfig
 from pydantic import ValidationError
 
 CORE_API_GROUPS = (
@@ -66,9 +66,9 @@ def test_loss_fields_the_wire_builder_reads() -> None:
     assert load_config(None, ["loss.loss_fn=sft"]).loss.loss_fn == "sft"
 
 
-def test_leaf_paths_cover_the_knobs_of_the_seed_integrations() -> None:
+def test_leaf_paths_cover_the_knobs_of_the_legacy_integrations() -> None:
     paths = set(all_leaf_paths(ArcticRLConfig))
-    seed_knobs = {
+    legacy_knobs = {
         # SkyRL trainer.arctic_rl.* and the verl remote_backend yaml, by their names here
         "placement.colocate",
         "zorro.enable",
@@ -124,7 +124,7 @@ def test_leaf_paths_cover_the_knobs_of_the_seed_integrations() -> None:
         "batch.max_token_len_per_gpu",
         "checkpoint.path",
     }
-    assert seed_knobs <= paths, sorted(seed_knobs - paths)
+    assert legacy_knobs <= paths, sorted(legacy_knobs - paths)
 
 
 def test_config_is_frozen() -> None:

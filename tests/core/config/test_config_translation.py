@@ -52,7 +52,7 @@ GSM8K_CLIENT: dict[str, Any] = {
             **PRECISION,
             "zero_optimization": {"stage": 2},
         },
-        # ZoRRo with memory-lean logits: the seed's default on the Arctic backends
+        # ZoRRo with memory-lean logits: the legacy integrations' default on the Arctic backends
         "ds_worker_config": {
             "attn_implementation": "flash_attention_2",
             "use_liger": True,
@@ -73,7 +73,7 @@ GSM8K_CLIENT: dict[str, Any] = {
         "low_memory": False,
     },
     "sampling": {
-        # Arctic Inference with FCA: the seed's default on the Arctic backends
+        # Arctic Inference with FCA: the legacy integrations' default on the Arctic backends
         "vllm": {
             "tensor_parallel_size": 1,
             "gpu_memory_utilization": 0.85,
@@ -529,7 +529,7 @@ def test_bird_engine_args_provenance() -> None:
 def test_logprobs_mode_reaches_the_sampling_engine_config() -> None:
     """vllm.logprobs_mode is a typed knob: processed by default (the trainer's apply_temperature log-probs),
     raw on request, in the vllm_config the client sends; engine_args may not set it behind the knob."""
-    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
     reference = _config("reference-cpu.yaml")
     assert reference.vllm.logprobs_mode is None

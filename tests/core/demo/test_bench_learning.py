@@ -1,7 +1,7 @@
 """`arctic-rl bench learning`: the orchestration (each seed's async run starts from its sync run's warm
 start, finished runs reused, a folder with other settings refused), the statistics and the ratio line.
 The demo itself is replaced by a small script writing what a finished demo writes (the real comparison is
-measured with the real demo; see the README's benchmark row)."""
+measured with the real demo; see docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from arctic_rl_core.bench import learning
-from arctic_rl_core.bench.report import print_result
 from arctic_rl_core.cli import main as cli_main
-from arctic_rl_core.demo.run import resolve_options
+from arctic_rl_testbed.bench import learning
+from arctic_rl_testbed.bench.report import print_result
+from arctic_rl_testbed.demo.run import resolve_options
 
 # A finished demo run: config.yaml, metrics (its warm start and accuracy before, unless already there),
 # summary.json with sampled train EX after = 100 + seed - 2k (of 128), before = 90.

@@ -9,10 +9,15 @@ import sys
 
 import pytest
 from arctic_rl_core.cli import main as cli_main
-from arctic_rl_core.demo import launch
-from arctic_rl_core.demo.drivers import ENTRY_POINT_GROUP, load_driver, require_async_support, supports_async
-from arctic_rl_core.demo.options import DemoOptions
-from arctic_rl_core.demo.run import resolve_options
+from arctic_rl_testbed.demo import launch
+from arctic_rl_testbed.demo.drivers import (
+    ENTRY_POINT_GROUP,
+    load_driver,
+    require_async_support,
+    supports_async,
+)
+from arctic_rl_testbed.demo.options import DemoOptions
+from arctic_rl_testbed.demo.run import resolve_options
 from pydantic import ValidationError
 
 

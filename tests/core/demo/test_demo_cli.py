@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 from arctic_rl_core.cli import main as cli_main
-from arctic_rl_core.cli.commands import demo as demo_command
-from arctic_rl_core.demo import launch
-from arctic_rl_core.demo.options import DemoOptions
-from arctic_rl_core.demo.run import default_out, resolve_options, write_config
+from arctic_rl_testbed.cli import demo as demo_command
+from arctic_rl_testbed.demo import launch
+from arctic_rl_testbed.demo.options import DemoOptions
+from arctic_rl_testbed.demo.run import default_out, resolve_options, write_config
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -49,7 +49,7 @@ def test_uv_launch_runs_the_driver_in_the_frameworks_locked_cpu_environment(tmp_
     command = launch.uv_launch("skyrl", forwarded, tmp_path, ["/bin/uv"])
     assert command.argv[:10] == [
         "/bin/uv", "run", "--locked", "--package", "adapter-skyrl", "--extra", "cpu", "python", "-m",
-        "arctic_rl_core.demo.run",
+        "arctic_rl_testbed.demo.run",
     ]  # fmt: skip
     assert command.argv[10:] == forwarded
     assert command.env == {"UV_PROJECT_ENVIRONMENT": str(tmp_path / ".venvs" / "skyrl")}
@@ -171,8 +171,8 @@ def test_options_reject_bad_values_naming_the_field():
 def test_the_command_and_the_light_demo_modules_import_no_heavy_package():
     code = (
         "import sys, arctic_rl_core.cli.main as m; m.build_parser(); "
-        "import arctic_rl_core.demo.run, arctic_rl_core.demo.launch, arctic_rl_core.demo.tasks, "
-        "arctic_rl_core.demo.warm_start, arctic_rl_core.demo.evaluation, arctic_rl_core.demo.drivers; "
+        "import arctic_rl_testbed.demo.run, arctic_rl_testbed.demo.launch, arctic_rl_testbed.demo.tasks, "
+        "arctic_rl_testbed.demo.warm_start, arctic_rl_testbed.demo.evaluation, arctic_rl_testbed.demo.drivers; "
         "print(sorted(n for n in ('torch', 'ray', 'skyrl', 'verl', 'transformers', 'matplotlib') if n in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

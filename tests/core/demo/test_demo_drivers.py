@@ -8,8 +8,8 @@ import importlib
 import sys
 
 import pytest
-from arctic_rl_core.demo import launch
-from arctic_rl_core.demo.drivers import (
+from arctic_rl_testbed.demo import launch
+from arctic_rl_testbed.demo.drivers import (
     ENTRY_POINT_GROUP,
     DriverNotFoundError,
     is_registered,

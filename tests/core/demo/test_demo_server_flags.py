@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from arctic_rl_core.cli import main as cli_main
 from arctic_rl_core.config import ArcticRLConfig
-from arctic_rl_core.demo import launch
-from arctic_rl_core.demo.backend import grpo_backend_settings
-from arctic_rl_core.demo.options import DemoOptions
-from arctic_rl_core.demo.run import resolve_options
+from arctic_rl_testbed.demo import launch
+from arctic_rl_testbed.demo.backend import grpo_backend_settings
+from arctic_rl_testbed.demo.options import DemoOptions
+from arctic_rl_testbed.demo.run import resolve_options
 from pydantic import ValidationError
 
 

@@ -8,15 +8,15 @@ import math
 
 import pytest
 import torch
-from arctic_rl_core.backends.reference.engine import ReferenceBackend
-from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
-from arctic_rl_core.backends.reference.settings import OptimizerSettings, ReferenceEngineSettings
-from arctic_rl_core.demo.prompts import prompt_ids, response_ids
-from arctic_rl_core.demo.run_log import MetricsLog, step_line, step_table, write_plot
-from arctic_rl_core.demo.tasks import bird_target, load_task
-from arctic_rl_core.demo.warm_start import sft_payload, warm_start
+from arctic_rl_core.config.reference_model import ReferenceModelConfig
 from arctic_rl_core.envs.bird.sql_extract import extract_sql, is_well_formatted
 from arctic_rl_core.wire import IGNORE_INDEX
+from arctic_rl_testbed.demo.prompts import prompt_ids, response_ids
+from arctic_rl_testbed.demo.run_log import MetricsLog, step_line, step_table, write_plot
+from arctic_rl_testbed.demo.tasks import bird_target, load_task
+from arctic_rl_testbed.demo.warm_start import sft_payload, warm_start
+from arctic_rl_testbed.reference.engine import ReferenceBackend
+from arctic_rl_testbed.reference.settings import OptimizerSettings, ReferenceEngineSettings
 
 TINY = ReferenceModelConfig(
     num_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1

@@ -19,7 +19,8 @@ def test_threads_share_one_scorer(bird_sample: Path) -> None:
         db_path = str(split.databases[q.db_id].db_path)
         requests.append(ScoreRequest(f"```sql\n{q.sql}\n```", q.sql, db_path))
         requests.append(ScoreRequest("```sql\nSELECT -1\n```", q.sql, db_path))
-    with BirdScorer(ExecutorSettings(num_workers=2, timeout_s=5)) as scorer:
+    # a fixed pool: on a loaded machine a query past straggler_after_s would start a warm spare
+    with BirdScorer(ExecutorSettings(num_workers=2, max_workers=2, timeout_s=5)) as scorer:
         with ThreadPoolExecutor(max_workers=8) as pool:
             results = list(pool.map(lambda r: scorer.score([r]).verdicts[0], requests * 4))
         stats = scorer.executor.worker_stats()
@@ -32,7 +33,7 @@ def test_light_imports() -> None:
         "import sys\n"
         "import arctic_rl_core.envs.bird, arctic_rl_core.envs.bird.reward, arctic_rl_core.envs.gsm8k\n"
         "import arctic_rl_core.envs.bird.evaluate, arctic_rl_core.envs.bird.preprocess\n"
-        "import arctic_rl_core.cli.commands.bird, arctic_rl_core.bench.bird_scoring\n"
+        "import arctic_rl_core.cli.commands.bird, arctic_rl_testbed.bench.bird_scoring\n"
         "heavy = sorted(m for m in ('torch', 'transformers', 'ray', 'pyarrow', 'vllm', 'verl', 'skyrl') "
         "if m in sys.modules)\n"
         "print(heavy)\n"

@@ -142,7 +142,9 @@ def test_worker_killed_mid_query_loses_only_that_query(big_db: Path) -> None:
 
 
 def test_no_descriptor_or_process_leak_over_2000_scorings(big_db: Path) -> None:
-    settings = ExecutorSettings(num_workers=2, timeout_s=TIMEOUT_S)
+    # a fixed pool (max_workers = num_workers): on a loaded machine a query past straggler_after_s would
+    # otherwise start a spare beside it, and a warm spare holds its socket until spare_idle_s
+    settings = ExecutorSettings(num_workers=2, max_workers=2, timeout_s=TIMEOUT_S)
     answer = "<think>t</think>\n<answer>\n```sql\n{}\n```\n</answer>"
     shapes = [
         "SELECT b FROM big WHERE a = {i}",

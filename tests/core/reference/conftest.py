@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from arctic_rl_core.backends.reference.engine import ReferenceBackend
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 from arctic_rl_core.wire import PayloadSpec, RolloutSample
+from arctic_rl_testbed.reference.engine import ReferenceBackend
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 P, R = 6, 5  # prompt and response widths of the test payloads
 

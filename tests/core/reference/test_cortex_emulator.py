@@ -1,5 +1,5 @@
 """The REAL arctic-platform 0.1.4 `CortexTransport` drives the Cortex emulator
-(`arctic_rl_core.backends.reference.cortex_server`) on loopback: every op the transport has
+(`arctic_rl_testbed.reference.cortex_server`) on loopback: every op the transport has
 (create/wait/sub-jobs, forward-backward, generate, step, save, operation weight-sync and
 reset-prefix-cache, cancel), the checkpoints list and `/load` through the transport's own `_send`,
 the PAT on every call, chunk groups as the idempotency key, JSON error bodies.
@@ -26,9 +26,9 @@ from arctic_platform.client import ArcticClientConfig, CortexConfig, TrainingCon
 from arctic_platform.client import requests as builders
 from arctic_platform.client.transports import cortex as cortex_transport
 from arctic_platform.client.transports.cortex import CortexTransport
-from arctic_rl_core.backends.reference.cortex_server import CortexEmulator
-from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+from arctic_rl_testbed.reference.cortex_server import CortexEmulator
+from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 PAT = "pat-test-3f9c1d7e5b"  # what the emulator was started with; must never reach a log line
 DB, SCHEMA = "ARCTIC_DB", "RL"
@@ -338,7 +338,7 @@ def test_error_bodies_are_json_and_name_the_problem(server, job):
         transport.call(builders.step_request(jobs, learning_rate=0.5))
     assert err.value.response.json() == {"message": err.value.response.json()["message"], "code": 400}
     wrong_loss = _cortex_body()
-    wrong_loss["processing"]["loss_fn"] = "arctic_rl_core.losses.server.policy_loss"
+    wrong_loss["processing"]["loss_fn"] = "arctic_rl_losses.server.policy_loss"
     with pytest.raises(requests.HTTPError) as err:
         transport.call(builders.fwd_bwd_request(jobs, wrong_loss))
     assert "dotted path" in err.value.response.json()["message"]
@@ -385,7 +385,7 @@ def test_job_states_and_cancel(server):
 
 
 def test_finished_request_records_are_pruned():
-    from arctic_rl_core.backends.reference.cortex_server import RequestRecord, _prune
+    from arctic_rl_testbed.reference.cortex_server import RequestRecord, _prune
 
     records = {
         str(i): RequestRecord(str(i), "step", status="done" if i < 8 else "running") for i in range(10)
@@ -396,7 +396,7 @@ def test_finished_request_records_are_pruned():
 
 def test_tls_host_path_sends_the_pat_itself(tmp_path, monkeypatch):
     """`--tls`: the unmodified 0.1.4 transport on its host path (https, its own PAT headers)."""
-    from arctic_rl_core.backends.reference.cortex_tls import self_signed
+    from arctic_rl_testbed.reference.cortex_tls import self_signed
 
     tls = self_signed(tmp_path / "tls")
     settings = ReferenceEngineSettings(num_threads=1, colocated=False)

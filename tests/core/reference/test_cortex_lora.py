@@ -13,9 +13,9 @@ pytest.importorskip("tenacity")  # arctic-platform[cortex]
 from arctic_platform.client import ArcticClientConfig, CortexConfig, TrainingConfig
 from arctic_platform.client import requests as builders
 from arctic_platform.client.transports.cortex import CortexTransport
-from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME
-from arctic_rl_core.backends.reference.lora import is_adapter
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME
+from arctic_rl_testbed.reference.lora import is_adapter
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 from cortex_emulator import DATABASE, PAT, SCHEMA, InProcessCortex
 
 from .test_cortex_emulator import _cortex_body

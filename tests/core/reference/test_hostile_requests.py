@@ -19,16 +19,16 @@ import torch
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from arctic_platform import wire
-from arctic_rl_core.backends.reference.cortex_chunks import (
+from arctic_rl_testbed.reference.cortex_chunks import (
     MAX_CHUNKS,
     ChunkFrameError,
     ChunkGroups,
     ChunkStoreFull,
 )
-from arctic_rl_core.backends.reference.cortex_server import CortexEmulator
-from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
-from arctic_rl_core.backends.reference.request_bounds import MAX_JSON_DEPTH
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+from arctic_rl_testbed.reference.cortex_server import CortexEmulator
+from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
+from arctic_rl_testbed.reference.request_bounds import MAX_JSON_DEPTH
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 TOKEN = "tok-hostile-2"
 PAT_HEADERS = {
@@ -80,7 +80,7 @@ def test_deeply_nested_json_is_a_400_on_both_servers(depth) -> None:
 
 
 def test_json_at_the_depth_limit_is_parsed() -> None:
-    from arctic_rl_core.backends.reference.request_bounds import parse_json
+    from arctic_rl_testbed.reference.request_bounds import parse_json
 
     value = parse_json(_nested(MAX_JSON_DEPTH), what="body")
     depth = 0

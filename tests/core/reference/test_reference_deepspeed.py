@@ -5,7 +5,7 @@ the torch trainer on the same payloads from the same bf16 starting weights.
 One scenario for the module (starting a job's workers costs 10-20 s on 2 cores): a training job on
 ZeRO-2 with per-row micro-batches (4 rows, gradient accumulation 4), a log-prob job on ZeRO-3, one GRPO
 step with the KL and entropy terms, a weight sync, a checkpoint with HF export, a second step, a reload,
-then every server-side loss family of `arctic_rl_core.losses` (imported by the worker by its dotted
+then every server-side loss family of `arctic_rl_losses` (imported by the worker by its dotted
 path, as on a cluster) and the supervised `sft` loss, each one forward-backward on both engines.
 Then the engine is shut down and the tests read what it recorded.
 
@@ -24,14 +24,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 from arctic_rl_core.backends.protocol import SamplingParams
-from arctic_rl_core.backends.reference.deepspeed_backend import (
-    DeepSpeedReferenceBackend,
-    create_reference_backend,
-)
-from arctic_rl_core.backends.reference.deepspeed_worker_process import RUNTIME_PROBE
-from arctic_rl_core.backends.reference.engine import ReferenceBackend
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
-from arctic_rl_core.losses.names import POLICY_LOSSES, SERVER_LOSS_FN
 from arctic_rl_core.wire import (
     PayloadSpec,
     RolloutSample,
@@ -41,6 +33,14 @@ from arctic_rl_core.wire import (
     response_logprobs,
     with_response_logprobs,
 )
+from arctic_rl_losses.names import POLICY_LOSSES, SERVER_LOSS_FN
+from arctic_rl_testbed.reference.deepspeed_backend import (
+    DeepSpeedReferenceBackend,
+    create_reference_backend,
+)
+from arctic_rl_testbed.reference.deepspeed_worker_process import RUNTIME_PROBE
+from arctic_rl_testbed.reference.engine import ReferenceBackend
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 P, R, ROWS = 6, 5, 4
 SETTINGS = dict(
@@ -285,7 +285,7 @@ def test_reference_job_rows_of_one_forward_do_not_see_each_other(scenario):
 
 @pytest.mark.parametrize("family", POLICY_LOSSES)
 def test_each_server_side_loss_family_matches_the_torch_trainer(scenario, family):
-    """The worker calls `arctic_rl_core.losses.server.policy_loss` with its own layout (unpadded rows,
+    """The worker calls `arctic_rl_losses.server.policy_loss` with its own layout (unpadded rows,
     `response_lens`, `sequence_offsets`); the torch engine with its own: the same loss and metrics."""
     ds, ref = scenario.families[family]
     assert set(ref.metrics) <= set(ds.metrics)

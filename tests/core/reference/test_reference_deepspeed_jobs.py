@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from arctic_rl_core.backends.reference.deepspeed_backend import payload_dict
-from arctic_rl_core.backends.reference.deepspeed_server_jobs import ServerJobs
 from arctic_rl_core.config import load_config
 from arctic_rl_core.wire import (
     PayloadSpec,
@@ -28,6 +26,8 @@ from arctic_rl_core.wire import (
     build_train_payload,
     with_response_logprobs,
 )
+from arctic_rl_testbed.reference.deepspeed_backend import payload_dict
+from arctic_rl_testbed.reference.deepspeed_server_jobs import ServerJobs
 from wire_server import tiny_model_dir
 
 CPU_KERNELS = (

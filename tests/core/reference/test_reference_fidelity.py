@@ -1,6 +1,6 @@
 """The reference HTTP server's default profile answers as arctic-platform 0.1.4's server does where
 a stricter double would refuse, and its state guard (separate, on by default) refuses what 0.1.4
-would do silently wrong. Each test is a row of the README's fidelity table. In-process (aiohttp test
+would do silently wrong. Each test is a row of the fidelity table (docs/reference-backend.md). In-process (aiohttp test
 client, one engine per test); the same profile behind `arctic-rl serve --reference` is what every
 wire run drives."""
 
@@ -13,11 +13,11 @@ import pytest
 import torch
 from aiohttp.test_utils import TestClient, TestServer
 from arctic_platform import wire
-from arctic_rl_core.backends.reference.engine import ReferenceBackend
-from arctic_rl_core.backends.reference.fidelity import Fidelity, ServerProfile
-from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_train_payload
+from arctic_rl_testbed.reference.engine import ReferenceBackend
+from arctic_rl_testbed.reference.fidelity import Fidelity, ServerProfile
+from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 NAME = REFERENCE_MODEL_NAME
 STRICT = Fidelity(profile=ServerProfile.STRICT)

@@ -25,8 +25,6 @@ from arctic_platform.client import (  # noqa: E402
 )
 from arctic_platform.client.transports.onprem_http import HttpTransport  # noqa: E402
 from arctic_rl_core.backends.protocol import string_keyed_to_int  # noqa: E402
-from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME  # noqa: E402
-from arctic_rl_core.backends.reference.tokenizer import build_tokenizer  # noqa: E402
 from arctic_rl_core.wire import (  # noqa: E402
     PayloadSpec,
     RolloutSample,
@@ -35,6 +33,8 @@ from arctic_rl_core.wire import (  # noqa: E402
     response_logprobs,
     with_response_logprobs,
 )
+from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME  # noqa: E402
+from arctic_rl_testbed.reference.tokenizer import build_tokenizer  # noqa: E402
 
 PROMPTS = ["What is 2 + 3?", "SELECT name FROM", "The answer is", "Count the rows"]
 P, R = 10, 6

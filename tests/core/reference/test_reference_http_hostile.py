@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from arctic_platform import wire
-from arctic_rl_core.backends.reference.http_auth import BindRefused, check_bind, is_loopback
-from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_train_payload
+from arctic_rl_testbed.reference.http_auth import BindRefused, check_bind, is_loopback
+from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 TOKEN = "s3cret-token"
 
@@ -113,7 +113,7 @@ def test_no_file_root_given_means_a_temporary_one_removed_at_close(tmp_path: Pat
     directory: a server started in a checkout left `arctic-rl-serve-files/` there), removed when it stops."""
     import tempfile
 
-    from arctic_rl_core.backends.reference.file_root import TEMPORARY_PREFIX, FileRoot
+    from arctic_rl_testbed.reference.file_root import TEMPORARY_PREFIX, FileRoot
 
     monkeypatch.chdir(tmp_path)
     seen: list[Path] = []

@@ -11,10 +11,10 @@ import pytest
 import torch
 from aiohttp.test_utils import TestClient, TestServer
 from arctic_platform import wire
-from arctic_rl_core.backends.reference.deepspeed_mapping import DeepSpeedConfigError, training_overrides
-from arctic_rl_core.backends.reference.fidelity import Fidelity, ServerProfile
-from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
-from arctic_rl_core.backends.reference.settings import OptimizerSettings, ReferenceEngineSettings
+from arctic_rl_testbed.reference.deepspeed_mapping import DeepSpeedConfigError, training_overrides
+from arctic_rl_testbed.reference.fidelity import Fidelity, ServerProfile
+from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
+from arctic_rl_testbed.reference.settings import OptimizerSettings, ReferenceEngineSettings
 
 NAME = REFERENCE_MODEL_NAME
 

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 from arctic_rl_core.backends.protocol import SamplingParams
-from arctic_rl_core.backends.reference.engine import ReferenceBackend
-from arctic_rl_core.backends.reference.lora import is_adapter, lora_config, merged_copy
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 from arctic_rl_core.wire import build_train_payload
+from arctic_rl_testbed.reference.engine import ReferenceBackend
+from arctic_rl_testbed.reference.lora import is_adapter, lora_config, merged_copy
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 from .conftest import _samples, _spec
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from arctic_rl_core.backends.reference.loss import (
+from arctic_rl_testbed.reference.loss import (
     LOSS_AGG_MODES,
     GlobalBatchInfo,
     GRPOLossConfig,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from arctic_rl_core.backends.reference.model import build_model, load_tokenizer, save_model_dir
-from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
+from arctic_rl_core.config.reference_model import ReferenceModelConfig
+from arctic_rl_testbed.reference.model import build_model, load_tokenizer, save_model_dir
 
 
 def _weights(model) -> dict[str, torch.Tensor]:

@@ -9,8 +9,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from arctic_rl_core.backends.protocol import SamplingParams  # noqa: E402
-from arctic_rl_core.backends.reference.ray_actor import launch_reference_actor  # noqa: E402
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings  # noqa: E402
+from arctic_rl_testbed.reference.ray_actor import launch_reference_actor  # noqa: E402
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import time
 
 import pytest
 from arctic_rl_core.backends.protocol import SamplingParams
-from arctic_rl_core.backends.reference.sampler_process import SamplerProcessError
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
 from arctic_rl_core.wire import build_train_payload
+from arctic_rl_testbed.reference.sampler_process import SamplerProcessError
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 PEFT = {"peft_type": "Lora", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]}
 
@@ -100,9 +100,9 @@ def test_errors_come_back_and_a_dead_child_is_named(engine_factory, ref):
 def test_a_sampler_process_dropped_without_close_stops_its_child() -> None:
     import gc
 
-    from arctic_rl_core.backends.reference.model import build_model, load_tokenizer
-    from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
-    from arctic_rl_core.backends.reference.sampler_process import SamplerProcess
+    from arctic_rl_core.config.reference_model import ReferenceModelConfig
+    from arctic_rl_testbed.reference.model import build_model, load_tokenizer
+    from arctic_rl_testbed.reference.sampler_process import SamplerProcess
 
     config = ReferenceModelConfig()
     tokenizer = load_tokenizer(config)
@@ -125,7 +125,7 @@ def _engine_then_wait(conn) -> None:
     """In a forked process: an engine with a sampler process, its pid sent back, then wait to be killed."""
     import asyncio
 
-    from arctic_rl_core.backends.reference.engine import ReferenceBackend
+    from arctic_rl_testbed.reference.engine import ReferenceBackend
 
     engine = ReferenceBackend(ReferenceEngineSettings(colocated=False, sampler_process=True))
     asyncio.run(engine.sample([[11, 12]], SamplingParams(max_tokens=2)))
@@ -152,7 +152,7 @@ def _generate_until_interrupted(conn) -> None:
     """In a forked process, its own process group (a terminal's foreground job): generate until Ctrl-C."""
     import asyncio
 
-    from arctic_rl_core.backends.reference.engine import ReferenceBackend
+    from arctic_rl_testbed.reference.engine import ReferenceBackend
 
     os.setsid()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts with SIGINT ignored

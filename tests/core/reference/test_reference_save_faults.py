@@ -115,7 +115,7 @@ def _child(server, sock, payload, trial: int, ready_fd: int) -> None:
 
 def _check(job_dir: Path, expected: dict[int, str]) -> tuple[int, list[str]]:
     import torch
-    from arctic_rl_core.backends.reference.checkpoint import OPTIMIZER_FILE, STATE_FILE, WEIGHTS_FILE
+    from arctic_rl_testbed.reference.checkpoint import OPTIMIZER_FILE, STATE_FILE, WEIGHTS_FILE
 
     checked, torn = 0, []
     folders = [
@@ -160,8 +160,8 @@ def main(argv: list[str]) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
-    from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+    from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
     root, trials, seed = Path(argv[1]), int(argv[2]), int(argv[3])
     rng = random.Random(seed)

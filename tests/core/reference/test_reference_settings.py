@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from arctic_rl_core.backends.protocol import SamplingParams
-from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings, ScheduleSettings
+from arctic_rl_testbed.reference.settings import ReferenceEngineSettings, ScheduleSettings
 from pydantic import ValidationError
 
 
@@ -92,9 +92,9 @@ def test_light_modules_import_no_heavy_stack():
 
     code = (
         "import sys\n"
-        "import arctic_rl_core.backends.reference as r\n"
-        "from arctic_rl_core.backends.reference import http_server, ray_actor, validation, settings, loss\n"
-        "from arctic_rl_core.backends.reference import deepspeed_mapping, sleep_state\n"
+        "import arctic_rl_testbed.reference as r\n"
+        "from arctic_rl_testbed.reference import http_server, ray_actor, validation, settings, loss\n"
+        "from arctic_rl_testbed.reference import deepspeed_mapping, sleep_state\n"
         "assert r.ReferenceEngineSettings().num_threads == 1\n"
         "print(sorted(m for m in ('torch', 'transformers', 'ray', 'aiohttp', 'arctic_platform') if m in sys.modules))\n"
     )

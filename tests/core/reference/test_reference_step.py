@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
-from arctic_rl_core.backends.reference.settings import ScheduleSettings
-from arctic_rl_core.backends.reference.sleep_state import BackendStateError
 from arctic_rl_core.wire import build_train_payload
+from arctic_rl_testbed.reference.settings import ScheduleSettings
+from arctic_rl_testbed.reference.sleep_state import BackendStateError
 
 
 def test_adamw_with_clipping_and_decay_matches_float64_formula(engine_factory, ref):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 from arctic_rl_core.backends.protocol import InferenceState, SamplingParams, TrainingState
-from arctic_rl_core.backends.reference.sleep_state import BackendStateError, SleepStateMachine
-from arctic_rl_core.backends.reference.weight_transfer import plan_buckets
 from arctic_rl_core.wire import build_train_payload
+from arctic_rl_testbed.reference.sleep_state import BackendStateError, SleepStateMachine
+from arctic_rl_testbed.reference.weight_transfer import plan_buckets
 
 
 def _train_one_step(engine, ref, seed=0):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from arctic_rl_core.backends.reference.tokenizer import (
+from arctic_rl_testbed.reference.tokenizer import (
     CORPUS_PATH,
     TAG_TOKENS,
     TOKENIZER_DIR,

@@ -10,13 +10,13 @@ import itertools
 import pytest
 import torch
 from arctic_rl_core.backends.protocol import WirePayload
-from arctic_rl_core.backends.reference.loss import GlobalBatchInfo, GRPOLossConfig, grpo_loss
 from arctic_rl_core.wire import (
     build_forward_payload,
     build_train_payload,
     response_logprobs,
     with_response_logprobs,
 )
+from arctic_rl_testbed.reference.loss import GlobalBatchInfo, GRPOLossConfig, grpo_loss
 
 
 def _direct_logits(model, batch, temperature=1.0):

@@ -7,8 +7,8 @@ import copy
 import pytest
 import torch
 from arctic_rl_core.backends.protocol import WirePayload
-from arctic_rl_core.backends.reference.validation import PayloadError
 from arctic_rl_core.wire import build_forward_payload, build_train_payload
+from arctic_rl_testbed.reference.validation import PayloadError
 
 
 def _clone(payload: WirePayload) -> WirePayload:

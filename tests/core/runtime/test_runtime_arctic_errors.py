@@ -107,7 +107,10 @@ def test_bare_500_names_op_job_payload_server_and_where_the_log_is(misbehaving_s
     assert f"'forward-backward' on training job 3 at http://127.0.0.1:{port}" in message
     assert f"payload {PAYLOAD_BYTES} bytes" in message
     assert "no exception handler" in message
-    assert f"arctic_platform.common.http_server` process serving http://127.0.0.1:{port}" in message
+    # where that server's log is, whichever server answers there (the reference one or the Arctic one)
+    assert f"the output of the server process at http://127.0.0.1:{port}" in message
+    assert "`arctic-rl serve --reference`: the terminal" in message
+    assert "`python -m arctic_platform.common.http_server`: its stderr" in message
     assert "/tmp/ray/session_latest/logs" in message
     dispatch.run(backend.shutdown())
 

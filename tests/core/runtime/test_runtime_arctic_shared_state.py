@@ -25,8 +25,6 @@ from arctic_rl_core.backends.arctic import ArcticBackend  # noqa: E402
 from arctic_rl_core.backends.arctic_compat import ArcticServerError  # noqa: E402
 from arctic_rl_core.backends.arctic_state import LocalStateLedger, RayStateLedger  # noqa: E402
 from arctic_rl_core.backends.protocol import SamplingParams  # noqa: E402
-from arctic_rl_core.backends.reference.http_server import REFERENCE_MODEL_NAME  # noqa: E402
-from arctic_rl_core.backends.reference.tokenizer import build_tokenizer  # noqa: E402
 from arctic_rl_core.weight_sync import WeightSyncPolicy, prepare_for_training, sync_after_step  # noqa: E402
 from arctic_rl_core.wire import (  # noqa: E402
     PayloadSpec,
@@ -36,6 +34,8 @@ from arctic_rl_core.wire import (  # noqa: E402
     response_logprobs,
     with_response_logprobs,
 )
+from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME  # noqa: E402
+from arctic_rl_testbed.reference.tokenizer import build_tokenizer  # noqa: E402
 from wire_server import serve_reference  # noqa: E402
 
 PROMPTS = ["What is 2 + 3?", "Count the rows"]
@@ -158,6 +158,7 @@ def _control_routes(server, since: int) -> list[str]:
         if route == "operation":
             route = entry["operation_type"]
         if route.startswith("job/") or route in (
+            "status",  # job creation first reads the server's jobs (arctic_leftovers)
             "initialize",
             "destroy",
             "forward",

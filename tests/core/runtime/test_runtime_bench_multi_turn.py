@@ -1,6 +1,6 @@
 """`arctic-rl bench multi-turn`: both modes run the same trajectories (token for token) with the turn
 structure the workload defines, the turn-synchronous baseline in one round of calls per turn, the
-continuous mode through the batcher (every turn a request); the conditions check; the last line.
+continuous mode through the batcher (every turn a request); the last line.
 Timings are measured, never asserted."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import math
 import re
 
 import pytest
-from arctic_rl_core.bench import multi_turn
-from arctic_rl_core.bench.report import BenchResult, print_result
 from arctic_rl_core.cli import main as cli_main
+from arctic_rl_testbed.bench import multi_turn
 
 SMALL = [
     "--trajectories", "12", "--max-turns", "4", "--max-batch", "4", "--prompt-len", "5",
@@ -75,20 +74,3 @@ def test_the_command_prints_the_table_and_a_ratio_or_why_there_is_none(capsys):
     assert re.search(r"same trajectories in both modes.*│\s*12 of 12\s*│", out)
     last = out.strip().splitlines()[-1]
     assert re.fullmatch(r"ratio: \d+\.\d\dx", last) or re.fullmatch(r"ratio: not measured \(.+\)", last)
-
-
-def test_unmet_conditions_are_named():
-    assert multi_turn.unmet_conditions([1.9, 1.8], load=0.5, cores=2) is None
-    assert "second core is not free" in multi_turn.unmet_conditions([1.9, 1.2], load=0.5, cores=2)
-    assert "load average 3.0 on 2 cores" in multi_turn.unmet_conditions([1.9, 1.8], load=3.0, cores=2)
-    assert "1 core(s)" in multi_turn.unmet_conditions([1.0, 1.0], load=0.0, cores=1)
-
-
-def test_a_result_under_unmet_conditions_prints_no_ratio(capsys):
-    result = BenchResult("t", "base", 2.0, "ours", 1.0, unmet_conditions="load average 9.0 on 2 cores")
-    print_result(result)
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-2:] == [
-        "measured under unmet conditions: 2.00x (not a result)",
-        "ratio: not measured (load average 9.0 on 2 cores)",
-    ]

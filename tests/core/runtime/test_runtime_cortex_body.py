@@ -73,7 +73,7 @@ def test_identity_rollout_weights_are_left_out_and_others_refused() -> None:
 
 def test_other_losses_and_kl_are_refused() -> None:
     payload, _ = _payload()
-    payload.processing["loss_fn"] = "arctic_rl_core.losses.server.policy_loss"
+    payload.processing["loss_fn"] = "arctic_rl_losses.server.policy_loss"
     with pytest.raises(CortexBodyError, match="only its built-in 'grpo'"):
         forward_backward_body(payload)
     payload, _ = _payload()

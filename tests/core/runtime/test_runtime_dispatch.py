@@ -62,7 +62,7 @@ def test_errors_keep_type_message_and_identity(error: BaseException):
         dispatch.run(fail())
     assert caught.value is error
     assert str(caught.value) == str(error)
-    # The same bridge keeps working after a failure (the seed bridge broke here).
+    # The same bridge keeps working after a failure (the legacy integration's bridge broke here).
     assert dispatch.run(_double(21)) == 42
 
 

@@ -15,7 +15,7 @@ from arctic_rl_core import dispatch
 from arctic_rl_core.backends.arctic import ArcticBackend
 from arctic_rl_core.backends.arctic_errors import ArcticCallError
 from arctic_rl_core.backends.protocol import FinishReason, SamplingParams
-from arctic_rl_core.backends.reference.fixed_rollouts import FORMAT, FixedRollouts, FixedRolloutsError
+from arctic_rl_testbed.reference.fixed_rollouts import FORMAT, FixedRollouts, FixedRolloutsError
 from wire_server import serve_reference
 
 EOS = 2  # the bundled reference tokenizer's eos token id (checked below)
@@ -57,7 +57,7 @@ def _generate(backend, prompts, **params):
 
 def test_completions_are_served_per_prompt_in_order_of_arrival_with_the_sampling_checks(served):
     server, backend = served
-    from arctic_rl_core.backends.reference.tokenizer import build_tokenizer
+    from arctic_rl_testbed.reference.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()  # the one the server's reference model uses
     assert tokenizer.eos_token_id == EOS

@@ -221,8 +221,8 @@ def test_bad_limits_are_refused():
 def test_the_reference_engine_serves_one_call_at_a_time_and_forwarders_say_what_they_forward_to():
     from arctic_rl_core.backends.forwarding import ForwardingBackend
     from arctic_rl_core.backends.protocol import Backend
-    from arctic_rl_core.backends.reference.engine import ReferenceBackend
-    from arctic_rl_core.backends.reference.ray_actor import RayReferenceBackend
+    from arctic_rl_testbed.reference.engine import ReferenceBackend
+    from arctic_rl_testbed.reference.ray_actor import RayReferenceBackend
 
     assert Backend.max_generate_calls_in_flight.fget(None) is None  # vLLM batches concurrent calls
     assert ReferenceBackend.max_generate_calls_in_flight.fget(None) == 1

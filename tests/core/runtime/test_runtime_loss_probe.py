@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from arctic_rl_core import __version__
 from arctic_rl_core.backends.arctic_errors import ArcticServerError
 from arctic_rl_core.backends.loss_probe import (
     ServerLossImportError,
@@ -15,9 +14,9 @@ from arctic_rl_core.backends.loss_probe import (
     probe_payload,
 )
 from arctic_rl_core.backends.protocol import WirePayload
-from arctic_rl_core.backends.reference.engine import ReferenceBackend
 from arctic_rl_core.config import load_config
-from arctic_rl_core.losses import IMPORT_PROBE_FN
+from arctic_rl_losses import IMPORT_PROBE_FN, __version__
+from arctic_rl_testbed.reference.engine import ReferenceBackend
 
 CFG = ["backend.kind=http", "model.name=m", "checkpoint.path=/ckpt", "loss.loss_fn=arctic_rl_core"]
 
@@ -48,7 +47,8 @@ def test_a_server_without_the_package_fails_naming_the_fix():
         asyncio.run(check_server_imports_losses(backend, cfg))
     text = str(info.value)
     assert (
-        f"install arctic-rl-core=={__version__}" in text and "backend.server_has_arctic_rl_core=false" in text
+        f"install arctic-rl-losses=={__version__}" in text
+        and "backend.server_has_arctic_rl_core=false" in text
     )
     body, processing = backend._client.sent[0]
     assert processing["loss_fn"] == IMPORT_PROBE_FN

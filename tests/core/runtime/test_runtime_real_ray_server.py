@@ -31,9 +31,6 @@ ray = pytest.importorskip("ray")
 from arctic_rl_core.backends import arctic_compat  # noqa: E402
 from arctic_rl_core.backends.arctic import ArcticBackend  # noqa: E402
 from arctic_rl_core.backends.arctic_errors import ArcticTimeoutError  # noqa: E402
-from arctic_rl_core.backends.reference import deepspeed_cpu_shims  # noqa: E402
-from arctic_rl_core.backends.reference.deepspeed_server_jobs import free_port  # noqa: E402
-from arctic_rl_core.backends.reference.engine import ReferenceBackend  # noqa: E402
 from arctic_rl_core.config import load_config  # noqa: E402
 from arctic_rl_core.wire import (  # noqa: E402
     PayloadSpec,
@@ -41,6 +38,9 @@ from arctic_rl_core.wire import (  # noqa: E402
     build_forward_payload,
     response_logprobs,
 )
+from arctic_rl_testbed.reference import deepspeed_cpu_shims  # noqa: E402
+from arctic_rl_testbed.reference.deepspeed_server_jobs import free_port  # noqa: E402
+from arctic_rl_testbed.reference.engine import ReferenceBackend  # noqa: E402
 
 P, R = 8, 8
 ROWS = 4

@@ -1,5 +1,5 @@
 """`arctic-rl serve --reference --sampler-process`: the engine's sampler in its own forked process
-(backends/reference/sampler_process.py) behind the HTTP API. An asynchronous GRPO run (the core's
+(arctic_rl_testbed/reference/sampler_process.py) behind the HTTP API. An asynchronous GRPO run (the core's
 overlapped pipeline, `async.max_staleness=1`, the token task) through `ArcticBackend` and the real
 arctic-platform 0.1.4 client gets the same rollouts, log-probs and training numbers, bit for bit, as
 the same run against a server whose sampler is a thread, with versions advancing one per step and no
@@ -14,7 +14,7 @@ import pytest
 from arctic_rl_core import dispatch
 from arctic_rl_core.async_grpo.token_task import TokenTask
 from arctic_rl_core.backends.arctic import ArcticBackend
-from arctic_rl_core.backends.reference.tokenizer import build_tokenizer
+from arctic_rl_testbed.reference.tokenizer import build_tokenizer
 from wire_server import serve_reference
 
 STEPS = 4

@@ -13,10 +13,6 @@ import math
 from arctic_rl_core import dispatch
 from arctic_rl_core.backends.arctic import ArcticBackend
 from arctic_rl_core.backends.protocol import SamplingParams
-from arctic_rl_core.losses import IMPORT_PROBE_FN
-from arctic_rl_core.parity.recording import RecordingBackend
-from arctic_rl_core.parity.trace_diff import diff_traces, format_differences
-from arctic_rl_core.parity.trace_file import ParityTraceWriter, read_trace
 from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
 from arctic_rl_core.wire import (
     PayloadSpec,
@@ -26,6 +22,10 @@ from arctic_rl_core.wire import (
     response_logprobs,
     with_response_logprobs,
 )
+from arctic_rl_losses import IMPORT_PROBE_FN
+from arctic_rl_testbed.parity.recording import RecordingBackend
+from arctic_rl_testbed.parity.trace_diff import diff_traces, format_differences
+from arctic_rl_testbed.parity.trace_file import ParityTraceWriter, read_trace
 from wire_server import serve_reference
 
 PROMPTS = ["Count to three:", "Count to three:", "Name a colour:", "Name a colour:"]

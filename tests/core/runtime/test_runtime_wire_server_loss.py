@@ -351,8 +351,8 @@ def test_lean_payload_is_narrow_and_sends_nothing_the_server_does_not_read():
     )
     assert zorro.meta["max_prompt_len"] == 4 and zorro.meta["max_response_len"] == 8
     # a loss the wire does not know gets every per-token field; KL adds the reference
-    from arctic_rl_core.losses.names import SERVER_LOSS_FN
-    from arctic_rl_core.losses.server import PER_TOKEN_INPUTS
+    from arctic_rl_losses.names import SERVER_LOSS_FN
+    from arctic_rl_losses.server import PER_TOKEN_INPUTS
 
     ours = build_train_payload(train_samples, _lean_spec(loss_fn=SERVER_LOSS_FN))
     assert set(ours.batch) - {"input_ids", "attention_mask", "prompts"} <= set(PER_TOKEN_INPUTS)

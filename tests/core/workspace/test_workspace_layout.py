@@ -21,13 +21,15 @@ def _tracked_top_level() -> set[str]:
 
 def test_top_level_entries_are_exactly_the_documented_ones():
     entries = {name for name in _tracked_top_level() if not name.startswith(".")}
-    assert entries == {"packages", "recipes", "tests", "pyproject.toml", "uv.lock", "README.md"}
+    assert entries == {"packages", "recipes", "docs", "tests", "pyproject.toml", "uv.lock", "README.md"}
     assert (ROOT / ".python-version").read_text().strip() == "3.12"
 
 
 def test_every_package_is_a_src_layout_package_for_python_312():
     expected = {
         "arctic-rl-core": "arctic_rl_core",
+        "arctic-rl-losses": "arctic_rl_losses",
+        "arctic-rl-testbed": "arctic_rl_testbed",
         "adapter-skyrl": "adapter_skyrl",
         "adapter-verl": "adapter_verl",
     }

@@ -11,7 +11,7 @@ LIGHT_MODULES = (
     "arctic_rl_core",
     "arctic_rl_core.cli.main",
     "arctic_rl_core.backends.protocol",
-    "arctic_rl_core.backends.reference.model_config",
+    "arctic_rl_core.config.reference_model",
 )
 
 PROBE = """

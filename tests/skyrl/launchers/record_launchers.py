@@ -16,7 +16,7 @@ is either
 
 A script that is neither (no trainer invocation recorded and not classified) stops the recorder: a new
 kind of launcher needs a decision. Entries of `recorded_commands.json` that are not `<source>/...`
-(the seed integration's launchers) are kept as they are. The scripts themselves are SkyRL's and are
+(the legacy integration's launchers) are kept as they are. The scripts themselves are SkyRL's and are
 not written anywhere in this repository.
 """
 

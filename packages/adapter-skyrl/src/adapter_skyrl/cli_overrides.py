@@ -93,8 +93,8 @@ EXAMPLE_FIELDS: dict[str, str] = {
     "num_dummy_steps": "full-context (examples/train_scripts/full_context: a memory test with dummy data)",
 }
 _EXAMPLE_FIX = (
-    "run it with SkyRL's own entry point (its vLLM engines); on the Arctic path SkyRL's config drives the "
-    "Arctic generator, which has no such agent loop (multi-turn agent generators: issue 29)"
+    "run it with SkyRL's own entry point (its vLLM engines); on the Arctic path SkyRL's config drives "
+    "SkyRL's SkyRLGymGenerator over Arctic inference, not the example's own generator class (its agent harness)"
 )
 _INVALID = re.compile(r"Invalid fields \{(?P<names>[^}]*)\} for (?P<cls>\w+)")
 
@@ -137,7 +137,7 @@ def read_overrides(
     argv: Sequence[str], defaults: Any, *, sft_fields: Sequence[str] = (), also_known: Sequence[str] = ()
 ) -> ReadOverrides:
     """`argv` as SkyRL 0.4.0's strict parse of `defaults`' class takes it (see the module doc).
-    `also_known`: keys read before SkyRL's parse (the seed's dropped keys)."""
+    `also_known`: keys read before SkyRL's parse (the legacy integration's dropped keys)."""
     groups, leaves = config_paths(defaults)
     leaves |= set(also_known)
     known = sorted(groups | leaves)

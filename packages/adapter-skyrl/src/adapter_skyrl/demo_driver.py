@@ -1,7 +1,7 @@
 """GRPO through SkyRL 0.4.0's real `RayPPOTrainer.train()` on the reference backend, driven through
 the SkyRL adapter's public classes (`adapter_skyrl.config.parse_cli`, `ArcticPPOExp`,
 `ArcticGenerator`). The GRPO phase of `arctic-rl demo --framework skyrl`: registered in the
-`arctic_rl.demo_drivers` entry-point group, which `arctic_rl_core.demo.drivers` reads."""
+`arctic_rl.demo_drivers` entry-point group, which `arctic_rl_testbed.demo.drivers` reads."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
-    from arctic_rl_core.demo.options import DemoOptions
-    from arctic_rl_core.demo.tasks import DemoTask
+    from arctic_rl_testbed.demo.options import DemoOptions
+    from arctic_rl_testbed.demo.tasks import DemoTask
 
 CHECKPOINT_DIR = "checkpoints"
 # SkyRL timing keys -> the demo's per-phase seconds.
@@ -52,6 +52,10 @@ def skyrl_overrides(
     rows_per_step = options.prompts_per_step * options.rollouts_per_prompt
     use_kl = options.kl_loss_coef > 0
     use_entropy = options.entropy_loss_coef > 0
+    # --trainer deepspeed: the 0.1.4 worker packs a training micro-batch's rows into one sequence, which
+    # sdpa (the CPU's attention) cannot keep apart, and the demo's built-in loss reads that packed layout:
+    # one row per training micro-batch (forwards go unpacked: all rows at once)
+    micro = 1 if options.trainer == "deepspeed" else rows_per_step
     return [
         f"data.train_data=['{train_file.resolve()}']",
         "data.val_data=[]",
@@ -61,6 +65,7 @@ def skyrl_overrides(
         "trainer.enable_ray_gpu_monitor=false",
         "trainer.algorithm.advantage_estimator=grpo",
         *skyrl_async_overrides(options),
+        *skyrl_multi_turn_overrides(options),
         f"trainer.algorithm.use_kl_loss={str(use_kl).lower()}",
         *([f"trainer.algorithm.kl_loss_coef={options.kl_loss_coef}"] if use_kl else []),
         f"trainer.algorithm.use_entropy_loss={str(use_entropy).lower()}",
@@ -70,8 +75,9 @@ def skyrl_overrides(
         f"trainer.policy_mini_batch_size={options.prompts_per_step}",
         "trainer.update_epochs_per_batch=1",
         f"generator.n_samples_per_prompt={options.rollouts_per_prompt}",
-        f"trainer.micro_train_batch_size_per_gpu={rows_per_step}",
+        f"trainer.micro_train_batch_size_per_gpu={micro}",
         f"trainer.micro_forward_batch_size_per_gpu={rows_per_step}",
+        *(["trainer.flash_attn=false"] if options.trainer == "deepspeed" else []),  # sdpa: no GPU kernel
         f"trainer.max_prompt_length={options.max_prompt_length}",
         f"generator.sampling_params.max_generate_length={options.max_response_length}",
         f"generator.sampling_params.temperature={options.temperature}",
@@ -101,8 +107,12 @@ def skyrl_async_overrides(options: DemoOptions) -> list[str]:
     async.max_staleness) and enough generation workers for K steps of prompt groups ahead."""
     k = options.max_staleness
     if not k:
-        return ["trainer.algorithm.policy_loss_type=dual_clip"]
+        # single turn: one generate call per step (SkyRL's batched generation, as its GSM8K example): the
+        # rollouts of a resumed run are the ones the original run drew
+        batched = "true" if options.max_turns == 1 else "false"
+        return ["trainer.algorithm.policy_loss_type=dual_clip", f"generator.batched={batched}"]
     return [
+        "generator.batched=false",  # SkyRL's fully async trainer samples per trajectory
         "trainer.fully_async.enabled=true",
         f"trainer.fully_async.max_staleness_steps={k}",
         f"trainer.fully_async.num_parallel_generation_workers={options.prompts_per_step * (k + 1)}",
@@ -110,11 +120,28 @@ def skyrl_async_overrides(options: DemoOptions) -> list[str]:
     ]
 
 
+def skyrl_multi_turn_overrides(options: DemoOptions) -> list[str]:
+    """`--max-turns N`: SkyRL's generator as SkyRL-SQL runs it (one continued message, stop at </sql> and
+    </solution>, N turns), each turn starting from at most `options.max_input_length` tokens."""
+    if options.max_turns == 1:
+        return []
+    from arctic_rl_core.envs.bird.multi_turn import STOP_STRINGS
+
+    stop = "[" + ",".join(f"'{s}'" for s in STOP_STRINGS) + "]"
+    return [
+        f"generator.max_turns={options.max_turns}",
+        "generator.use_conversation_multi_turn=false",
+        f"generator.sampling_params.stop={stop}",
+        f"generator.eval_sampling_params.stop={stop}",
+        f"generator.max_input_length={options.max_input_length}",
+    ]
+
+
 def skyrl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[str]:
-    """The GRPO backend (`arctic_rl_core.demo.backend.grpo_backend_settings`) as SkyRL overrides:
+    """The GRPO backend (`arctic_rl_testbed.demo.backend.grpo_backend_settings`) as SkyRL overrides:
     `trainer.arctic_rl.*`, and for a server the policy model path (the model its jobs load, and
     the tokenizer SkyRL builds)."""
-    from arctic_rl_core.demo.backend import grpo_backend_settings, override_value
+    from arctic_rl_testbed.demo.backend import grpo_backend_settings, override_value
 
     settings = grpo_backend_settings(options, model_path=model_path)
     # Colocation is SkyRL's own switch (colocate_all); the rest are core groups under trainer.arctic_rl.
@@ -128,7 +155,7 @@ def skyrl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[s
 
 def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
     """The demo's per-step metrics from what SkyRL's trainer logged for one step."""
-    from arctic_rl_core.demo.run_log import phase_seconds, rollout_ex
+    from arctic_rl_testbed.demo.run_log import phase_seconds, rollout_ex
 
     return {
         "reward_mean": float(data["reward/avg_raw_reward"]),
@@ -137,6 +164,7 @@ def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
         "grad_norm": float(data["policy/grad_norm"]),
         "weights_version": int(data["arctic/weights_version"]),
         "rollout_weights_version": int(data["generate/weights_version"]),
+        "turns_mean": float(data["generate/turns_mean"]) if "generate/turns_mean" in data else None,
         "optimizer_steps": int(data["arctic/optimizer_steps"]),
         **phase_seconds(data, PHASE_TIMINGS),
         **{name: float(data[name]) for name in ASYNC_METRICS if name in data},
@@ -160,13 +188,14 @@ def run_grpo(
     "in process", pid, hostname); `on_step(step, record)` after every step."""
     import os
 
-    from arctic_rl_core.backends.reference.ray_actor import process_location
+    from arctic_rl_testbed.reference.ray_actor import process_location
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # the demo shows its own progress
+    from arctic_rl_core.checkpoint_manifest import CheckpointFolder
     from loguru import logger
 
     from adapter_skyrl.config import parse_cli, to_arctic_config
-    from adapter_skyrl.trainer import ArcticPPOExp, build_backend
+    from adapter_skyrl.trainer import SKYRL_LATEST_FILE, ArcticPPOExp, build_backend
 
     run_dir = options.run_dir
     log_file = run_dir / "skyrl.log"
@@ -214,12 +243,17 @@ def run_grpo(
         def trainer_class(self):
             class DemoTrainer(super().trainer_class()):
                 def postprocess_generator_output(self, generator_output, uids, *args, **kwargs):
-                    trained_rewards[:] = [float(r) for r in generator_output["rewards"]]
+                    trained_rewards[:] = [  # a row's reward: SkyRL's per-token rewards summed
+                        float(sum(r)) if isinstance(r, list) else float(r)
+                        for r in generator_output["rewards"]
+                    ]
                     return super().postprocess_generator_output(generator_output, uids, *args, **kwargs)
 
             return DemoTrainer
 
     cfg = parse_cli(overrides)
+    # a damaged checkpoint stops the resume here, before any backend or job starts
+    CheckpointFolder(run_dir / CHECKPOINT_DIR, SKYRL_LATEST_FILE).resume_point()
     # The demo builds the backend itself (so it stays up for the accuracy after GRPO; an
     # experiment shuts down only a backend it created), from the adapter's own config mapping.
     backend = build_backend(to_arctic_config(cfg, steps_per_epoch=steps_per_epoch))
@@ -229,11 +263,13 @@ def run_grpo(
         api = "Cortex API" if options.backend == "cortex" else "Arctic on-prem server"
         on_backend({"where": f"{api} at {options.server} (arctic-platform client)"})
     exp = DemoExp(cfg, backend=backend)
-    latest = run_dir / CHECKPOINT_DIR / "latest_ckpt_global_step.txt"
-    first_step = int(latest.read_text().strip()) + 1 if latest.is_file() else 1
-    on_ready(first_step, overrides, exp.arctic_cfg.model_dump(mode="json"))
+    done = CheckpointFolder(run_dir / CHECKPOINT_DIR, SKYRL_LATEST_FILE).resume_point()  # every file checked
+    on_ready((done or 0) + 1, overrides, exp.arctic_cfg.model_dump(mode="json"))
     exp.run()  # SkyRL's own entry: build the trainer, resume from the latest checkpoint, train
     return exp.backend
 
 
 run_grpo.supports_async = True  # `arctic-rl demo --async K`: SkyRL's FullyAsyncRayPPOTrainer
+run_grpo.supports_multi_turn = True  # `arctic-rl demo --max-turns N`: SkyRL's generator, BIRD multi-turn
+# the demo checks (and rewinds) the run's SkyRL checkpoints before a resume
+run_grpo.checkpoint_layout = (CHECKPOINT_DIR, "latest_ckpt_global_step.txt")

@@ -374,9 +374,10 @@ class ArcticWorkerDispatch(WorkerDispatch):
             )
         )
         marker = {
-            "backend_path": backend_root,
+            # relative to this folder, so that a run folder moved elsewhere still resumes
+            "backend_path": os.path.relpath(backend_root, ckpt_dir),
             "step": self.optimizer_steps,
-            "saved_dir": str(saved),
+            "saved_dir": str(saved) if str(saved).startswith("cortex:") else os.path.relpath(saved, ckpt_dir),
             "weights_version": self.weights_version,
         }
         with open(os.path.join(ckpt_dir, CHECKPOINT_MARKER), "w", encoding="utf-8") as f:
@@ -416,10 +417,12 @@ class ArcticWorkerDispatch(WorkerDispatch):
             )
         with open(marker_path, encoding="utf-8") as f:
             marker = json.load(f)
-        self._run(self.backend.load_checkpoint(marker["backend_path"], int(marker["step"])))
+        # relative (resolved from this folder, wherever the run folder now is), or absolute (older runs)
+        backend_path = os.path.normpath(os.path.join(ckpt_dir, marker["backend_path"]))
+        self._run(self.backend.load_checkpoint(backend_path, int(marker["step"])))
         self.optimizer_steps = int(marker["step"])
         if self.trace is not None:
-            self.trace.record_event("load_checkpoint", path=marker["backend_path"], step=self.optimizer_steps)
+            self.trace.record_event("load_checkpoint", path=backend_path, step=self.optimizer_steps)
 
     def save_hf_model(self, model: str, export_dir: str, tokenizer: Any) -> None:
         """SkyRL's HF export (`trainer.hf_save_interval`, into `<export_path>/global_step_<n>/policy`).

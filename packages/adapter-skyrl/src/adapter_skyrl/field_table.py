@@ -5,7 +5,8 @@ SkyRL's own fields are the source of truth for everything SkyRL has a field for:
 engines x TP, colocation, the vLLM engine knobs, attention, gradient checkpointing, offload,
 sequence parallelism, token budgets, seeds, checkpoints, batch shape, optimizer, loss and KL. The
 table drives the translation (`adapter_skyrl.config`), the startup report (settings that do not
-apply, notices) and the README's tables (`python -m adapter_skyrl.field_table --write README.md`);
+apply, notices) and the tables of adapter-skyrl's README (`python -m adapter_skyrl.field_table --write
+packages/adapter-skyrl/README.md`);
 `tests/skyrl/test_skyrl_field_table.py` walks the installed dataclass tree and fails on any
 unclassified leaf. The transforms, rule checks and notices are `adapter_skyrl.field_transforms`.
 """
@@ -58,7 +59,6 @@ _OPC = (
 )
 _UNUSED_LOSS = "a parameter of a SkyRL policy loss the Arctic server does not compute"
 _OWN_SERVERS = "generation on inference servers of your own: refused by a rule (the Arctic server samples)"
-_MULTI_TURN = "multi-turn generation (issue 29): refused by a rule"
 ENGINE = "generator.inference_engine"
 
 ROWS = [
@@ -259,9 +259,14 @@ ROWS = [
     passed_through("trainer.recompute_old_logprobs_per_minibatch", "SkyRL's trainer (old log-prob forwards)"),
     rejected("trainer.update_ref_every_epoch", "set it to false", why="the backend's reference model is fixed for the run"),
     not_applicable("trainer.remove_microbatch_padding", "the server packs sequences itself (ZoRRo / unpadded)"),
-    mapped("trainer.max_prompt_length", "batch.max_prompt_length"),
+    derived("batch.max_prompt_length", t.GENERATED_ROW_FIELDS, t.max_prompt_length,
+            "trainer.max_prompt_length; step-wise multi-turn rows: generator.max_input_length (a step's prompt "
+            "is the conversation so far)"),
     mapped("generator.n_samples_per_prompt", "batch.rollouts_per_prompt"),
-    mapped("generator.sampling_params.max_generate_length", "batch.max_response_length"),
+    derived("batch.max_response_length", t.GENERATED_ROW_FIELDS, t.max_response_length,
+            "max_generate_length (+1 where SkyRL's generator appends an EOS: after a stop string in chat turns, "
+            "or closing a response that continued one message); multi-turn: max_input_length + max_generate_length "
+            "(every turn and observation after the first prompt)"),
     # -- evaluation, logging, tokenizer (SkyRL's own) ---------------------------------------------
     passed_through("trainer.eval_batch_size", "SkyRL's evaluation"),
     passed_through("trainer.eval_before_train", "SkyRL's evaluation"),
@@ -328,20 +333,28 @@ ROWS = [
     not_applicable("generator.inference_engine.prefill_init_kwargs", "applies only with enable_pd"),
     not_applicable("generator.inference_engine.decode_init_kwargs", "applies only with enable_pd"),
     not_applicable("generator.inference_engine.router_init_kwargs", _ENGINE),
-    # -- generator ---------------------------------------------------------------------------------
-    not_applicable("generator.batched", "the Arctic generator sends each batch in one generate request"),
-    passed_through("generator.max_turns", "every environment's extras (as SkyRL's generator passes it); > 1 is "
-                   "multi-turn generation (issue 29)"),
-    passed_through("generator.max_input_length", "SkyRL's validation (equals trainer.max_prompt_length)"),
-    rejected("generator.chat_template.source", "remove it; the tokenizer's own chat template is used",
-             why="custom chat templates are not applied by the Arctic generator"),
-    rejected("generator.chat_template.name_or_path", "remove it; the tokenizer's own chat template is used",
-             why="custom chat templates are not applied by the Arctic generator"),
-    passed_through("generator.chat_template_kwargs", "the Arctic generator's chat template"),
-    *(passed_through(f"generator.{group}.{name}", "the Arctic generator's sampling parameters")
+    # -- generator: SkyRL's own SkyRLGymGenerator, sampling through the backend (adapter_skyrl.generator) --
+    passed_through("generator.batched", "SkyRL's generator: true = one backend call per batch (SkyRL's single-turn "
+                   "path); false = one request per trajectory turn, batched on the server by the core batcher"),
+    passed_through("generator.max_turns", "SkyRL's generator (multi-turn agent loop; every environment gets it as "
+                   "extras max_turns)"),
+    passed_through("generator.max_input_length", "SkyRL's generator (the longest context a turn may start from)"),
+    passed_through("generator.chat_template.source", "SkyRL's generator (with chat turns it re-tokenises the "
+                   "history: SkyRL's mode without token-in / token-out, its rows unchecked)"),
+    passed_through("generator.chat_template.name_or_path", "SkyRL's generator (see generator.chat_template.source)"),
+    passed_through("generator.chat_template_kwargs", "SkyRL's generator (tokenizer.apply_chat_template)"),
+    passed_through("generator.use_conversation_multi_turn", "SkyRL's generator (chat turns, or one continued message)"),
+    passed_through("generator.append_eos_token_after_stop_str_in_multi_turn", "SkyRL's generator"),
+    passed_through("generator.zero_reward_on_non_stop", "SkyRL's generator"),
+    passed_through("generator.step_wise_trajectories", "SkyRL's generator and trainer (one row per turn, its "
+                   "prompt the turn's context as the sampler read it)"),
+    rejected("generator.merge_stepwise_output", "set it to false",
+             why="SkyRL merges step rows into sequences after generation, which drops the per-row weights version "
+                 "the Arctic staleness and freshness checks read"),
+    *(passed_through(f"generator.{group}.{name}", "SkyRL's generator's sampling parameters (to the backend)")
       for group in ("sampling_params", "eval_sampling_params") for name in ("top_p", "top_k", "stop")),
-    passed_through("generator.eval_sampling_params.temperature", "the Arctic generator's sampling parameters (evaluation)"),
-    passed_through("generator.eval_sampling_params.max_generate_length", "the Arctic generator's sampling parameters (evaluation)"),
+    passed_through("generator.eval_sampling_params.temperature", "SkyRL's generator's sampling parameters (evaluation)"),
+    passed_through("generator.eval_sampling_params.max_generate_length", "SkyRL's generator's sampling parameters (evaluation)"),
     *(x for group in ("sampling_params", "eval_sampling_params") for x in (
         rejected(f"generator.{group}.min_p", "set it to 0.0", why="the backend's sampling parameters have no min_p"),
         rejected(f"generator.{group}.repetition_penalty", "set it to 1.0",
@@ -351,16 +364,11 @@ ROWS = [
         rejected(f"generator.{group}.logprobs", "use null, 0 or 1",
                  why="the backend returns the sampled token's log-prob only", accepts=t.is_null_0_or_1),
     )),
-    not_applicable("generator.use_conversation_multi_turn", "the Arctic generator is single-turn"),
-    not_applicable("generator.append_eos_token_after_stop_str_in_multi_turn", "the Arctic generator is single-turn"),
-    rejected("generator.zero_reward_on_non_stop", "set it to false", why="the Arctic generator reports the raw reward"),
     not_applicable("generator.use_cache_salt", "the Arctic server keys its prefix cache itself"),
     passed_through("generator.apply_overlong_filtering",
-                  "the Arctic generator (DAPO's overlong filtering, as SkyRL's generator: a response whose stop "
-                  "reason is not `stop`, i.e. truncated at max_generate_length, gets an all-zero loss mask)"),
-    not_applicable("generator.step_wise_trajectories", _MULTI_TURN),
+                   "SkyRL's generator (DAPO's overlong filtering: a response whose stop reason is not `stop`, i.e. "
+                   "truncated at max_generate_length, gets an all-zero loss mask)"),
     rejected("generator.vision_language_generator", "set it to false", why="the Arctic backends take text only"),
-    not_applicable("generator.merge_stepwise_output", _MULTI_TURN),
     # -- data and environments ---------------------------------------------------------------------
     passed_through("data", "SkyRL's dataloader"),
     passed_through("environment.env_class", "the skyrl-gym environment of rows without env_class"),
@@ -403,6 +411,9 @@ RULES = [
           f"{FULLY_ASYNC}.max_staleness_steps", f"{FULLY_ASYNC}.enabled"), t.async_workers_out_of_range,
          "SkyRL needs policy_mini_batch_size <= workers <= policy_mini_batch_size x (max_staleness_steps + 1) = "
          "{high} (fewer waste throughput, more can never all run)", "set it between {low} and {high}"),
+    Rule("batched generation is single-turn", ("generator.batched", "generator.max_turns"), t.batched_multi_turn,
+         "SkyRL's batched generation is single-turn: generator.max_turns={max_turns} would be ignored",
+         "set generator.batched=false (one request per trajectory turn, batched on the server)"),
     Rule("fully async generates group by group", ("generator.batched", f"{FULLY_ASYNC}.enabled"),
          t.async_batched_generation, "SkyRL's fully async trainer generates one prompt group per request",
          "set generator.batched=false"),
@@ -448,12 +459,6 @@ RULES = [
     Rule("a critic model", ("trainer.critic.model.path", f"{ALGO}.advantage_estimator"), t.critic_model,
          "a critic (value model) trained beside the policy; the Arctic backend trains the policy only",
          "unset trainer.critic.model.path"),
-    Rule("single-turn generation", ("generator.max_turns", "generator.step_wise_trajectories",
-         "generator.merge_stepwise_output"), t.multi_turn,
-         "multi-turn generation (issue 29): the Arctic generator samples one turn per prompt until SkyRL's own "
-         "generator runs over Arctic inference",
-         "set generator.max_turns=1 and generator.step_wise_trajectories=false for single-turn rollouts, or run "
-         "SkyRL's own trainer (its vLLM engines) until issue 29 lands"),
     Rule("the Arctic server samples", (f"{ENGINE}.external_proxy_url", f"{ENGINE}.external_server_urls"),
          t.own_inference_servers,
          "generation on inference servers of your own: the Arctic server samples with its own engines, which its "
@@ -484,6 +489,11 @@ NOTICES = [
            "generator.n_samples_per_prompt"), t.dynamic_sampling_replace),
     Notice("dynamic sampling: one sample", (f"{DS}.type", "generator.n_samples_per_prompt"),
            t.dynamic_sampling_one_sample),
+    Notice("multi-turn through a text-only server", ("generator.max_turns", "generator.batched",
+           "generator.use_conversation_multi_turn", "generator.chat_template.name_or_path", f"{EXTENSION}.backend.kind"),
+           t.multi_turn_sampling),
+    Notice("the search environment's retrieval server", ("environment.env_class", "environment.skyrl_gym"),
+           t.search_retrieval_server),
     Notice("dynamic sampling: settings without effect",
            (f"{DS}.type", f"{DS}.max_sample_batches", f"{DS}.min_replace_ratio"), t.dynamic_sampling_unused),
 ]  # fmt: skip
@@ -543,5 +553,5 @@ def reader(config: Any, extra: dict[str, Any] | None = None) -> Reader:
 README_SECTIONS = {"skyrl-fields": TABLE.markdown, "skyrl-legacy-keys": LEGACY_KEYS.markdown}
 
 
-if __name__ == "__main__":  # python -m adapter_skyrl.field_table [--write README.md]
+if __name__ == "__main__":  # python -m adapter_skyrl.field_table [--write packages/adapter-skyrl/README.md]
     raise SystemExit(readme_command({name: make() for name, make in README_SECTIONS.items()}))

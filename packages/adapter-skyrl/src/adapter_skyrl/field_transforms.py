@@ -15,6 +15,7 @@ from typing import Any
 from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS
 from arctic_rl_core.config.framework_fields import UNSET, FieldProblem, Fields, Found, Reader
 from arctic_rl_core.config.loss_selection import server_loss_for
+from arctic_rl_core.config.schema import ONPREM_BACKENDS
 
 from adapter_skyrl.loss_reductions import LOSS_REDUCTIONS, SERVER_AGGREGATED, SKYRL_PRESCALED
 from adapter_skyrl.registries import (
@@ -31,7 +32,7 @@ STEPS_PER_EPOCH = "@data.steps_per_epoch"  # pseudo field: training rows // trai
 
 SCHEDULERS = {"constant_with_warmup": "constant", "cosine": "cosine"}
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
-# SkyRL policy_loss_type -> a core loss family the server computes (arctic_rl_core.losses); SkyRL's
+# SkyRL policy_loss_type -> a core loss family the server computes (arctic_rl_losses); SkyRL's
 # `regular` is PPO clip WITHOUT dual clip, `dual_clip` adds it.
 SKYRL_POLICY_LOSSES = {
     "regular": "ppo_clip",
@@ -189,7 +190,7 @@ def loss_family(value: Any) -> str:
         )
     if value in ("dppo", "cross_entropy", "importance_sampling"):
         raise FieldProblem(
-            "the Arctic server computes the loss: the GRPO-family losses and rollout_is (arctic_rl_core.losses); "
+            "the Arctic server computes the loss: the GRPO-family losses and rollout_is (arctic_rl_losses); "
             f"SkyRL's {value} has no server loss (dppo's divergence mask; cross_entropy and importance_sampling "
             "are SFT / distillation losses)",
             f"use one of {list(SKYRL_POLICY_LOSSES)}",
@@ -405,16 +406,6 @@ def critic_model(f: Fields) -> bool:
     return bool(f("trainer.critic.model.path")) and f(f"{ALGO}.advantage_estimator") not in CRITIC_ESTIMATORS
 
 
-def multi_turn(f: Fields) -> Found | None:
-    """Multi-turn generation, reported once at the first setting that asks for it."""
-    if int(f("generator.max_turns")) > 1:
-        return Found(field="generator.max_turns")
-    for name in ("generator.step_wise_trajectories", "generator.merge_stepwise_output"):
-        if f(name):
-            return Found(field=name)
-    return None
-
-
 def own_inference_servers(f: Fields) -> Found | None:
     for name in (f"{ENGINE}.external_proxy_url", f"{ENGINE}.external_server_urls"):
         if f(name):
@@ -551,3 +542,81 @@ def legacy_scheduler(value: Any) -> str:
             "the core schedule is constant or cosine after the warmup", "use constant or cosine"
         )
     return str(value)
+
+
+# -- the rows SkyRL's generator builds (adapter_skyrl.generator) -----------------------------------------
+# The SkyRL fields named as the sources of the row bounds; the bounds also read the generator settings
+# that shape a row (max_turns, max_input_length, batched, step-wise, chat turns, stop strings), which keep
+# their own passed-through rows: SkyRL's generator reads them.
+GENERATED_ROW_FIELDS = ("trainer.max_prompt_length", "generator.sampling_params.max_generate_length")
+
+
+def _multi_turn(r: Reader) -> bool:
+    return int(r("generator.max_turns")) > 1 and not r("generator.batched")
+
+
+def _max_input_length(r: Reader) -> int:
+    value = r("generator.max_input_length")
+    return int(r("trainer.max_prompt_length") if value is None else value)
+
+
+def max_prompt_length(r: Reader) -> int:
+    """A row's longest prompt: the first prompt; a step-wise multi-turn row's is the conversation so far."""
+    if _multi_turn(r) and r("generator.step_wise_trajectories"):
+        return _max_input_length(r)
+    return int(r("trainer.max_prompt_length"))
+
+
+def max_response_length(r: Reader) -> int:
+    """The longest response SkyRL's generator makes: one turn of max_generate_length, and the EOS it
+    appends (after a stop string in chat turns with append_eos_token_after_stop_str_in_multi_turn, or
+    closing a response that continued one message); multi-turn: everything after the first prompt,
+    bounded by the last turn's context (max_input_length) and its generation."""
+    generate = int(r("generator.sampling_params.max_generate_length"))
+    if _multi_turn(r):
+        return _max_input_length(r) + generate
+    if r("generator.batched"):  # SkyRL's batched path truncates to max_generate_length and appends nothing
+        return generate
+    stop_eos = bool(r("generator.sampling_params.stop")) and bool(
+        r("generator.append_eos_token_after_stop_str_in_multi_turn")
+    )
+    return generate + int(not r("generator.use_conversation_multi_turn") or stop_eos)
+
+
+def batched_multi_turn(f: Fields) -> Found | None:
+    if f("generator.batched") and int(f("generator.max_turns")) > 1:
+        return Found(value=True, names={"max_turns": f("generator.max_turns")})
+    return None
+
+
+def multi_turn_sampling(f: Fields) -> str | None:
+    """How a multi-turn run samples, when SkyRL's generator cannot keep token-in / token-out by itself
+    (a custom chat template with chat turns) or the server reads text (on-prem)."""
+    turns = int(f("generator.max_turns"))
+    if turns <= 1 or f("generator.batched"):
+        return None
+    if f("generator.use_conversation_multi_turn") and f("generator.chat_template.name_or_path") is not None:
+        return (
+            "multi-turn with a custom chat template and chat turns: SkyRL's generator re-tokenises the history "
+            "each turn (its own mode without token-in / token-out): the rows are SkyRL's, unchecked"
+        )
+    if f("trainer.arctic_rl.backend.kind") in (None, *ONPREM_BACKENDS):
+        return (
+            f"multi-turn ({turns} turns) through the on-prem server, which takes text: each turn's ids go as their "
+            "text and the server's tokenisation is checked; a turn it read as other ids than the row holds "
+            "(sampled ids the tokenizer would not make of their text) is not trained (token_drift/turns counts them)"
+        )
+    return None
+
+
+def search_retrieval_server(f: Fields) -> str | None:
+    """SkyRL's `search` environment asks a retrieval server of the user's own at every <search>: a run
+    needs it up; a dry run checks settings and does not contact it."""
+    if f("environment.env_class") != "search":
+        return None
+    url = f("environment.skyrl_gym.search.search_url")
+    return (
+        f"environment search: every <search> action queries the retrieval server at {url} "
+        "(environment.skyrl_gym.search.search_url; SkyRL's examples/train/search/retriever starts one) from the "
+        "rollouts, as on vLLM; the dry run does not contact it"
+    )

@@ -1,237 +1,420 @@
-"""SkyRL's `GeneratorInterface` over `Backend.generate`: single-turn rollouts scored by skyrl-gym
-environments (the Arctic ones score through the core rewards).
+"""SkyRL's own generator (`SkyRLGymGenerator`) sampling through a core backend.
 
-Token ids used for training are the ones the backend reports: the prompt as the backend tokenised
-it (`Completion.prompt_token_ids`, when it says) and the generated `token_ids`. With text prompts
-(the Arctic on-prem server accepts text only) the chat-templated text is sent and the fraction of
-prompts whose backend tokenisation differs from the local one is reported
-(`generate/prompt_retokenization_drift`; when the server returns only `prompt_len`, a length
-mismatch is what can be detected, and the local ids are trained on).
+`ArcticGenerator` is SkyRL 0.4.0's `SkyRLGymGenerator` with `ArcticInferenceClient` as its engine:
+SkyRL's agent loop, environments, chat templates, stop strings, observation tokens, loss masks,
+per-token rewards, step-wise trajectories and batched generation run unchanged; every turn samples
+through the backend (`arctic_rl_core.multi_turn.turn_sampler`). What it adds:
+
+- **Token faithfulness, checked per turn.** Every turn records the ids the sampler conditioned on. A
+  trajectory's row (SkyRL's prompt ids + response ids) is compared with that record
+  (`arctic_rl_core.multi_turn.trajectory_fidelity`): the sampled tokens must sit where SkyRL put them,
+  and each turn's context must be the row's prefix. Where only the first prompt was tokenised
+  differently (text prompts to the on-prem server), the row's prompt becomes the server's ids (an
+  exact repair: the prompt is not trained). From the first turn whose context differs otherwise, the
+  loss mask is zeroed: no token is trained as if sampled from ids the sampler did not read.
+  Step-wise rows are one turn each: their prompt becomes the context the sampler read.
+- **Weights version per row** (`WEIGHTS_VERSION_KEY`: the oldest version any of the row's turns was
+  sampled with), checked against the last sync in synchronous runs.
+- **A trajectory whose environment raises** is not the batch's end: it is logged with its
+  trajectory id and the error, kept as one masked row (reward 0, loss mask 0), and counted
+  (`generate/env_errors`); only a call in which every trajectory failed raises.
+- **Metrics**: `generate/*` (weights version, turns per trajectory, scoring errors and execution
+  success of the Arctic environments, overlong filtering, environment errors) and the core's
+  `token_drift/*` (turns sampled from other ids than trained on, prompts the server tokenised
+  differently), as verl's adapter logs them.
+
+SkyRL's custom chat template with conversation turns re-tokenises the history (SkyRL's own mode
+without token-in / token-out): its rows are SkyRL's, unchecked.
 """
 
 from __future__ import annotations
 
-import time
+import contextvars
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput
+from arctic_rl_core.multi_turn.trajectory_fidelity import (
+    TrajectoryFidelity,
+    drift_metrics,
+    trajectory_fidelity,
+)
+from loguru import logger
+from skyrl.train.generators.base import GeneratorInput, GeneratorOutput
+from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator, StepWiseOutput, TrajectoryOutput
 
-from adapter_skyrl.envs import BIRD_ENV_IDS  # importing registers the Arctic environments
-from adapter_skyrl.loop_bridge import on_backend_loop
+from adapter_skyrl.envs import register_environments
+from adapter_skyrl.inference_client import RECORDER, ArcticInferenceClient, TurnRecorder
 
 if TYPE_CHECKING:
-    from arctic_rl_core.async_grpo.sync_gate import GenerationSyncGate
-    from arctic_rl_core.backends.protocol import Backend, Completion, SamplingParams
+    from arctic_rl_core.multi_turn.turn_sampler import SampledTurn
 
-PromptFormat = Literal["token_ids", "text"]
+register_environments()  # any process that unpickles the generator has the Arctic environments
 
 # The weights version each row was sampled with, on each GeneratorOutput: one entry per row, so
 # that SkyRL's slicing (`slice_generator_output`, dynamic sampling's filter and replace) and
 # concatenation (`concatenate_generator_outputs`, which keeps list-valued keys) carry it with its rows.
 WEIGHTS_VERSION_KEY = "arctic_weights_version"
 
-# The generator's per-call metrics that are a share (or a mean) over the call's rollouts, and those
-# that add up over calls: how `combine_call_metrics` merges several calls' metrics into one.
+# The generator's per-call metrics that are a share (or a mean) over the call's rollouts, those that
+# add up over calls, and those that are a maximum: how `combine_call_metrics` merges calls.
 GENERATOR_RATES = (
-    "generate/prompt_retokenization_drift",
+    "token_drift/turns",
+    "token_drift/prompts_repaired",
     "generate/execution_success_rate",
     "generate/overlong_filtered",
-    "generate/avg_response_length",
+    "generate/turns_mean",
 )
-GENERATOR_TOTALS = ("generate/scoring_errors", "generate/backend_generate_s", "generate/scoring_s")
-
-# vLLM sampling keys SkyRL always sends whose values the backend's semantics already give.
-_IMPLIED = {"min_tokens": 1, "skip_special_tokens": True, "include_stop_str_in_output": True, "min_p": 0.0}
+GENERATOR_TOTALS = ("generate/scoring_errors", "generate/env_errors")
+GENERATOR_MAXIMA = ("generate/turns_max",)
 
 
-def to_sampling_params(params: Mapping[str, Any]) -> SamplingParams:
-    """SkyRL's vLLM sampling dict -> the backend's `SamplingParams`; anything else is an error."""
-    from arctic_rl_core.backends.protocol import SamplingParams
+class EnvironmentFailure(RuntimeError):
+    """An environment's init, step or close raised inside one trajectory's agent loop."""
 
-    known = {"max_tokens", "temperature", "top_p", "top_k", "logprobs", "stop", *_IMPLIED}
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise ValueError(f"sampling params {unknown}: the Arctic backend cannot honour them; remove them")
-    for key, implied in _IMPLIED.items():
-        if key in params and params[key] != implied:
-            raise ValueError(
-                f"sampling param {key}={params[key]!r}: the Arctic backend supports only {implied!r}"
-            )
-    logprobs = params.get("logprobs")
-    if logprobs not in (None, 0, 1):
-        raise ValueError(
-            f"sampling param logprobs={logprobs!r}: only the sampled token's log-prob (1) is returned"
+    def __init__(self, where: str, cause: BaseException):
+        super().__init__(f"{where} raised {type(cause).__name__}: {cause}")
+        self.where = where
+        self.cause = cause
+
+
+@dataclass
+class TrajectoryReport:
+    """What the generator learned of one trajectory (index = its position in the call's input)."""
+
+    turns: list[SampledTurn] = field(default_factory=list)
+    drifted_turns: int = 0
+    prompt_repaired: bool = False
+    failure: str | None = None
+
+    @property
+    def weights_version(self) -> int | None:
+        return min((t.weights_version for t in self.turns), default=None)
+
+    @property
+    def fidelity(self) -> TrajectoryFidelity:
+        return TrajectoryFidelity(
+            prompt_ids=self.turns[0].context_ids,
+            prompt_repaired=self.prompt_repaired,
+            exact_turns=len(self.turns) - self.drifted_turns,
+            turns=len(self.turns),
         )
-    return SamplingParams(
-        max_tokens=int(params["max_tokens"]),
-        temperature=float(params.get("temperature", 1.0)),
-        top_p=float(params.get("top_p", 1.0)),
-        top_k=int(params.get("top_k", -1)),
-        stop=tuple(params.get("stop") or ()),
-        logprobs=bool(logprobs),
-    )
 
 
-class ArcticGenerator(GeneratorInterface):
-    """Rollouts from a core backend, one completion per prompt row (SkyRL already replicates)."""
+@dataclass
+class CallReport:
+    """One `generate` call: a report per trajectory, in input order. SkyRL starts the agent loops in
+    no particular order; a loop finds its slot by its trajectory id, or (a call without ids) by the
+    identity of its prompt and extras objects (each row's extras are its own copy in SkyRL's input)."""
+
+    trajectories: list[TrajectoryReport]
+    _slots: dict[Any, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, input_batch: GeneratorInput) -> CallReport:
+        ids = input_batch.get("trajectory_ids")
+        keys = (
+            [_trajectory_key(t) for t in ids]
+            if ids is not None
+            else [
+                (id(p), id(e)) for p, e in zip(input_batch["prompts"], input_batch["env_extras"], strict=True)
+            ]
+        )
+        call = cls([TrajectoryReport() for _ in keys])
+        for index, key in enumerate(keys):
+            call._slots.setdefault(key, []).append(index)
+        return call
+
+    def claim(self, trajectory_id: Any, prompt: Any, env_extras: Any) -> TrajectoryReport:
+        key = _trajectory_key(trajectory_id) if trajectory_id is not None else (id(prompt), id(env_extras))
+        slots = self._slots.get(key)
+        if not slots:
+            raise RuntimeError(
+                f"the Arctic generator cannot tell which input row trajectory {trajectory_id} is"
+            )
+        return self.trajectories[slots.pop(0)]
+
+
+def _trajectory_key(trajectory_id: Any) -> tuple[str, int]:
+    return (str(trajectory_id.instance_id), int(trajectory_id.repetition_id))
+
+
+_CALL: contextvars.ContextVar[CallReport | None] = contextvars.ContextVar(
+    "arctic_generate_call", default=None
+)
+
+
+class ArcticGenerator(SkyRLGymGenerator):
+    """SkyRL's generator over `ArcticInferenceClient` (see the module doc).
+
+    `expected_weights_version`: the version the last weight sync produced; synchronous rollouts must
+    use exactly it. `remember_inputs`: keep each group's input by uid (the fully asynchronous
+    trainer's `async.stale_policy=regenerate`)."""
 
     def __init__(
         self,
-        backend: Backend,
+        generator_cfg: Any,
+        skyrl_gym_cfg: Any,
+        inference_engine_client: ArcticInferenceClient,
         tokenizer: Any,
         *,
-        prompt_format: PromptFormat = "token_ids",
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-        env_configs: Any = None,
-        apply_overlong_filtering: bool = False,
-        max_turns: int = 1,
-        call_timeout_s: float | None = None,
         expected_weights_version: Callable[[], int | None] | None = None,
         remember_inputs: bool = False,
-        sync_gate: GenerationSyncGate | None = None,
     ):
-        if prompt_format not in ("token_ids", "text"):
-            raise ValueError(f"prompt_format={prompt_format!r}: use 'token_ids' or 'text'")
-        self.backend = backend
-        self.tokenizer = tokenizer
-        self.prompt_format = prompt_format
-        self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        # SkyRL's `environment.skyrl_gym`: each env_class gets its own section as env_config.
-        self.env_configs = env_configs
-        # SkyRL's generator.apply_overlong_filtering (DAPO): a truncated response trains no token
-        self.apply_overlong_filtering = apply_overlong_filtering
-        # SkyRL's generator.max_turns: SkyRLGymGenerator puts it in every environment's extras (an
-        # environment such as gsm8k_multi_turn sizes its per-turn format reward by it)
-        self.max_turns = max_turns
-        self.call_timeout_s = call_timeout_s
-        # The version the last weight sync produced (the dispatch's); rollouts must use exactly it.
+        super().__init__(generator_cfg, skyrl_gym_cfg, inference_engine_client, tokenizer)
         self.expected_weights_version = expected_weights_version
-        self.weights_versions: list[int] = []  # one per generate call, in order
-        # SkyRL's fully asynchronous trainer: each group's input, by uid, so that a group too stale
-        # to train on can be generated again (`async.stale_policy=regenerate`).
+        self.weights_versions: list[int] = []  # the oldest version of each generate call, in order
         self.remember_inputs = remember_inputs
         self.inputs_by_uid: dict[str, GeneratorInput] = {}
-        # fully async: no generate call reaches the sampler inside a weight sync's bracket
-        self.sync_gate = sync_gate
+        self.last_call: CallReport | None = None  # the latest call's per-trajectory reports
+        self._checks_rows = not (self.use_conversation_multi_turn and self.custom_chat_template)
 
-    def _template(self, conversation: Sequence[Mapping[str, str]], *, tokenize: bool) -> Any:
-        return self.tokenizer.apply_chat_template(
-            list(conversation), add_generation_prompt=True, tokenize=tokenize, **self.chat_template_kwargs
-        )
+    @property
+    def backend(self) -> Any:
+        return self.inference_engine_client.backend
 
-    def _local_ids(self, conversation: Sequence[Mapping[str, str]]) -> list[int]:
-        ids = self._template(conversation, tokenize=True)
-        if isinstance(ids, Mapping):  # some tokenizers return a BatchEncoding
-            ids = ids["input_ids"]
-        return [int(t) for t in ids]
-
-    async def generate(self, input_batch: GeneratorInput) -> GeneratorOutput:
+    async def generate(self, input_batch: GeneratorInput, disable_tqdm: bool = True) -> GeneratorOutput:
         if self.remember_inputs:
             for uid in {t.instance_id for t in input_batch.get("trajectory_ids") or ()}:
                 self.inputs_by_uid[uid] = input_batch
-        conversations = input_batch["prompts"]
-        from arctic_rl_core.backends.old_logprobs import sampling_params_for
+        input_batch = self._with_sampler_logprobs(input_batch)
+        call = CallReport.of(input_batch)
+        token = _CALL.set(call)
+        batched = TurnRecorder()
+        recorder_token = RECORDER.set(batched if self.batched else None)
+        try:
+            output = await super().generate(input_batch, disable_tqdm=disable_tqdm)
+        finally:
+            RECORDER.reset(recorder_token)
+            _CALL.reset(token)
+        if self.batched:  # SkyRL's single-turn batched path: one engine call, row i = turn i
+            call.trajectories = [TrajectoryReport(turns=[turn]) for turn in batched.turns]
+            self._check_batched_rows(output, call)
+        self.last_call = call
+        return self._finish(output, call)
 
-        # without a server forward (Cortex) the old-log-prob pass serves these log-probs
-        params = sampling_params_for(
-            self.backend, to_sampling_params(input_batch.get("sampling_params") or {})
-        )
-        local_ids = [self._local_ids(c) for c in conversations]
-        if self.prompt_format == "text":
-            prompts: list[Any] = [self._template(c, tokenize=False) for c in conversations]
-        else:
-            prompts = local_ids
-        start = time.perf_counter()
-        call = self.backend.generate(prompts, params)
-        if self.sync_gate is not None:
-            call = self.sync_gate.generate(call)
-        out = await on_backend_loop(call, self.call_timeout_s)
-        generate_s = time.perf_counter() - start
-        if len(out.completions) != len(prompts):
-            raise RuntimeError(
-                f"backend returned {len(out.completions)} completions for {len(prompts)} prompts"
+    def _with_sampler_logprobs(self, input_batch: GeneratorInput) -> GeneratorInput:
+        """Without a server forward (Cortex) the old log-probs are the sampler's: SkyRL must keep them."""
+        from arctic_rl_core.backends.old_logprobs import from_sampler
+
+        params = input_batch.get("sampling_params")
+        if from_sampler(self.backend) and params is not None and params.get("logprobs") is None:
+            return {**input_batch, "sampling_params": {**params, "logprobs": 1}}
+        return input_batch
+
+    # -- one trajectory ----------------------------------------------------------------------------
+    async def agent_loop(
+        self, prompt: Any, env_class: str, env_extras: dict[str, Any], *args: Any, **kwargs: Any
+    ):
+        """SkyRL's agent loop, its turns recorded; then the row checked and repaired (module doc)."""
+        call = _CALL.get()
+        trajectory_id = kwargs.get("trajectory_id")
+        report = TrajectoryReport() if call is None else call.claim(trajectory_id, prompt, env_extras)
+        recorder = TurnRecorder()
+        token = RECORDER.set(recorder)
+        try:
+            output = await super().agent_loop(prompt, env_class, env_extras, *args, **kwargs)
+        except EnvironmentFailure as failure:
+            report.failure = str(failure)
+            report.turns = recorder.turns
+            logger.error(
+                f"trajectory {trajectory_id} (env_class={env_class}): {failure}; kept as a masked row "
+                "(reward 0, loss mask 0) so the rest of the batch trains"
             )
-        self.weights_versions.append(out.weights_version)
+            return self._failed_trajectory(prompt, recorder.turns, kwargs.get("sampling_params"))
+        finally:
+            RECORDER.reset(token)
+        report.turns = recorder.turns
+        if self._checks_rows and report.turns:
+            if isinstance(output, StepWiseOutput):
+                for step, turn in zip(output.step_outputs, report.turns, strict=True):
+                    self._repair_step(step, turn, report)
+            else:
+                self._repair_row(output, report)
+        return output
+
+    async def _run_in_executor_if_available(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """SkyRL runs every environment call (init, step, close) through here: an exception from one
+        becomes an `EnvironmentFailure` naming the call."""
+        try:
+            return await super()._run_in_executor_if_available(func, *args, **kwargs)
+        except Exception as error:
+            raise EnvironmentFailure(
+                f"{type(getattr(func, '__self__', func)).__name__}.{func.__name__}", error
+            ) from error
+
+    def _repair_row(self, output: TrajectoryOutput, report: TrajectoryReport) -> None:
+        """Token-in / token-out row: the prompt as the sampler read it, and no trained token after the
+        first turn sampled from other ids than the row's prefix."""
+        prompt = list(output.prompt_ids)
+        first = report.turns[0]
+        if tuple(prompt) != first.prompt_ids:
+            raise RuntimeError(
+                "SkyRL's row prompt is not what its first turn sent (token-in / token-out broken)"
+            )
+        fidelity = trajectory_fidelity(report.turns)
+        misplaced = self._first_misplaced_turn(output, report.turns, len(prompt))
+        exact = min(fidelity.exact_turns, misplaced)
+        if exact < len(report.turns):
+            start = len(report.turns[exact].prompt_ids) - len(prompt)
+            output.loss_mask[start:] = [0] * (len(output.loss_mask) - start)
+            report.drifted_turns = len(report.turns) - exact
+        if fidelity.prompt_repaired:
+            output.prompt_ids = list(fidelity.prompt_ids)
+            report.prompt_repaired = True
+
+    def _first_misplaced_turn(
+        self, output: TrajectoryOutput, turns: Sequence[SampledTurn], prompt_len: int
+    ) -> int:
+        """The first turn whose sampled tokens are not where SkyRL's row holds them (an environment's
+        `postprocessed_action` re-encodes a turn: SkyRL's own exception to token-in / token-out)."""
+        response = output.response_ids
+        for k, turn in enumerate(turns):
+            start = len(turn.prompt_ids) - prompt_len
+            for i, token in enumerate(turn.token_ids):
+                at = start + i
+                if at >= len(response):
+                    break
+                # a turn's final EOS is dropped when the next turn continues the same message
+                if response[at] != token and not (
+                    i == len(turn.token_ids) - 1 and token == self.tokenizer.eos_token_id
+                ):
+                    return k
+        return len(turns)
+
+    def _repair_step(self, step: TrajectoryOutput, turn: SampledTurn, report: TrajectoryReport) -> None:
+        """A step-wise row is one turn: its prompt is what the sampler read (exact whatever the drift)."""
+        if tuple(step.prompt_ids) != turn.prompt_ids or list(
+            step.response_ids[: len(turn.token_ids)]
+        ) != list(turn.token_ids):
+            step.loss_mask[:] = [0] * len(step.loss_mask)
+            report.drifted_turns += 1
+            return
+        if not turn.exact:
+            step.prompt_ids = list(turn.context_ids)
+            report.prompt_repaired = True
+
+    def _failed_trajectory(self, prompt: Any, turns: Sequence[SampledTurn], sampling_params: Any) -> Any:
+        """One masked row (prompt, one EOS token, loss mask 0, reward 0) for a trajectory whose
+        environment raised."""
+        if turns:
+            prompt_ids = list(turns[0].context_ids)
+        else:
+            prompt_ids = list(
+                self.tokenizer.apply_chat_template(
+                    prompt, add_generation_prompt=True, tokenize=True, return_dict=False,
+                    **self.generator_cfg.chat_template_kwargs,
+                )
+            )  # fmt: skip
+        params = sampling_params if sampling_params is not None else {}
+        logprobs = [0.0] if params.get("logprobs") is not None else None
+        row = TrajectoryOutput(
+            response_ids=[int(self.tokenizer.eos_token_id)],
+            reward=0.0 if self.custom_chat_template else [0.0],
+            stop_reason="abort",
+            loss_mask=[0],
+            prompt_ids=prompt_ids,
+            rollout_logprobs=logprobs,
+            env_metrics={},
+        )
+        if self.generator_cfg.step_wise_trajectories:
+            return StepWiseOutput(step_outputs=[row])
+        return row
+
+    # -- the call's output ---------------------------------------------------------------------------
+    def _check_batched_rows(self, output: GeneratorOutput, call: CallReport) -> None:
+        for i, (report, prompt, response) in enumerate(
+            zip(call.trajectories, output["prompt_token_ids"], output["response_ids"], strict=True)
+        ):
+            turn = report.turns[0]
+            if tuple(prompt) != turn.prompt_ids or tuple(response) != turn.token_ids[: len(response)]:
+                raise RuntimeError(f"batched row {i} is not what its engine call sampled")
+            if not turn.exact:
+                output["prompt_token_ids"][i] = list(turn.context_ids)
+                report.prompt_repaired = True
+
+    def _finish(self, output: GeneratorOutput, call: CallReport) -> GeneratorOutput:
+        reports = call.trajectories
+        failed = [r.failure for r in reports if r.failure is not None]
+        if reports and len(failed) == len(reports):
+            raise RuntimeError(
+                f"every trajectory of the batch failed in its environment; the first: {failed[0]}"
+            )
+        versions = self._row_versions(output, reports)
+        oldest = min(versions)
+        self.weights_versions.append(oldest)
         expected = self.expected_weights_version() if self.expected_weights_version is not None else None
         if expected is not None:
             from arctic_rl_core.weight_sync import require_fresh_weights
 
-            require_fresh_weights(out, expected=expected)
-
-        prompt_ids, drifted = [], 0
-        for local, completion in zip(local_ids, out.completions, strict=True):
-            if completion.prompt_token_ids is not None:
-                ids = list(completion.prompt_token_ids)
-                drifted += ids != local
-            else:  # the on-prem server reports only the length of its tokenisation of the text
-                ids = local
-                drifted += bool(completion.prompt_len) and completion.prompt_len != len(local)
-            prompt_ids.append(ids)
-        response_ids = [_response_ids(c) for c in out.completions]
-        texts = [c.text for c in out.completions]
-
-        score_start = time.perf_counter()
-        rewards, verdicts = score_rollouts(
-            texts,
-            conversations,
-            input_batch["env_classes"],
-            input_batch.get("env_extras") or [{}] * len(texts),
-            env_configs=self.env_configs,
-            max_turns=self.max_turns,
-        )
-        score_s = time.perf_counter() - score_start
-        errors = sum(1 for v in verdicts if v.get("scoring_error"))
-
-        rollout_logprobs = None
-        if params.logprobs:
-            rollout_logprobs = [_logprobs(c) for c in out.completions]
+            for version in sorted(set(versions)):
+                require_fresh_weights(version, expected=expected)
+        output[WEIGHTS_VERSION_KEY] = versions
+        turns = [len(r.turns) for r in reports if r.failure is None]
         metrics = {
-            "generate/weights_version": float(out.weights_version),
-            "generate/scoring_errors": float(errors),
-            "generate/prompt_retokenization_drift": drifted / len(prompts),
-            "generate/avg_response_length": sum(map(len, response_ids)) / len(response_ids),
-            "generate/backend_generate_s": generate_s,
-            "generate/scoring_s": score_s,
-            "generate/execution_success_rate": _rate(verdicts, "execution_success"),
+            "generate/weights_version": float(oldest),
+            "generate/turns_mean": sum(turns) / len(turns),
+            "generate/turns_max": float(max(turns)),
+            "generate/env_errors": float(len(failed)),
+            **_env_metric_rates(output),
+            **drift_metrics([r.fidelity for r in reports if r.turns]),
         }
-        stop_reasons = [str(c.finish_reason) for c in out.completions]
-        loss_masks = [[1] * len(r) for r in response_ids]
-        if self.apply_overlong_filtering:  # SkyRL's rule: zero the mask unless the response stopped
-            loss_masks = [
-                mask if stop == "stop" else [0] * len(mask)
-                for mask, stop in zip(loss_masks, stop_reasons, strict=True)
-            ]
-            metrics["generate/overlong_filtered"] = sum(stop != "stop" for stop in stop_reasons) / len(
-                stop_reasons
-            )
-        output = GeneratorOutput(
-            prompt_token_ids=prompt_ids,
-            response_ids=response_ids,
-            rewards=rewards,
-            loss_masks=loss_masks,
-            stop_reasons=stop_reasons,
-            rollout_metrics={k: v for k, v in metrics.items() if v is not None},
-            rollout_logprobs=rollout_logprobs,
-            trajectory_ids=input_batch.get("trajectory_ids"),
-            trajectory_generation_times=None,
-            trajectory_time_splits=None,
-            rollout_expert_indices=None,
-            rollout_sample_support=None,
-            is_last_step=None,
-            env_metrics=verdicts,
-            pixel_values=None,
-            image_grid_thw=None,
-        )
-        output[WEIGHTS_VERSION_KEY] = [int(out.weights_version)] * len(response_ids)
+        if self.generator_cfg.apply_overlong_filtering:
+            stops = output["stop_reasons"]
+            metrics["generate/overlong_filtered"] = sum(s != "stop" for s in stops) / len(stops)
+        output["rollout_metrics"] = {**(output.get("rollout_metrics") or {}), **metrics}
         return output
+
+    def _row_versions(self, output: GeneratorOutput, reports: Sequence[TrajectoryReport]) -> list[int]:
+        """The weights version of each output row: a trajectory's (its oldest turn's) for each of its rows."""
+        per_trajectory = []
+        for report in reports:
+            version = report.weights_version
+            if version is None:  # an environment failed before the first turn: the call's newest
+                version = max(
+                    (r.weights_version for r in reports if r.weights_version is not None), default=0
+                )
+            per_trajectory.append(version)
+        if self.generator_cfg.step_wise_trajectories and not self.batched:
+            last = output["is_last_step"]
+            rows, trajectory = [], 0
+            for is_last in last:
+                rows.append(per_trajectory[trajectory])
+                trajectory += bool(is_last)
+            return rows
+        return per_trajectory
+
+
+def _env_metric_rates(output: GeneratorOutput) -> dict[str, float]:
+    """Scoring errors and execution success reported by the Arctic environments (`get_metrics`): per
+    row where SkyRL returns them (`env_metrics`), else from SkyRL's per-call means (its batched path
+    returns only those, as `environment/<name>`)."""
+    rows = output.get("env_metrics")
+    if rows is None:
+        means = output.get("rollout_metrics") or {}
+        n = len(output["response_ids"])
+        rows = [
+            {
+                k: means[f"environment/{k}"]
+                for k in ("scoring_error", "execution_success")
+                if f"environment/{k}" in means
+            }
+        ] * n
+    out: dict[str, float] = {
+        "generate/scoring_errors": float(round(sum(float(m.get("scoring_error", 0)) for m in rows)))
+    }
+    success = [float(m["execution_success"]) for m in rows if "execution_success" in m]
+    if success:
+        out["generate/execution_success_rate"] = sum(success) / len(success)
+    return out
 
 
 def combine_call_metrics(calls: Sequence[tuple[int, Mapping[str, float]]]) -> dict[str, float]:
     """Several generate calls' metrics (each with its number of rollouts) as one: each rate the mean
-    over all their rollouts, each total the sum, `generate/weights_version` the oldest version sampled
-    with and `generate/weights_version_max` the newest. (SkyRL keeps the last call's metrics when
-    one step spans several calls, and its concatenation sums every name without avg/mean/min/max.)"""
+    over all their rollouts, each total the sum, each maximum the maximum, `generate/weights_version`
+    the oldest version sampled with and `generate/weights_version_max` the newest. (SkyRL keeps the
+    last call's metrics when one step spans several calls, and its concatenation sums every name
+    without avg/mean/min/max.)"""
     out: dict[str, float] = {}
     versions = [float(m["generate/weights_version"]) for _, m in calls if "generate/weights_version" in m]
     if versions:
@@ -245,97 +428,8 @@ def combine_call_metrics(calls: Sequence[tuple[int, Mapping[str, float]]]) -> di
         values = [float(m[name]) for _, m in calls if m.get(name) is not None]
         if values:
             out[name] = sum(values)
+    for name in GENERATOR_MAXIMA:
+        values = [float(m[name]) for _, m in calls if m.get(name) is not None]
+        if values:
+            out[name] = max(values)
     return out
-
-
-def score_rollouts(
-    texts: Sequence[str],
-    conversations: Sequence[Any],
-    env_classes: Sequence[str],
-    env_extras: Sequence[Mapping[str, Any] | None],
-    env_configs: Any = None,
-    max_turns: int = 1,
-) -> tuple[list[float], list[dict[str, Any]]]:
-    """Reward and verdict of each response. BIRD rows are scored together by the core batch
-    scorer (each distinct query executed once, gold results cached); other rows, or BIRD rows
-    whose batch could not be scored, step their row's skyrl-gym environment (single turn) with
-    `max_turns` in its extras, as SkyRL's generator builds them."""
-    rewards: list[float | None] = [None] * len(texts)
-    verdicts: list[dict[str, Any] | None] = [None] * len(texts)
-    extras = [{**dict(e or {}), "max_turns": max_turns} for e in env_extras]
-    bird_rows = [i for i, env_class in enumerate(env_classes) if env_class in BIRD_ENV_IDS]
-    if bird_rows:
-        try:
-            batch = _bird_batch([texts[i] for i in bird_rows], [extras[i] for i in bird_rows])
-        except (ValueError, TypeError):  # a malformed row: score row by row so each reports its own error
-            batch = None
-        if batch is not None:
-            for i, verdict in zip(bird_rows, batch, strict=True):
-                rewards[i], verdicts[i] = (
-                    float(verdict["score"]),
-                    {k: v for k, v in verdict.items() if k != "score"},
-                )
-    for i, env_class in enumerate(env_classes):
-        if rewards[i] is None:
-            rewards[i], verdicts[i] = _step_env(
-                env_class, conversations[i], texts[i], extras[i], env_config_for(env_configs, env_class)
-            )
-    return [float(r) for r in rewards], [dict(v or {}) for v in verdicts]
-
-
-def _bird_batch(texts: Sequence[str], extras: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    from arctic_rl_core.envs.bird import compute_score_batch
-
-    from adapter_skyrl.envs import ground_truth
-
-    return compute_score_batch(
-        [str(e.get("data_source") or "bird") for e in extras],
-        list(texts),
-        [ground_truth(e, "bird") for e in extras],
-        [dict(e.get("extra_info") or {}) for e in extras],
-    )
-
-
-def env_config_for(env_configs: Any, env_class: str) -> Any:
-    """SkyRL's rule (SkyRLGymGenerator): the `environment.skyrl_gym.<env_class>` section, else {}."""
-    if env_configs is None:
-        return {}
-    if isinstance(env_configs, Mapping):
-        return env_configs.get(env_class, {})
-    return getattr(env_configs, env_class, {})
-
-
-def _step_env(
-    env_class: str, conversation: Any, text: str, extras: Mapping[str, Any], env_config: Any = None
-) -> tuple[float, dict[str, Any]]:
-    import skyrl_gym
-
-    env = skyrl_gym.make(
-        env_class, env_config=env_config if env_config is not None else {}, extras=dict(extras)
-    )
-    try:
-        env.init(conversation)
-        step = env.step(text)
-    finally:
-        env.close()
-    return float(step["reward"]), dict(step.get("metadata") or {})
-
-
-def _response_ids(completion: Completion) -> list[int]:
-    ids = list(completion.token_ids)
-    if not ids:
-        raise RuntimeError("backend returned an empty completion; SkyRL needs at least one response token")
-    return ids
-
-
-def _logprobs(completion: Completion) -> list[float]:
-    if completion.logprobs is None or len(completion.logprobs) != len(completion.token_ids):
-        raise RuntimeError(
-            "backend returned no per-token log-probs (or the wrong number) although they were requested"
-        )
-    return [float(x) for x in completion.logprobs]
-
-
-def _rate(verdicts: Sequence[Mapping[str, Any]], key: str) -> float | None:
-    values = [bool(v[key]) for v in verdicts if key in v]
-    return sum(values) / len(values) if values else None

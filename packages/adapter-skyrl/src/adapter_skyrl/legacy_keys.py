@@ -5,7 +5,7 @@
   fields. Where SkyRL has its own field for the same setting (e.g. `optimizer_betas` vs
   `trainer.policy.optimizer_config.adam_betas`), the legacy value is used while SkyRL's field is at
   its default, and a conflict is an error naming both (see `adapter_skyrl.config`). Keys whose
-  meaning changed are rejected naming the exact replacement. The README's table is generated from it.
+  meaning changed are rejected naming the exact replacement. The table in adapter-skyrl's README is generated from it.
 - `LEGACY_SKYRL_KEYS`: fields of the SkyRL release that integration ran on that SkyRL 0.4.0 no longer
   has (its launchers pass them): dropped before SkyRL's strict parse, each with a notice.
 """

@@ -21,7 +21,7 @@ usage: python -m adapter_skyrl.main [--dry-run] [--help] <SkyRL overrides> [trai
 Runs a SkyRL 0.4.0 GRPO recipe on the Arctic RL stack. SkyRL's own fields drive the run (GPUs and
 nodes, engines x TP, colocate_all, vLLM knobs, batch sizes, optimizer, loss, KL, seeds, checkpoints);
 trainer.arctic_rl.* holds the core groups SkyRL has no field for (backend, deepspeed, zorro,
-arctic_inference, vllm.max_model_len, ...) and accepts the seed integration's flat knobs.
+arctic_inference, vllm.max_model_len, ...) and accepts the legacy integration's flat knobs.
 The backend is the Arctic server on the local Ray cluster unless trainer.arctic_rl.backend.kind says
 otherwise (http, cortex, or reference: the CPU test engine).
 
@@ -59,7 +59,7 @@ def _count_rows(files: Sequence[str]) -> int | None:
 @dataclass
 class Checked:
     """Every problem of a launcher's overrides in one round: SkyRL's parse (unknown keys named, the
-    rest still checked), the field table, the seed keys, core validation, SkyRL's registries and
+    rest still checked), the field table, the legacy keys, core validation, SkyRL's registries and
     SkyRL's own `validate_cfg`; the run's config, translation and notices."""
 
     cfg: Any
@@ -204,7 +204,7 @@ def run_main(
     from adapter_skyrl.config import UnsupportedSkyRLSettingError
     from adapter_skyrl.trainer import ArcticPPOExp
 
-    # Every problem SkyRL's settings, the seed keys, the registries and core validation can show
+    # Every problem SkyRL's settings, the legacy keys, the registries and core validation can show
     # without the data.
     checked = check(args, config_cls, read_data=False)
     checked.notices[:0] = notices
@@ -220,15 +220,27 @@ def run_main(
     (exp_cls or ArcticPPOExp)(checked.cfg).run()
 
 
+RESUME_HINT = "the same command (trainer.resume_mode=latest, the default, resumes from the last checkpoint)"
+
+
 def cli(entry: Callable[[], None]) -> None:
-    """A `python -m` entry point: a refused configuration prints its problems and exits 2."""
+    """A `python -m` entry point: a refused configuration prints its problems and exits 2; a failure
+    a user can cause or meet (a damaged checkpoint, a folder another run holds, the server gone, a
+    full disk: `arctic_rl_core.failure_messages`) prints one message and exits 1."""
     from arctic_rl_core.config import ConfigError
+    from arctic_rl_core.failure_messages import explain
 
     try:
         entry()
     except ConfigError as error:
         print(error, file=sys.stderr)
         raise SystemExit(2) from None
+    except Exception as error:
+        message = explain(error, resume=RESUME_HINT)
+        if message is None:
+            raise
+        print(f"adapter_skyrl: {message}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

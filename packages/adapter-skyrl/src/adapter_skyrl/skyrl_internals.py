@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from arctic_rl_core.seams import Internal
+from arctic_rl_core.framework_internals import Internal
 
 WORKER_DISPATCH = "skyrl.backends.skyrl_train.workers.worker_dispatch:WorkerDispatch"
 TRAINER = "skyrl.train.trainer:RayPPOTrainer"
 EXPERIMENT = "skyrl.train.entrypoints.main_base:BasePPOExp"
 FULLY_ASYNC_TRAINER = "skyrl.train.fully_async_trainer:FullyAsyncRayPPOTrainer"
+GYM_GENERATOR = "skyrl.train.generators.skyrl_gym_generator:SkyRLGymGenerator"
 ASYNC_DATALOADER = "skyrl.train.fully_async_trainer:_AsyncDataloader"
 STALENESS_MANAGER = "skyrl.train.fully_async_trainer:_AsyncStalenessManager"
 # BasePPOExp.__init__'s inference-server state, which the adapter's experiment (whose __init__
@@ -82,6 +83,16 @@ INTERNALS: tuple[Internal, ...] = (
         "`run()` builds the trainer through this method; the stock one imports the FSDP/Megatron "
         "workers and vLLM, which the Arctic path replaces; no public factory hook",
         ("self",),
+    ),
+    Internal(
+        GYM_GENERATOR,
+        "_run_in_executor_if_available",
+        "override",
+        "generator.ArcticGenerator._run_in_executor_if_available",
+        "SkyRL's generator calls every environment method (init, step, close) through it; an exception "
+        "there must be told apart from an engine or bookkeeping error so that one trajectory's broken "
+        "environment costs its row, not the batch, and no public hook wraps the environment calls",
+        ("self", "func", "args", "kwargs"),
     ),
     Internal(
         FULLY_ASYNC_TRAINER,

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from arctic_rl_core.checkpoint_manifest import CheckpointFolder, discard_unfinished, verify, write_manifest
+from arctic_rl_core.run_lock import RunFolderLock
 from loguru import logger
 from skyrl.train.dataset import PromptDataset
 from skyrl.train.entrypoints.main_base import BasePPOExp
 from skyrl.train.trainer import RayPPOTrainer
-from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
+from skyrl.train.utils.trainer_utils import ResumeMode, cleanup_old_checkpoints
 
 from adapter_skyrl.config import DEFAULT_BACKEND, align_with_arctic, translate
 from adapter_skyrl.dispatch import ArcticWorkerDispatch
 from adapter_skyrl.generator import ArcticGenerator, combine_call_metrics
+from adapter_skyrl.inference_client import ArcticInferenceClient
 from adapter_skyrl.skyrl_internals import no_inference_servers
 
 if TYPE_CHECKING:
@@ -31,6 +35,9 @@ if TYPE_CHECKING:
     from skyrl.train.generators.base import GeneratorOutput
 
     from adapter_skyrl.trace import PayloadTrace
+
+
+SKYRL_LATEST_FILE = "latest_ckpt_global_step.txt"  # SkyRL's record of its latest checkpoint
 
 
 class BackendReferenceModel:
@@ -173,10 +180,57 @@ class ArcticPPOTrainer(RayPPOTrainer):
         """Checkpoints live where this process writes them (no SkyRL worker nodes to visit)."""
         cleanup_old_checkpoints(self.cfg.trainer.ckpt_path, self.cfg.trainer.max_ckpts_to_keep)
 
+    # -- checkpoints: checked before any state is used (arctic_rl_core.checkpoint_manifest) -------
+    def checkpoint_folder(self) -> CheckpointFolder:
+        return CheckpointFolder(Path(self.cfg.trainer.ckpt_path), SKYRL_LATEST_FILE)
+
+    def save_checkpoints(self) -> str:
+        """SkyRL's save (and the fully async trainer's state file), then the step folder's manifest:
+        every file with its size and SHA-256, which a resume checks first."""
+        step_folder = self.checkpoint_folder().step_folder(self.global_step)
+        try:
+            folder = super().save_checkpoints()
+            data = Path(folder) / "data.pt"
+            if not data.is_file() or data.stat().st_size == 0:  # SkyRL logs this failure and goes on
+                raise OSError(f"{data}: SkyRL could not save the dataloader state (its log says why)")
+            write_manifest(folder)
+        except OSError:
+            # a full disk: no partial step folder is left (the latest file names the last whole one)
+            discard_unfinished(self.checkpoint_folder(), step_folder)
+            raise
+        return folder
+
+    def load_checkpoints(self) -> Any:
+        """Every file of the checkpoint checked before SkyRL reads any: SkyRL 0.4.0 restarts at step 1
+        without `latest_ckpt_global_step.txt` and trains on after a warning when `data.pt` is damaged
+        (the data order then differs); here both stop with `CheckpointDamaged` naming the file."""
+        if self.resume_mode == ResumeMode.LATEST:
+            self.checkpoint_folder().resume_point()
+        elif self.resume_mode == ResumeMode.FROM_PATH:
+            verify(self.cfg.trainer.resume_path)
+        return super().load_checkpoints()
+
+    async def train(self) -> None:
+        """SkyRL's loop, except after a resume from the checkpoint of the last step: SkyRL 0.4.0 would
+        train one step past `total_training_steps` (it checks the limit only after a step). The
+        checkpoint is loaded and synced to the sampler, as the loop would leave them, and nothing is
+        trained."""
+        done = self.checkpoint_folder().resume_point() if self.resume_mode == ResumeMode.LATEST else None
+        if done is not None and self.total_training_steps is not None and done >= self.total_training_steps:
+            logger.info(f"step {done} of {self.total_training_steps} is checkpointed: nothing left to train")
+            self.init_weight_sync_state()
+            self.global_step = int(self.load_checkpoints()[0])
+            await self.dispatch.save_weights_for_sampler()
+            return
+        await super().train()
+
     def train_critic_and_policy(self, data: TrainingInputBatch) -> dict[str, float]:
         status = super().train_critic_and_policy(data)
         for key, value in self.dispatch.pop_metrics().items():
             self.all_metrics[f"arctic/{key}"] = value
+        client = getattr(self.generator, "inference_engine_client", None)
+        if isinstance(client, ArcticInferenceClient):  # the sampler's queue since the previous step
+            self.all_metrics.update(client.queue_metrics())
         return status
 
 
@@ -196,7 +250,6 @@ class ArcticPPOExp(BasePPOExp):
         backend: Backend | None = None,
         backend_factory: Callable[[ArcticRLConfig], Backend] | None = None,
         trace: PayloadTrace | None = None,
-        prompt_format: str | None = None,
     ):
         self.cfg = cfg
         self.backend_settings = backend_settings(cfg)
@@ -233,6 +286,9 @@ class ArcticPPOExp(BasePPOExp):
         )
         if backend is not None and backend_factory is not None:
             raise ValueError("pass either backend or backend_factory, not both")
+        # One writer per checkpoint folder, from before the backend starts (it may clean up jobs a
+        # stopped run of this folder left on the server) to the end of `run`
+        self.run_lock = RunFolderLock(cfg.trainer.ckpt_path).acquire()
         self.backend = backend if backend is not None else (backend_factory or build_backend)(self.arctic_cfg)
         self._owns_backend = backend is None  # a backend passed in stays the caller's to shut down
         trace_path = getattr(cfg.trainer, "arctic_trace_path", None)
@@ -241,10 +297,6 @@ class ArcticPPOExp(BasePPOExp):
 
             trace = PayloadTrace(trace_path)
         self.trace = trace
-        # The Arctic on-prem server takes text prompts only; the reference engine takes token ids.
-        self.prompt_format = prompt_format or (
-            "token_ids" if self.arctic_cfg.backend.kind == "reference" else "text"
-        )
 
     def run(self) -> None:
         """SkyRL's run; then the backend this experiment created is shut down (Arctic jobs it
@@ -252,15 +304,18 @@ class ArcticPPOExp(BasePPOExp):
         try:
             super().run()
         finally:
-            if self._owns_backend:
-                from arctic_rl_core.dispatch import run as run_coroutine
+            try:
+                if self._owns_backend:
+                    from arctic_rl_core.dispatch import run as run_coroutine
 
-                run_coroutine(self.backend.shutdown())
+                    run_coroutine(self.backend.shutdown())
+            finally:
+                self.run_lock.release()
 
     # -- hooks ----------------------------------------------------------------------------------
     def _build_tokenizer(self) -> Any:
         if self.backend_settings.kind == "reference":
-            from arctic_rl_core.backends.reference.tokenizer import build_tokenizer
+            from arctic_rl_testbed.reference.tokenizer import build_tokenizer
 
             tokenizer = build_tokenizer(self.backend_settings.reference.tokenizer_path)
         else:
@@ -309,29 +364,33 @@ class ArcticPPOExp(BasePPOExp):
     def get_generator(
         self, cfg: SkyRLTrainConfig, tokenizer: Any, inference_engine_client: Any
     ) -> ArcticGenerator:
-        return ArcticGenerator(self.backend, tokenizer, **self.generator_options())
+        return self.build_generator(ArcticGenerator, tokenizer)
 
-    def generator_options(self) -> dict[str, Any]:
-        """What SkyRL's settings ask of the generator (every subclass of `ArcticGenerator` the
-        experiment builds takes these): prompt format, chat template, environments, DAPO's overlong
-        filtering, `generator.max_turns` (every environment gets it, as SkyRL's generator passes it),
-        and the asynchronous options."""
-        return {
-            "prompt_format": self.prompt_format,
-            "chat_template_kwargs": self.cfg.generator.chat_template_kwargs,
-            "env_configs": self.cfg.environment.skyrl_gym,
-            "apply_overlong_filtering": bool(self.cfg.generator.apply_overlong_filtering),
-            "max_turns": int(self.cfg.generator.max_turns),
+    def build_generator(self, cls: type[ArcticGenerator], tokenizer: Any) -> ArcticGenerator:
+        """SkyRL's generator (`cls`: `ArcticGenerator` or a subclass) with SkyRL's generator and
+        environment settings, sampling through the backend (`ArcticInferenceClient`)."""
+        client = ArcticInferenceClient(
+            self.backend,
+            tokenizer,
+            model_name=str(self.cfg.trainer.policy.model.path),
+            max_batch=int(self.cfg.generator.inference_engine.max_num_seqs),
+            sync_gate=self.sync_gate,
+        )
+        return cls(
+            self.cfg.generator,
+            self.cfg.environment.skyrl_gym,
+            client,
+            tokenizer,
             **self.generator_async_options(),
-        }
+        )
 
     def generator_async_options(self) -> dict[str, Any]:
         """Synchronous: every rollout uses exactly the last sync's weights (checked per generate call).
         Fully async: the trainer checks each group's version against `async.max_staleness` when it
-        trains it (a sync may land while a group is in flight), the generator keeps inputs for
-        regeneration, and generation and weight sync share the run's `GenerationSyncGate`."""
+        trains it (a sync may land while a group is in flight) and the generator keeps inputs for
+        regeneration (generation and weight sync share the run's `GenerationSyncGate` in the client)."""
         if self.cfg.trainer.fully_async.enabled:
-            return {"expected_weights_version": None, "remember_inputs": True, "sync_gate": self.sync_gate}
+            return {"expected_weights_version": None, "remember_inputs": True}
         return {"expected_weights_version": self._synced_version}
 
     def _synced_version(self) -> int | None:
@@ -432,8 +491,8 @@ def backend_settings(cfg: SkyRLTrainConfig) -> Any:
 def build_backend(cfg: ArcticRLConfig) -> Backend:
     """The core backend `backend.kind` names."""
     if cfg.backend.kind == "reference":
-        from arctic_rl_core.backends.reference.engine import ReferenceBackend
-        from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+        from arctic_rl_testbed.reference.engine import ReferenceBackend
+        from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
         return ReferenceBackend(ReferenceEngineSettings.from_config(cfg))
     from arctic_rl_core.backends import arctic

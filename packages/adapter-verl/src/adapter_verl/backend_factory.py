@@ -24,8 +24,8 @@ def start_backend(settings: ArcticVerlSettings) -> BackendHandle:
     `ray` / `http` / `cortex`: the Arctic server through the real client."""
     cfg = settings.arctic_config()
     if cfg.backend.kind == "reference":
-        from arctic_rl_core.backends.reference.ray_actor import launch_reference_actor
-        from arctic_rl_core.backends.reference.settings import ReferenceEngineSettings
+        from arctic_rl_testbed.reference.ray_actor import launch_reference_actor
+        from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
         backend: Backend = launch_reference_actor(ReferenceEngineSettings.from_config(cfg))
     else:

@@ -2,7 +2,7 @@
 adapter's public entry points (`adapter_verl.main.with_arctic_defaults` / `compose`, verl's own
 `main_ppo.run_ppo` with the adapter's `arctic` trainer mode). The GRPO phase of
 `arctic-rl demo --framework verl`: registered in the `arctic_rl.demo_drivers` entry-point group,
-which `arctic_rl_core.demo.drivers` reads.
+which `arctic_rl_testbed.demo.drivers` reads.
 
 verl runs its trainer in a Ray actor (`TaskRunnerV1`) of a local Ray cluster; the trainer starts
 the reference backend as another Ray actor, in its own process, and the forwarder workers and
@@ -28,8 +28,8 @@ from adapter_verl.modes import ASYNC_TRAINER_MODE
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
-    from arctic_rl_core.demo.options import DemoOptions
-    from arctic_rl_core.demo.tasks import DemoTask
+    from arctic_rl_testbed.demo.options import DemoOptions
+    from arctic_rl_testbed.demo.tasks import DemoTask
 
 CHECKPOINT_DIR = "checkpoints"
 METRICS_DIR = "verl_metrics"  # one verl file-logger JSONL per attempt (verl truncates its file)
@@ -70,6 +70,10 @@ def verl_overrides(
     run_dir = options.run_dir.resolve()
     rows_per_step = options.prompts_per_step * options.rollouts_per_prompt
     use_kl = options.kl_loss_coef > 0
+    # --trainer deepspeed: the 0.1.4 worker packs a training micro-batch's rows into one sequence, which
+    # sdpa (the CPU's attention) cannot keep apart, and the demo's built-in loss reads that packed layout:
+    # one row per training micro-batch (forwards go unpacked: all rows at once)
+    micro = 1 if options.trainer == "deepspeed" else rows_per_step
     return [
         "algorithm.adv_estimator=grpo",
         f"data.train_files={train_file.resolve()}",
@@ -89,7 +93,12 @@ def verl_overrides(
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={rows_per_step}",
         # one optimizer step per GRPO step, the whole batch in one micro batch (as the SkyRL demo)
         f"actor_rollout_ref.actor.ppo_mini_batch_size={options.prompts_per_step}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rows_per_step}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        *(
+            ["+actor_rollout_ref.model.override_config.attn_implementation=sdpa"]  # no GPU kernel
+            if options.trainer == "deepspeed"
+            else []
+        ),
         f"actor_rollout_ref.actor.optim.lr={options.lr}",
         f"actor_rollout_ref.actor.use_kl_loss={str(use_kl).lower()}",
         *([f"actor_rollout_ref.actor.kl_loss_coef={options.kl_loss_coef}"] if use_kl else []),
@@ -138,9 +147,9 @@ def separate_async_overrides(max_staleness: int) -> list[str]:
 
 
 def verl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[str]:
-    """The GRPO backend (`arctic_rl_core.demo.backend.grpo_backend_settings`) as verl overrides
+    """The GRPO backend (`arctic_rl_testbed.demo.backend.grpo_backend_settings`) as verl overrides
     (`+remote_backend.core.*`); a server's jobs load `actor_rollout_ref.model.path`."""
-    from arctic_rl_core.demo.backend import grpo_backend_settings, override_value
+    from arctic_rl_testbed.demo.backend import grpo_backend_settings, override_value
 
     settings = grpo_backend_settings(options, model_path=model_path)
     overrides: list[str] = []
@@ -163,7 +172,7 @@ def verl_backend_overrides(options: DemoOptions, *, model_path: Path) -> list[st
 def step_record(data: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
     """The demo's per-step metrics from what verl's trainer logged for one step and the step's
     per-rollout rewards (verl's rollout dump)."""
-    from arctic_rl_core.demo.run_log import phase_seconds, rollout_ex
+    from arctic_rl_testbed.demo.run_log import phase_seconds, rollout_ex
 
     return {
         "reward_mean": float(data["critic/rewards/mean"]),
@@ -284,8 +293,10 @@ def _backend_location(options: DemoOptions) -> dict[str, Any]:
 
 
 def _first_step(checkpoints: Path) -> int:
-    latest = checkpoints / LATEST_FILE
-    return int(latest.read_text().strip()) + 1 if latest.is_file() else 1
+    """The step after the run's latest checkpoint, every file of it checked (`CheckpointDamaged`)."""
+    from arctic_rl_core.checkpoint_manifest import CheckpointFolder
+
+    return (CheckpointFolder(checkpoints, LATEST_FILE).resume_point() or 0) + 1
 
 
 def run_grpo(
@@ -372,7 +383,7 @@ def _write_rows(task: DemoTask, path: Path) -> None:
 
 async def _restored_backend(options: DemoOptions, model_path: Path, checkpoints: Path) -> Backend:
     """A reference backend on the final checkpoint's weights, synced to its sampler."""
-    from arctic_rl_core.demo.backend import reference_backend, synced
+    from arctic_rl_testbed.demo.backend import reference_backend, synced
 
     step = _first_step(checkpoints) - 1
     if step < 1:
@@ -389,3 +400,5 @@ async def _restored_backend(options: DemoOptions, model_path: Path, checkpoints:
 
 # `arctic-rl demo --framework verl --async K` runs verl's separate-async trainer (separate_async_overrides)
 run_grpo.supports_async = True
+# the demo checks (and rewinds) the run's verl checkpoints before a resume
+run_grpo.checkpoint_layout = (CHECKPOINT_DIR, LATEST_FILE)

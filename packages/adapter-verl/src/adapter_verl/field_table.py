@@ -11,8 +11,9 @@ passed through (verl itself keeps using it). The transforms, rule checks and not
 `tests/verl/test_verl_field_table.py` composes the installed verl's default config and fails on any
 leaf no row covers (and on any row naming no field), so a new verl release cannot add a silently
 ignored field. verl's `_target_` leaves (the config class of each group) are structure, not settings:
-`adapter_verl.config.check_supported` rejects any change to one. The README's verl tables are
-generated from it: `python -m adapter_verl.field_table --write README.md`.
+`adapter_verl.config.check_supported` rejects any change to one. The verl tables of
+adapter-verl's README are generated from it:
+`python -m adapter_verl.field_table --write packages/adapter-verl/README.md`.
 """
 
 from __future__ import annotations
@@ -468,5 +469,5 @@ NOTICES = [
 VERL_FIELDS = FieldTable(FRAMEWORK, ROWS, RULES, NOTICES)
 
 
-if __name__ == "__main__":  # python -m adapter_verl.field_table [--write README.md]
+if __name__ == "__main__":  # python -m adapter_verl.field_table [--write packages/adapter-verl/README.md]
     raise SystemExit(readme_command({"verl-fields": VERL_FIELDS.markdown()}))

@@ -27,7 +27,7 @@ OFF_POLICY_STRATEGY = "trainer.v1.sampler.max_off_policy_strategy"
 SEPARATE_ASYNC = "trainer.v1.separate_async"
 SYNC_STEP_FIELD = f"{SEPARATE_ASYNC}.parameter_sync_step"
 LOSS_MODE = f"{A}.policy_loss.loss_mode"
-# verl policy_loss.loss_mode -> the core loss family the Arctic server computes (arctic_rl_core.losses);
+# verl policy_loss.loss_mode -> the core loss family the Arctic server computes (arctic_rl_losses);
 # verl's `vanilla` always dual-clips for negative advantages.
 VERL_POLICY_LOSSES: dict[str, str] = {
     "vanilla": "dual_clip",
@@ -249,7 +249,7 @@ def loss_family(read: Reader) -> str:
     mode = read(LOSS_MODE) or "vanilla"
     if mode not in VERL_POLICY_LOSSES:
         raise FieldProblem(
-            f"the Arctic server computes {', '.join(sorted(VERL_POLICY_LOSSES))} (arctic_rl_core.losses), not "
+            f"the Arctic server computes {', '.join(sorted(VERL_POLICY_LOSSES))} (arctic_rl_losses), not "
             f"{mode!r}",
             NEAREST_LOSS.get(mode, f"set {LOSS_MODE} to one of them"),
         )

@@ -213,7 +213,7 @@ def translate(overrides: Sequence[str]) -> LegacyOverrides:
         else:
             out.problems.append(
                 f"{key}={raw}: not a key of Arctic-Platform's verl integration nor of this adapter; core settings "
-                "go under remote_backend.core.<group>.<knob> (see the README's verl mapping table)"
+                "go under remote_backend.core.<group>.<knob> (see the verl mapping table in adapter-verl's README)"
             )
             continue
         try:

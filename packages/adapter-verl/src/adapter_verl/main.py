@@ -19,6 +19,7 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from arctic_rl_core.config.override_values import value_problem
 from arctic_rl_core.config.settings_table import render_settings_table
@@ -331,15 +332,40 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(notice, file=sys.stderr)
     require_registered()
 
+    from arctic_rl_core.failure_messages import explain
     from verl.trainer import main_ppo
 
-    selection = result.selection
-    chosen = []
-    if not selection.is_default:
-        folder = selection.folder or package_folder(selection.package)
-        chosen = [f"--config-path={folder}", f"--config-name={selection.name}"]
-    sys.argv = [sys.argv[0], *chosen, *result.prepared.overrides]
-    main_ppo.main()
+    try:
+        check_resume_point(result.config)  # before Ray: a damaged checkpoint is named now
+        selection = result.selection
+        chosen = []
+        if not selection.is_default:
+            folder = selection.folder or package_folder(selection.package)
+            chosen = [f"--config-path={folder}", f"--config-name={selection.name}"]
+        sys.argv = [sys.argv[0], *chosen, *result.prepared.overrides]
+        main_ppo.main()
+    except Exception as error:  # verl's trainer runs in a Ray actor: its errors arrive wrapped
+        message = explain(error, resume=RESUME_HINT)
+        if message is None:
+            raise
+        print(f"adapter_verl: {message}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+RESUME_HINT = "the same command (trainer.resume_mode=auto, the default, resumes from the last checkpoint)"
+
+
+def check_resume_point(config) -> int | None:
+    """The step verl would resume after (`trainer.resume_mode=auto`), every file of its checkpoint
+    checked (`CheckpointDamaged` names a damaged or missing one); None for a new run or another mode."""
+    from arctic_rl_core.checkpoint_manifest import CheckpointFolder
+
+    from adapter_verl.trainer import VERL_LATEST_FILE
+
+    if config.trainer.get("resume_mode", "auto") != "auto":
+        return None
+    folder = CheckpointFolder(Path(os.path.abspath(config.trainer.default_local_dir)), VERL_LATEST_FILE)
+    return folder.resume_point()
 
 
 if __name__ == "__main__":

@@ -24,9 +24,13 @@ backend; GPUs belong to the backend, not to verl.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
+from arctic_rl_core.checkpoint_manifest import CheckpointFolder, discard_unfinished, verify, write_manifest
+from arctic_rl_core.run_lock import RunFolderLock
 from verl.single_controller.ray import RayResourcePool, ResourcePoolManager
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
@@ -47,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 tolerate_flush_in_separate_async_log()
 
+VERL_LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's record of its latest checkpoint
 # verl's checkpoint engine that calls only `actor_wg.update_weights` (the forwarder's core weight sync)
 NAIVE_CHECKPOINT_ENGINE = "naive"
 
@@ -143,7 +148,41 @@ class _ArcticForwarding:
         try:
             return super().fit(*args, **kwargs)
         finally:
-            shutdown_started_backends()
+            try:
+                shutdown_started_backends()
+            finally:
+                lock = getattr(self, "run_lock", None)
+                if lock is not None:
+                    lock.release()
+
+    # -- checkpoints: checked before any state is used (arctic_rl_core.checkpoint_manifest) -------
+    def checkpoint_folder(self) -> CheckpointFolder:
+        """verl's `trainer.default_local_dir` (relative to the working directory, as verl reads it)."""
+        return CheckpointFolder(
+            Path(os.path.abspath(self.config.trainer.default_local_dir)), VERL_LATEST_FILE
+        )
+
+    def _save_checkpoint(self) -> None:
+        """verl's save, then the step folder's manifest: every file with its size and SHA-256."""
+        step_folder = self.checkpoint_folder().step_folder(self.global_steps)
+        try:
+            super()._save_checkpoint()
+            write_manifest(step_folder)
+        except OSError:
+            # a full disk: no partial step folder is left (the latest file names the last whole one)
+            discard_unfinished(self.checkpoint_folder(), step_folder)
+            raise
+
+    def _load_checkpoint(self) -> None:
+        """Every file of the checkpoint checked before verl reads any: verl 0.9.1 starts from scratch
+        without `latest_checkpointed_iteration.txt` and from the dataloader's start without a readable
+        `data.pt`; here both stop with `CheckpointDamaged` naming the file."""
+        mode = self.config.trainer.resume_mode
+        if mode == "auto":
+            self.checkpoint_folder().resume_point()
+        elif mode == "resume_path":
+            verify(os.path.abspath(self.config.trainer.resume_from_path))
+        super()._load_checkpoint()
 
     def on_step_end(self) -> None:
         """verl's sync (weights to the sampler), then the sync's metrics into this step's logged
@@ -191,6 +230,9 @@ class _ArcticForwarding:
 
         self.dataloader_order = None if custom_replay_buffer(self.config) else DataloaderOrder()
         self.arctic_settings = settings_from_verl(self.config, self.total_training_steps)
+        # one writer per checkpoint folder, from before the backend starts (it may clean up jobs a
+        # stopped run of this folder left on the server) to the end of `fit`
+        self.run_lock = RunFolderLock(self.checkpoint_folder().root).acquire()
         self.arctic_session = start_session(self.arctic_settings)
         forwarder_topology(self.config, self.extra_topology)
         super()._init_resource_pool_mgr()

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from arctic_rl_core.seams import Internal
+from arctic_rl_core.framework_internals import Internal
 
 # verl modules whose import triggers a registration (plugin.py's import hook): verl registers V1
 # trainer modes with a decorator in this package, and rollout replicas in this module.
@@ -84,6 +84,24 @@ INTERNALS: tuple[Internal, ...] = (
         "the only way to map every rank of a mesh to dp rank 0 (rank 0 alone talks to the backend); "
         "verl's own workers call it from init_model",
         ("self", "mesh_name", "dp_rank", "is_collect"),
+    ),
+    Internal(
+        "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
+        "_save_checkpoint",
+        "override",
+        "trainer._ArcticForwarding._save_checkpoint (the step folder's manifest)",
+        "verl's save of a step's folder; verl offers no hook after it (its callbacks run after the "
+        "sync), and the manifest must be written by the save it describes",
+        ("self",),
+    ),
+    Internal(
+        "verl.trainer.ppo.v1.trainer_base:PPOTrainer",
+        "_load_checkpoint",
+        "override",
+        "trainer._ArcticForwarding._load_checkpoint (the checkpoint checked before it is read)",
+        "verl's resume (it reads latest_checkpointed_iteration.txt and data.pt, starting from scratch "
+        "when either is missing or damaged); no public hook runs before it",
+        ("self",),
     ),
     Internal(
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer",

@@ -26,6 +26,8 @@ or Cortex (`cortex` extra). Version and dependency handling live in `arctic_comp
   (`cortex_limits`) instead of sending an op Cortex lacks; a save is a resumable Cortex checkpoint.
 - `shutdown()` is idempotent, closes the HTTP session on the loop and destroys (in a worker
   thread) only jobs this object created; a backend reconnected from a handle destroys nothing.
+- Before creating jobs on an on-prem HTTP server, the jobs a stopped run of the same folder left
+  there are destroyed, and another run's are refused by name (`arctic_leftovers`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from arctic_rl_core.backends import arctic_compat, arctic_errors
+from arctic_rl_core.backends import arctic_compat, arctic_errors, arctic_leftovers
 from arctic_rl_core.backends.arctic_state import LocalStateLedger, StateLedger, Transition
 from arctic_rl_core.backends.cortex_limits import cortex_limit
 from arctic_rl_core.backends.protocol import (
@@ -160,6 +162,8 @@ class ArcticBackend(Backend):
                 "ArcticClientConfig (ArcticRLConfig.to_client_config() builds one)"
             )
         owns = arctic_compat.owns_jobs(client_config)
+        if owns:  # jobs a stopped run of this folder left (else its /initialize answers 409)
+            arctic_leftovers.reclaim(client_config)
         client = arctic_compat.create_client(client_config)
         if owns and _offloads_log_prob(client):
             # colocated: offload the new reference engine until the first reference forward (the
@@ -196,6 +200,11 @@ class ArcticBackend(Backend):
                 f"results for {len(prompts)} prompts"
             )
         return GenerateOutput([_completion(r, params) for r in results], weights_version=version)
+
+    @property
+    def accepts_token_ids(self) -> bool:
+        """False on-prem: the 0.1.4 server's /generate takes text prompts only (Cortex takes ids)."""
+        return not self._onprem
 
     # -- training -------------------------------------------------------------------------------
     @property

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from arctic_rl_core.backends.arctic_errors import ArcticServerError, CallContext
+from arctic_rl_core.backends.arctic_errors import ArcticServerError, CallContext, unreachable_error
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.1.4",)
 INSTALL_HINT = "pip install 'arctic-rl-core[transport]' (arctic-platform[transport]==0.1.4)"
@@ -280,8 +280,23 @@ def bounded_construction(construct: Any, config: Any) -> Any:
             context,
         )
     if "error" in outcome:
-        raise outcome["error"]
+        error = outcome["error"]
+        if _refused(error):
+            context = call_context(
+                _ConfigOnly(config), "initialize", job_type=creating[0] if creating else "training"
+            )
+            raise unreachable_error(context, error) from None
+        raise error
     return outcome["value"]
+
+
+def _refused(error: BaseException) -> bool:
+    """Nothing answered at the server's address (connection refused, unknown host, ...)."""
+    try:
+        import requests
+    except ImportError:
+        return isinstance(error, ConnectionError)
+    return isinstance(error, (requests.ConnectionError, ConnectionRefusedError))
 
 
 @dataclass(frozen=True)
@@ -535,9 +550,13 @@ def call_context(
         process = (
             "this process's stderr (the client launched the server as its child)"
             if getattr(backend, "launch_local_server", False)
-            else f"the stderr of the `python -m arctic_platform.common.http_server` process serving {server}"
+            else f"the output of the server process at {server} (`arctic-rl serve --reference`: the terminal or "
+            "file its output goes to; the Arctic server, `python -m arctic_platform.common.http_server`: its "
+            "stderr"
         )
-        log = f"{process}, and for a failure inside a worker {_RAY_LOGS}"
+        log = f"{process}, and for a failure inside an Arctic worker {_RAY_LOGS})"
+        if getattr(backend, "launch_local_server", False):
+            log = f"{process}, and for a failure inside a worker {_RAY_LOGS}"
     return CallContext(op=op, job=job, server=server, payload_bytes=payload_bytes, server_log=log)
 
 

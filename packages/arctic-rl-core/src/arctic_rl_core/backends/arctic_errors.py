@@ -10,6 +10,7 @@ below, built from a `CallContext`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 _MAX_BODY_CHARS = 4000
@@ -107,5 +108,18 @@ def connection_error(context: CallContext, cause: BaseException) -> ArcticConnec
         f"{context.describe()}: the connection failed or the server closed it mid-call "
         f"({type(cause).__name__}: {cause}). Did the server crash or get killed (out of memory, SIGKILL)? "
         f"Its log: {context.server_log or 'the server process output'}.",
+        context,
+    )
+
+
+def unreachable_error(context: CallContext, cause: BaseException) -> ArcticConnectionError:
+    """Nothing answers at the server's address when the run creates its jobs."""
+    found = re.search(r"\[Errno -?\d+\] ([^'\")]+)", str(cause))
+    reason = found.group(1).strip() if found else type(cause).__name__
+    return ArcticConnectionError(
+        f"cannot connect to the Arctic server at {context.server} ({reason}): is it running, and at that "
+        "address? Start it (on this machine: `arctic-rl serve --reference --port PORT --file-root DIR`, or the "
+        "Arctic server on a GPU node) or point the run at it (backend.host / backend.port; the demo's --server "
+        f"URL). Its log: {context.server_log}.",
         context,
     )

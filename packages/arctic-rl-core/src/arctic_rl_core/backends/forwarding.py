@@ -36,6 +36,10 @@ class ForwardingBackend(Backend):
         return await self.target.generate(prompts, params)
 
     @property
+    def accepts_token_ids(self) -> bool:
+        return self.target.accepts_token_ids
+
+    @property
     def max_generate_calls_in_flight(self) -> int | None:
         return self.target.max_generate_calls_in_flight
 

@@ -1,8 +1,8 @@
-"""The startup check that an Arctic HTTP server can import `arctic_rl_core.losses`.
+"""The startup check that an Arctic HTTP server can import `arctic_rl_losses`.
 
 arctic-platform 0.1.4 imports a dotted-path `processing.loss_fn` inside its training worker, and a
 no-grad `/forward` that names a loss runs it (without backward) and returns its metrics. So one tiny
-forward naming `arctic_rl_core.losses.server.import_probe` (a zero loss that reports the version it
+forward naming `arctic_rl_losses.server.import_probe` (a zero loss that reports the version it
 was imported from) proves, before the first rollout, that training steps will find the loss. A
 server without the package fails that call (the worker's import raises; the server answers 500 with
 no body); this module turns that into an error naming the fix.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from arctic_rl_core.losses.names import IMPORT_PROBE_FN
+from arctic_rl_losses.names import IMPORT_PROBE_FN
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.arctic import ArcticBackend
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class ServerLossImportError(RuntimeError):
-    """The Arctic server cannot import (or runs another version of) arctic_rl_core.losses."""
+    """The Arctic server cannot import (or runs another version of) arctic_rl_losses."""
 
 
 def probe_payload(rows: int) -> dict[str, Any]:
@@ -41,10 +41,10 @@ def probe_payload(rows: int) -> dict[str, Any]:
 
 
 def fix_text(cfg: ArcticRLConfig) -> str:
-    from arctic_rl_core import __version__
+    from arctic_rl_losses import __version__
 
     return (
-        f"install arctic-rl-core=={__version__} (this driver's version) into the Python environment of the "
+        f"install arctic-rl-losses=={__version__} (this driver's version) into the Python environment of the "
         f"Arctic server at {cfg.backend.host}:{cfg.backend.port} and restart it; or set "
         "backend.server_has_arctic_rl_core=false and loss.loss_fn=verl_grpo with loss.policy_loss=dual_clip "
         "(the server's built-in loss)"
@@ -53,7 +53,8 @@ def fix_text(cfg: ArcticRLConfig) -> str:
 
 async def check_server_imports_losses(backend: ArcticBackend, cfg: ArcticRLConfig) -> dict[str, float]:
     """Send the probe through the backend's client; raise `ServerLossImportError` naming the fix."""
-    from arctic_rl_core import __version__
+    from arctic_rl_losses import __version__
+
     from arctic_rl_core.backends.arctic_errors import ArcticServerError
 
     body = probe_payload(cfg.shape.data_parallel_size * cfg.shape.gradient_accumulation_steps)
@@ -69,7 +70,7 @@ async def check_server_imports_losses(backend: ArcticBackend, cfg: ArcticRLConfi
             ) from err
         raise ServerLossImportError(
             f"the Arctic server could not run {IMPORT_PROBE_FN} (loss.loss_fn=arctic_rl_core needs it to import "
-            f"arctic_rl_core.losses): {err}. Fix: {fix_text(cfg)}"
+            f"arctic_rl_losses): {err}. Fix: {fix_text(cfg)}"
         ) from err
     metrics = out.get("metrics") if isinstance(out, dict) else None
     if not isinstance(metrics, dict) or float(metrics.get("arctic_rl_core/import_probe", 0.0)) != 1.0:
@@ -84,7 +85,7 @@ async def check_server_imports_losses(backend: ArcticBackend, cfg: ArcticRLConfi
     )
     if served != (major, minor):
         raise ServerLossImportError(
-            f"the Arctic server imports arctic-rl-core {served[0]}.{served[1]}, this driver is {__version__}: the "
+            f"the Arctic server imports arctic-rl-losses {served[0]}.{served[1]}, this driver is {__version__}: the "
             f"loss settings sent may not mean the same there. Fix: {fix_text(cfg)}"
         )
     return {key: float(value) for key, value in metrics.items()}

@@ -4,7 +4,7 @@ The contract is the Arctic on-prem server's (see ARCTIC_CONTRACT.md in the share
 adapter builds a `WirePayload` with `arctic_rl_core.wire`, sends it with `forward` /
 `forward_backward`, steps, then lets `arctic_rl_core.weight_sync` drive the sync sequence.
 Implementations: `arctic_rl_core.backends.arctic` (real client) and
-`arctic_rl_core.backends.reference` (CPU engine).
+`arctic_rl_testbed.reference` (CPU engine).
 
 No torch import at module level: tensors appear only in type hints.
 """
@@ -182,6 +182,12 @@ class Backend(abc.ABC):
         self, prompts: Sequence[str] | Sequence[Sequence[int]], params: SamplingParams
     ) -> GenerateOutput:
         """Sample one completion per prompt (text prompts, or token-id prompts where supported)."""
+
+    @property
+    def accepts_token_ids(self) -> bool:
+        """Whether `generate` takes token-id prompts. False: text only (the Arctic on-prem server),
+        where `arctic_rl_core.multi_turn.turn_sampler` sends text and verifies what the server saw."""
+        return True
 
     @property
     def max_generate_calls_in_flight(self) -> int | None:

@@ -38,27 +38,42 @@ def _zero_optimization(cfg: ArcticRLConfig, *, training: bool) -> dict[str, Any]
 def _scheduler(cfg: ArcticRLConfig) -> dict[str, Any] | None:
     opt = cfg.optimizer
     shape = cfg.shape
-    if opt.scheduler == "cosine":
+    return scheduler_section(
+        opt.scheduler,
+        lr=opt.lr,
+        total_steps=shape.training_horizon,
+        warmup_steps=shape.warmup_steps,
+        min_lr_ratio=opt.min_lr_ratio,
+    )
+
+
+def scheduler_section(
+    kind: str, *, lr: float, total_steps: int | None, warmup_steps: int, min_lr_ratio: float
+) -> dict[str, Any] | None:
+    """DeepSpeed's `scheduler` for a schedule after linear warmup: `cosine` (WarmupCosineLR), `linear`
+    decay to 0 (WarmupDecayLR), or constant (WarmupLR with a warmup, else none). Also used by the
+    reference engine's `deepspeed` trainer for its own jobs."""
+    if kind == "cosine":
         return {
             "type": "WarmupCosineLR",
             "params": {
-                "total_num_steps": shape.training_horizon,
-                "warmup_num_steps": shape.warmup_steps,
+                "total_num_steps": total_steps,
+                "warmup_num_steps": warmup_steps,
                 "warmup_min_ratio": 0.0,
-                "cos_min_ratio": opt.min_lr_ratio,
+                "cos_min_ratio": min_lr_ratio,
                 "warmup_type": "linear",
             },
         }
-    if shape.warmup_steps > 0:
-        return {
-            "type": "WarmupLR",
-            "params": {
-                "warmup_min_lr": 0.0,
-                "warmup_max_lr": opt.lr,
-                "warmup_num_steps": shape.warmup_steps,
-                "warmup_type": "linear",
-            },
-        }
+    warmup = {
+        "warmup_min_lr": 0.0,
+        "warmup_max_lr": lr,
+        "warmup_num_steps": warmup_steps,
+        "warmup_type": "linear",
+    }
+    if kind == "linear":
+        return {"type": "WarmupDecayLR", "params": {"total_num_steps": total_steps, **warmup}}
+    if warmup_steps > 0:
+        return {"type": "WarmupLR", "params": warmup}
     return None
 
 

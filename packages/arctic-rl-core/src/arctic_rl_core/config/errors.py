@@ -124,7 +124,7 @@ def all_leaf_paths(root: type[BaseModel]) -> list[str]:
     return sorted(paths)
 
 
-# Names used by the seed integrations (SkyRL `trainer.arctic_rl.*`, verl `remote_backend`, and the
+# Names used by the legacy integrations (SkyRL `trainer.arctic_rl.*`, verl `remote_backend`, and the
 # frameworks' own configs) mapped to where the knob lives here.
 KNOWN_ALIASES: dict[str, str] = {
     "eps_clip_low": "loss.clip_ratio_low",

@@ -465,7 +465,7 @@ def marked_section(text: str, name: str) -> str:
 
 
 def readme_command(sections: Mapping[str, str], argv: Sequence[str] | None = None) -> int:
-    """`python -m adapter_<x>.field_table [--write README.md]`: print the generated README sections
+    """`python -m adapter_<x>.field_table [--write packages/adapter-<x>/README.md]`: print the generated README sections
     (marker name -> body), or write them between their markers in the file named."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--write"] and len(args) == 2:
@@ -477,7 +477,9 @@ def readme_command(sections: Mapping[str, str], argv: Sequence[str] | None = Non
         print(f"wrote {', '.join(sections)} into {path}")
         return 0
     if args:
-        print("usage: python -m <adapter>.field_table [--write README.md]", file=sys.stderr)
+        print(
+            "usage: python -m <adapter>.field_table [--write packages/<adapter>/README.md]", file=sys.stderr
+        )
         return 2
     for body in sections.values():
         sys.stdout.write(body + "\n")

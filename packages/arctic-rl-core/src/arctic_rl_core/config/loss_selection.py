@@ -4,7 +4,7 @@ The built-in `verl_grpo` is kept where it computes the setting exactly, so nothi
 the reference backend's dual clip (its `verl_grpo` honours clip ratios and aggregates per
 sequence, as verl does) without token-sum. Where the server can import arctic-rl-core (the Ray
 backend's locked environment, an HTTP server with the package) every family runs as
-`arctic_rl_core.losses` (arctic-platform 0.1.4's built-in hard-codes the clip ratios and packs a
+`arctic_rl_losses` (arctic-platform 0.1.4's built-in hard-codes the clip ratios and packs a
 micro-batch into one sequence). Where it cannot (Cortex, an HTTP server without the package) the
 built-in is the only choice, and validation rejects any family but dual_clip, saying why.
 """

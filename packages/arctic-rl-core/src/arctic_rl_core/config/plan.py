@@ -180,7 +180,7 @@ def _explicit_fields(cfg: ArcticRLConfig, group: str, names: tuple[str, ...] | N
 
 
 def build_plan(cfg: ArcticRLConfig) -> dict[str, Any]:
-    from arctic_rl_core.config.schema import SEED_OPTIMISATIONS
+    from arctic_rl_core.config.schema import LEGACY_OPTIMISATIONS
 
     shape = cfg.shape.as_dict()
     if cfg.backend.kind == "reference":
@@ -192,9 +192,9 @@ def build_plan(cfg: ArcticRLConfig) -> dict[str, Any]:
             "shape": shape,
             "reference_model": cfg.backend.reference.model_dump(mode="json"),
             "not_applied_by_reference_backend": not_applied,
-            # The seed's optimisations the Arctic backends turn on by default: off here.
+            # The legacy integrations' optimisations the Arctic backends turn on by default: off here.
             "no_cpu_meaning": [
-                f"{path} (on by default with the Arctic backends)" for path in SEED_OPTIMISATIONS
+                f"{path} (on by default with the Arctic backends)" for path in LEGACY_OPTIMISATIONS
             ],
             **({"peft": cfg.peft.peft_config(), "weight_format": "lora"} if cfg.peft.enabled else {}),
         }

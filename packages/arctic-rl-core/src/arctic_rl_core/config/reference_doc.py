@@ -1,7 +1,7 @@
-"""The README's configuration reference, generated from the schema.
+"""The configuration reference in arctic-rl-core's README, generated from the schema.
 
 arctic-rl config reference                                    # print the Markdown
-python -m arctic_rl_core.config.reference_doc --write README.md  # replace it between the markers
+python -m arctic_rl_core.config.reference_doc --write packages/arctic-rl-core/README.md  # replace it between the markers
 """
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ END_MARKER = "<!-- config-reference:end -->"
 
 _INTRO = """\
 Generated from the schema (`arctic_rl_core.config.ArcticRLConfig`); regenerate with
-`python -m arctic_rl_core.config.reference_doc --write README.md`. A config file is YAML or TOML
-with these groups at the top level; every group forbids unknown keys (the error names the closest
-valid key). Override any key on the command line with Hydra syntax (`batch.epochs=2`,
+`python -m arctic_rl_core.config.reference_doc --write packages/arctic-rl-core/README.md`. A config
+file is YAML or TOML with these groups at the top level; every group forbids unknown keys (the
+error names the closest valid key). Override any key on the command line with Hydra syntax (`batch.epochs=2`,
 `+key=value`, `++key=value`, `~key`). Check a file with `arctic-rl config validate FILE [k=v ...]`
 (exit 1, every problem listed with field, value and fix) and see what the Arctic stack receives
 with `arctic-rl config show FILE [k=v ...] [--json]`.
 
 How the translation works:
 
-- Defaults of the Arctic backends are the seed integration's: ZoRRo with memory-lean logits and
+- Defaults of the Arctic backends are the legacy integrations': ZoRRo with memory-lean logits and
   micro-batches of whole prompt groups, Liger kernels, Arctic Inference with FCA (the fields whose
   default is `null`). Each can be turned off (`zorro.enable=false`, `kernels.use_liger=false`,
   `arctic_inference.enable=false`, `arctic_inference.fca=false`, `zorro.logits_optimization=none`); an
@@ -55,7 +55,7 @@ How the translation works:
   `ArcticBackend.from_config` where the workers inherit it, `env.delivery` says how for the backend.
 - DeepSpeed: every precision key is written out (the server would otherwise turn autocast on).
 - Loss: `loss.loss_fn=arctic_rl_core` sends `processing.loss_fn =
-  arctic_rl_core.losses.server.policy_loss` (the server imports it by dotted path) with the family
+  arctic_rl_losses.server.policy_loss` (the server imports it by dotted path) with the family
   `loss.policy_loss` and its knobs in `meta.policy_loss_config`; it needs a server that can import
   arctic-rl-core (ray, reference, http with `backend.server_has_arctic_rl_core`), never Cortex.
   The built-in `verl_grpo` (arctic-platform 0.1.4) hard-codes clip ratios 0.2 / 0.2 / 3.0 and sees a

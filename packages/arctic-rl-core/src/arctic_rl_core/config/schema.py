@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-from arctic_rl_core.backends.reference.model_config import ReferenceModelConfig
 from arctic_rl_core.config.errors import ConfigError, issues_from_validation_error
+from arctic_rl_core.config.reference_model import ReferenceModelConfig
 
 if TYPE_CHECKING:
     from arctic_platform.client import ArcticClientConfig
@@ -28,11 +28,11 @@ ONPREM_BACKENDS: tuple[str, ...] = ("ray", "http")
 LossAggMode = Literal[
     "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
 ]  # fmt: skip
-# `arctic_rl_core.losses.names.POLICY_LOSSES` (a test keeps the two equal).
+# `arctic_rl_losses.names.POLICY_LOSSES` (a test keeps the two equal).
 PolicyLoss = Literal[
     "ppo_clip", "dual_clip", "gspo", "sapo", "cispo", "clip_cov", "kl_cov", "gpg", "rollout_is"
 ]  # fmt: skip
-# Server losses: the built-in verl_grpo and sft, or arctic_rl_core.losses imported by dotted path.
+# Server losses: the built-in verl_grpo and sft, or arctic_rl_losses imported by dotted path.
 LossFn = Literal["verl_grpo", "sft", "arctic_rl_core"]
 KlLossType = Literal[
     "k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl",
@@ -288,7 +288,7 @@ class LossSettings(_Group):
         default="verl_grpo",
         description=(
             "Server loss: verl_grpo (the server's built-in dual-clip PPO), sft (supervised cross-entropy), or "
-            "arctic_rl_core (loss.policy_loss computed by arctic_rl_core.losses, which the server imports by "
+            "arctic_rl_core (loss.policy_loss computed by arctic_rl_losses, which the server imports by "
             "dotted path: ray, reference, or an http server with arctic-rl-core installed)."
         ),
     )
@@ -430,7 +430,7 @@ class KernelSettings(_Group):
         default=None,
         description=(
             "Liger fused kernels (RMSNorm, MLP, ...) in training; null = on with the Arctic backends "
-            "(the seed integration's default), off on the reference backend (no CPU meaning)."
+            "(the legacy integrations' default), off on the reference backend (no CPU meaning)."
         ),
     )
     gradient_checkpointing: bool = Field(default=True, description="Activation checkpointing in training.")
@@ -443,7 +443,7 @@ class ZorroSettings(_Group):
         default=None,
         description=(
             "Compute each prompt once per group in training (ZoRRo); null = on with the ray/http backends "
-            "(the seed integration's default), off on cortex (its forward-backward body has no ZoRRo switch) and "
+            "(the legacy integrations' default), off on cortex (its forward-backward body has no ZoRRo switch) and "
             "the reference backend (no CPU meaning)."
         ),
     )
@@ -485,7 +485,7 @@ class ArcticInferenceSettings(_Group):
         default=None,
         description=(
             "Load the plugin on sampling workers (ARCTIC_INFERENCE_ENABLED=1); null = on with the ray/http "
-            "backends (the seed integration's default), off on cortex (0.1.4's create-job body carries no Arctic "
+            "backends (the legacy integrations' default), off on cortex (0.1.4's create-job body carries no Arctic "
             "Inference config) and the reference backend (no CPU meaning)."
         ),
     )
@@ -547,7 +547,7 @@ class WeightSyncSettings(_Group):
         default=None,
         description=(
             "Colocated: the vLLM sleep level while training runs. 1 copies the weights to pinned host memory "
-            "and back on wake (only for the sync to overwrite them; out of memory at 32B in the seed), 2 "
+            "and back on wake (only for the sync to overwrite them; out of memory at 32B with the legacy integration), 2 "
             "discards them; null = 2. Not colocated: the sampler never sleeps (leave null)."
         ),
     )
@@ -725,9 +725,9 @@ def _without_paths(data: Any, paths: set[str]) -> Any:
     return copy
 
 
-# The seed integration's optimisations: on by default with the Arctic backends, off on the reference
+# The legacy integrations' optimisations: on by default with the Arctic backends, off on the reference
 # backend, where they have no CPU meaning (`plan()` lists them there).
-SEED_OPTIMISATIONS: tuple[str, ...] = (
+LEGACY_OPTIMISATIONS: tuple[str, ...] = (
     "zorro.enable",
     "zorro.logits_optimization",
     "kernels.use_liger",
@@ -746,7 +746,7 @@ def _set_resolved(cfg: BaseModel, group: str, values: dict[str, Any]) -> None:
 
 
 def _resolve_backend_defaults(cfg: ArcticRLConfig) -> None:
-    """Null knobs take the backend's default: the seed's optimisations on the Arctic backends (ZoRRo
+    """Null knobs take the backend's default: the legacy integrations' optimisations on the Arctic backends (ZoRRo
     with memory-lean logits and micro-batches of whole prompt groups, Liger, Arctic Inference with
     FCA), all off on the reference backend. Cortex takes Liger (its `model_provider`) but neither ZoRRo
     nor Arctic Inference: its forward-backward body and 0.1.4's create-job body have no place for them.
@@ -904,8 +904,8 @@ class _ArcticRLConfigGroups(BaseModel):
     @property
     def server_loss_fn(self) -> str:
         """`processing.loss_fn` of the training payloads: a registered server name, or the dotted path
-        of `arctic_rl_core.losses` for loss_fn=arctic_rl_core."""
-        from arctic_rl_core.losses.names import SERVER_LOSS_FN
+        of `arctic_rl_losses` for loss_fn=arctic_rl_core."""
+        from arctic_rl_losses.names import SERVER_LOSS_FN
 
         return SERVER_LOSS_FN if self.loss.loss_fn == "arctic_rl_core" else self.loss.loss_fn
 

@@ -426,12 +426,12 @@ def _loss_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
         yield from _builtin_verl_grpo_rules(cfg)
     if loss.loss_fn == "arctic_rl_core" and not cfg.server_imports_core:
         if cfg.backend.kind == "cortex":
-            why = "Cortex runs only its built-in losses and cannot import arctic_rl_core"
+            why = "Cortex runs only its built-in losses and cannot import arctic_rl_losses"
             fix = "use loss.loss_fn=verl_grpo with loss.policy_loss=dual_clip, or a ray/http backend"
         else:
-            why = "backend.server_has_arctic_rl_core=false: the HTTP server cannot import arctic_rl_core"
+            why = "backend.server_has_arctic_rl_core=false: the HTTP server cannot import arctic_rl_losses"
             fix = (
-                "install arctic-rl-core (the same version as here) in the server's environment and set "
+                "install arctic-rl-losses (the same version as here) in the server's environment and set "
                 "backend.server_has_arctic_rl_core=true, or use loss.loss_fn=verl_grpo with loss.policy_loss=dual_clip"
             )
         yield _issue(

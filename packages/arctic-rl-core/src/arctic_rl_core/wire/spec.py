@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from arctic_rl_core.config import ArcticRLConfig
 
-from arctic_rl_core.losses.names import LOSS_AGG_MODES, POLICY_LOSSES, SERVER_LOSS_FN
+from arctic_rl_losses.names import LOSS_AGG_MODES, POLICY_LOSSES, SERVER_LOSS_FN
 
 KL_LOSS_TYPES: tuple[str, ...] = tuple(
     name + suffix for suffix in ("", "+") for name in ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
@@ -69,7 +69,7 @@ class PayloadSpec:
     kl_loss_type: str = "low_var_kl"
     entropy_coeff: float = 0.0
     loss_scale_factor: float | None = None  # seq-mean-token-sum-norm divisor; None = server default
-    # arctic_rl_core.losses (loss_fn = SERVER_LOSS_FN): the family and its knobs (meta.policy_loss_config)
+    # arctic_rl_losses (loss_fn = SERVER_LOSS_FN): the family and its knobs (meta.policy_loss_config)
     policy_loss: str = "dual_clip"
     pg_loss_agg_mode: str | None = None
     policy_loss_params: tuple[tuple[str, float], ...] = ()
@@ -86,7 +86,7 @@ class PayloadSpec:
     # 0.1.4's "already packed" signal (`rl/processors/pipeline.py`: run_pipeline then skips its unpad).
     # Without flash attention's varlen kernel (sdpa, eager, flex_attention) the packed rows attend to
     # each other. Sent in forward payloads, and in train payloads whose loss reads the padded layout
-    # (arctic_rl_core.losses); the built-in verl_grpo needs the packed layout (see `train_meta`).
+    # (arctic_rl_losses); the built-in verl_grpo needs the packed layout (see `train_meta`).
     rows_unpacked: bool = False
     # None: every payload is [B, max_prompt_len + max_response_len]. An integer m: each payload is
     # padded to its own longest prompt / response, rounded up to a multiple of m and capped at the
@@ -283,7 +283,7 @@ class PayloadSpec:
 
     @property
     def loss_reads_unpacked_rows(self) -> bool:
-        """Whether the training loss takes the unpacked `[B, S]` layout (`arctic_rl_core.losses.server`
+        """Whether the training loss takes the unpacked `[B, S]` layout (`arctic_rl_losses.server`
         does; 0.1.4's `verl_grpo` reads `response_lens` / `sequence_offsets` of the packed layout and
         fails without them, and a dotted-path loss is assumed to expect what the server builds)."""
         return self.loss_fn == SERVER_LOSS_FN
@@ -309,7 +309,7 @@ class PayloadSpec:
         other loss: then every per-token field is sent). 0.1.4's `verl_grpo`
         (`integrations/verl/grpo_loss.py`) reads `response_mask`, `old_log_probs`, `advantages`,
         `rollout_is_weights` if present, and `ref_log_prob` only with `use_kl_loss`; not
-        `loss_mask` nor `rollout_log_probs`. `arctic_rl_core.losses.server.policy_loss` reads the
+        `loss_mask` nor `rollout_log_probs`. `arctic_rl_losses.server.policy_loss` reads the
         same (`losses.server.PER_TOKEN_INPUTS`, the reference only with `use_kl_loss`)."""
         if self.loss_fn not in ("verl_grpo", SERVER_LOSS_FN):
             return None
@@ -320,7 +320,7 @@ class PayloadSpec:
 
     def policy_loss_config(self) -> dict[str, Any]:
         """`meta.policy_loss_config`: verl's loss-mode name for the built-in verl_grpo; the family,
-        the policy term's aggregation (when set) and the family knobs for arctic_rl_core.losses."""
+        the policy term's aggregation (when set) and the family knobs for arctic_rl_losses."""
         if self.loss_fn != SERVER_LOSS_FN:
             return {"loss_mode": "vanilla"}
         config: dict[str, Any] = {"loss_mode": self.policy_loss}

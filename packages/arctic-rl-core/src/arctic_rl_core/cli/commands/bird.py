@@ -39,7 +39,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prep.add_argument(
         "--no-descriptions", action="store_true", help="leave column descriptions out of the schema (shorter)"
     )
-    prep.add_argument("--env-class", default="bird", help="env_class column value for SkyRL (default: bird)")
+    prep.add_argument(
+        "--env-class",
+        default=None,
+        help="env_class column value for SkyRL (default: bird; bird_multi_turn with --max-turns)",
+    )
+    prep.add_argument(
+        "--max-turns",
+        type=int,
+        default=None,
+        help="multi-turn prompts (SkyRL-SQL's protocol: <sql> queries, then <solution>) for N turns; "
+        "set the framework's turn limit (SkyRL: generator.max_turns) to N",
+    )
     prep.set_defaults(func=_clean_errors("preprocess", _preprocess))
 
     ev = actions.add_parser("eval", help="Official execution accuracy (EX) of predicted SQL, by difficulty.")
@@ -100,6 +111,7 @@ def _preprocess(args: argparse.Namespace) -> int:
         max_prompt_tokens=args.max_prompt_tokens,
         tokenizer_path=args.tokenizer,
         env_class=args.env_class,
+        max_turns=args.max_turns,
     )
     summaries = preprocess(args.bird_dir, args.out, options)
     table = Table(title="bird preprocess")

@@ -19,8 +19,8 @@ class Stack:
 
 
 STACKS: tuple[Stack, ...] = (
-    Stack("torch", "torch", "reference backend, tensors", "arctic-rl-core[reference]"),
-    Stack("transformers", "transformers", "reference backend model", "arctic-rl-core[reference]"),
+    Stack("torch", "torch", "reference backend, tensors", "arctic-rl-testbed[reference]"),
+    Stack("transformers", "transformers", "reference backend model", "arctic-rl-testbed[reference]"),
     Stack("ray", "ray", "reference backend as a Ray actor", "arctic-rl-core[ray]"),
     Stack("arctic_platform", "arctic-platform", "Arctic client / wire codec", "arctic-rl-core[transport]"),
     Stack("skyrl", "skyrl", "SkyRL adapter", "adapter-skyrl[cpu] (or [gpu] on a GPU node)"),

@@ -12,6 +12,14 @@ progress handler); a query that does not yield to the progress handler (one huge
 operation, one huge sort) is ended by killing the worker at `timeout_s + kill_grace_s`. A
 killed, crashed or hung worker is replaced; the other queries of the batch are unaffected.
 
+Scheduling: a batch's tasks wait in one queue and each goes to a worker when a slot frees up
+(one task per worker at a time), so no task waits behind a slow query while it could run. There
+are `num_workers` slots; a query that has run for `straggler_after_s` (default a tenth of
+`timeout_s`, at most 1 s) gives its slot up, and the next task runs on another worker process (an
+idle spare, or a new one: at most `max_workers` processes in all), so runaway queries on a slow
+database hold only their own processes, each until its own time limit. Spares above
+`num_workers` stop after `spare_idle_s` idle.
+
 Connections are never leaked: after a successful query a worker may keep the connection for the
 next query on the same file (up to `kept_connections`, least recently used closed first), which
 saves reopening the file and re-reading its schema and pages; after any failed query it is
@@ -54,8 +62,6 @@ logger = logging.getLogger(__name__)
 
 _WORKER_SCRIPT = Path(__file__).with_name("sql_worker.py")
 MIN_WORKER_MEMORY_MB = 64
-# Tasks sent ahead to one worker: the running one and the next, so it never idles between them.
-_QUEUE_DEPTH = 2
 
 ErrorKind = Literal[
     "timeout",
@@ -79,6 +85,21 @@ class ExecutorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     num_workers: int = Field(default=2, ge=1, le=256, description="persistent worker processes")
+    straggler_after_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="a query running this long no longer holds the batch: while tasks wait, a new worker "
+        "starts beside it (up to max_workers); None = timeout_s / 10, at most 1 s",
+    )
+    max_workers: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="most worker processes at once, stragglers' included; None = 4 x num_workers",
+    )
+    spare_idle_s: float = Field(
+        default=60.0, ge=0, description="an idle worker above num_workers stops after this long"
+    )
     timeout_s: float = Field(default=30.0, gt=0, description="per-query time limit, seconds")
     kill_grace_s: float = Field(
         default=0.5, ge=0.05, le=0.9, description="a query still running this long after timeout_s is killed"
@@ -108,8 +129,21 @@ class ExecutorSettings(BaseModel):
     )
     page_cache_mb: int = Field(default=16, ge=1, le=1024, description="SQLite page cache per connection")
 
+    @property
+    def effective_straggler_after_s(self) -> float:
+        return min(1.0, self.timeout_s / 10) if self.straggler_after_s is None else self.straggler_after_s
+
+    @property
+    def effective_max_workers(self) -> int:
+        return min(256, 4 * self.num_workers) if self.max_workers is None else self.max_workers
+
     @model_validator(mode="after")
     def _caches_fit_heap(self) -> ExecutorSettings:
+        if self.max_workers is not None and self.max_workers < self.num_workers:
+            raise ValueError(
+                f"max_workers={self.max_workers} < num_workers={self.num_workers}: the pool keeps num_workers "
+                "running; raise max_workers or leave it None (4 x num_workers)"
+            )
         if 0 < self.max_memory_mb < MIN_WORKER_MEMORY_MB:
             raise ValueError(
                 f"max_memory_mb={self.max_memory_mb}: 0 (no cap) or at least {MIN_WORKER_MEMORY_MB}; the worker "
@@ -209,6 +243,7 @@ class _Worker:
         finally:
             child_sock.close()
         self.channel = Connection(parent_sock.detach())
+        self.idle_since = time.monotonic()
         self.ready = False
         self.started_at = time.monotonic()
 
@@ -246,6 +281,7 @@ class SQLExecutor:
         self._cond = threading.Condition()
         self._idle: list[_Worker] = []
         self._busy = 0
+        self._straggling = 0  # busy workers whose query has run past straggler_after_s
         self._started = False
         self._closed = False
         self._owner_pid = os.getpid()
@@ -258,6 +294,8 @@ class SQLExecutor:
         self.close()
 
     # -- pool -------------------------------------------------------------------------------
+    # Slots: at most num_workers busy workers whose query has not yet run past straggler_after_s.
+    # Processes: at most max_workers; idle ones above num_workers stop after spare_idle_s.
 
     def _ensure_started(self) -> None:
         if self._closed:
@@ -270,17 +308,52 @@ class SQLExecutor:
             self._idle = [_Worker(self.settings) for _ in range(self.settings.num_workers)]
             self._started = True
 
+    def _slot_free(self) -> bool:
+        return self._busy - self._straggling < self.settings.num_workers
+
+    def _stale_spares(self) -> list[_Worker]:
+        """Idle workers above num_workers that have been idle for spare_idle_s (taken off the list)."""
+        surplus = len(self._idle) + self._busy - self.settings.num_workers
+        if surplus <= 0:
+            return []
+        cutoff = time.monotonic() - self.settings.spare_idle_s
+        stale = [worker for worker in self._idle if worker.idle_since <= cutoff][:surplus]
+        for worker in stale:
+            self._idle.remove(worker)
+        return stale
+
     def _checkout(self, block: bool) -> _Worker | None:
+        """A worker for one task when a slot is free: an idle one, else a new one while the pool has
+        fewer than max_workers (None: no slot or no worker, and `block` is False)."""
+        start_new, worker = False, None
         with self._cond:
             self._ensure_started()
-            while not self._idle:
+            stale = self._stale_spares()
+            while True:
+                if self._slot_free():
+                    if self._idle:
+                        worker = self._idle.pop()
+                        break
+                    if self._busy < self.settings.effective_max_workers:
+                        start_new = True
+                        break
                 if not block:
-                    return None
+                    break
                 self._cond.wait()
                 self._ensure_started()
-            worker = self._idle.pop()
-            self._busy += 1
-        if not worker.alive:
+            if worker is not None or start_new:
+                self._busy += 1
+        for spare in stale:
+            spare.stop()
+        if start_new:
+            try:
+                return _Worker(self.settings)
+            except BaseException:
+                with self._cond:
+                    self._busy -= 1
+                    self._cond.notify_all()
+                raise
+        if worker is not None and not worker.alive:
             logger.warning(
                 "sql worker %d exited while idle (code %s); replacing it",
                 worker.process.pid,
@@ -291,19 +364,42 @@ class SQLExecutor:
             self.replaced_workers += 1
         return worker
 
+    def _mark_straggling(self, delta: int) -> None:
+        """A busy worker's query has run past straggler_after_s (+1), or that query ended (-1)."""
+        with self._cond:
+            self._straggling += delta
+            self._cond.notify_all()
+
+    def _keep(self) -> bool:
+        """Whether a busy worker whose query just ended may take another task (its slot is its own)."""
+        with self._cond:
+            return self._busy - self._straggling <= self.settings.num_workers and not self._closed
+
     def _checkin(self, worker: _Worker) -> None:
         with self._cond:
             self._busy -= 1
-            if self._closed:
-                worker.stop()
-            else:
+            if not self._closed:
+                worker.idle_since = time.monotonic()
                 self._idle.append(worker)
-            self._cond.notify()
+            stale = self._stale_spares()
+            self._cond.notify_all()
+        if self._closed:
+            worker.stop()
+        for spare in stale:
+            spare.stop()
 
-    def _replace(self, worker: _Worker) -> _Worker:
+    def _retire(self, worker: _Worker) -> None:
+        """Kill a dead, hung or killed worker; start one in its place if the pool is short."""
         worker.destroy()
-        self.replaced_workers += 1
-        return _Worker(self.settings)
+        with self._cond:
+            self._busy -= 1
+            self.replaced_workers += 1
+            short = not self._closed and len(self._idle) + self._busy < self.settings.num_workers
+            if short:
+                self._busy += 1  # held while it starts
+            self._cond.notify_all()
+        if short:
+            self._checkin(_Worker(self.settings))
 
     def close(self) -> None:
         """Stop every idle worker now; busy ones stop when their query returns."""
@@ -330,138 +426,7 @@ class SQLExecutor:
         `on_result(index, result)` is called (in this thread) as each result arrives.
         A missing database file gives `database_missing` without using a worker.
         """
-        results: list[ExecutionResult | None] = [None] * len(tasks)
-        pending: deque[int] = deque()
-        exists: dict[str, bool] = {}
-        for index, task in enumerate(tasks):
-            if task.db_path not in exists:
-                exists[task.db_path] = os.path.isfile(task.db_path)
-            if exists[task.db_path]:
-                pending.append(index)
-            else:
-                results[index] = ExecutionResult.failure(
-                    "database_missing", f"no SQLite file at {task.db_path}"
-                )
-                if on_result is not None:
-                    on_result(index, results[index])
-        settings = self.settings
-        hard_limit_s = settings.timeout_s + settings.kill_grace_s
-        # worker -> its queue of [task index, deadline]. The head is running (or about to): its
-        # deadline is its hard-kill time, or the startup deadline until the worker says hello.
-        # Queued tasks (up to _QUEUE_DEPTH per worker, so a worker never waits for this thread)
-        # get their deadline when they become the head.
-        inflight: dict[_Worker, deque[list]] = {}
-
-        def finish(index: int, result: ExecutionResult) -> None:
-            results[index] = result
-            if on_result is not None:
-                on_result(index, result)
-
-        def head_deadline(worker: _Worker) -> float:
-            if worker.ready:
-                return time.monotonic() + hard_limit_s
-            return worker.started_at + settings.startup_timeout_s
-
-        def retire(worker: _Worker, head_result: ExecutionResult | None) -> None:
-            """Replace a dead or killed worker: its head gets `head_result`, the rest go back."""
-            queue = inflight.pop(worker)
-            if queue and head_result is not None:
-                finish(queue.popleft()[0], head_result)
-            pending.extendleft(reversed([entry[0] for entry in queue]))
-            self._checkin(self._replace(worker))
-
-        def send(worker: _Worker, index: int) -> bool:
-            task = tasks[index]
-            message = (
-                "run",
-                index,
-                task.db_path,
-                task.sql,
-                settings.max_rows,
-                settings.timeout_s,
-                settings.cooperative_cancel,
-                settings.max_result_mb * 1024 * 1024,
-            )
-            try:
-                worker.channel.send(message)
-            except OSError:
-                return False
-            queue = inflight[worker]
-            queue.append([index, head_deadline(worker) if not queue else None])
-            return True
-
-        try:
-            while pending or inflight:
-                # More workers while the pending tasks exceed the free queue slots we hold.
-                while pending and len(pending) > sum(_QUEUE_DEPTH - len(q) for q in inflight.values()):
-                    worker = self._checkout(block=not inflight)
-                    if worker is None:
-                        break
-                    inflight[worker] = deque()
-                # Deal pending tasks round-robin into the queues.
-                dealt = True
-                while pending and dealt:
-                    dealt = False
-                    for worker in list(inflight):
-                        if not pending or len(inflight[worker]) >= _QUEUE_DEPTH:
-                            continue
-                        index = pending.popleft()
-                        if send(worker, index):
-                            dealt = True
-                        else:  # died before taking the task: not the task's fault, retry it
-                            pending.appendleft(index)
-                            code = worker.process.poll()
-                            kind: ErrorKind = "worker_crashed" if worker.ready else "worker_start_failed"
-                            retire(worker, ExecutionResult.failure(kind, f"sql worker exited (code {code})"))
-                for worker in [w for w, q in inflight.items() if not q]:
-                    del inflight[worker]
-                    self._checkin(worker)
-                if not inflight:
-                    continue
-                now = time.monotonic()
-                wait_s = max(0.0, min(q[0][1] for q in inflight.values()) - now)
-                by_channel = {worker.channel: worker for worker in inflight}
-                for channel in wait(list(by_channel), timeout=wait_s):
-                    worker = by_channel[channel]
-                    queue = inflight[worker]
-                    try:
-                        reply = channel.recv()
-                    except (EOFError, OSError):
-                        code = worker.process.poll()
-                        kind = "worker_crashed" if worker.ready else "worker_start_failed"
-                        retire(worker, ExecutionResult.failure(kind, f"sql worker exited (code {code})"))
-                        continue
-                    if reply[0] == "hello":
-                        worker.ready = True
-                        queue[0][1] = head_deadline(worker)
-                        continue
-                    _, reply_index, outcome = reply
-                    index = queue.popleft()[0]
-                    if reply_index != index:
-                        raise RuntimeError(f"sql worker answered task {reply_index}, expected {index}")
-                    finish(index, _within_limit(ExecutionResult.from_outcome(outcome), settings.timeout_s))
-                    if queue:
-                        queue[0][1] = head_deadline(worker)
-                now = time.monotonic()
-                for worker, queue in list(inflight.items()):
-                    if not queue or now < queue[0][1]:
-                        continue
-                    if worker.ready:
-                        elapsed = now - (queue[0][1] - hard_limit_s)
-                        message = f"killed after {hard_limit_s:.2f} s (did not yield to the time limit)"
-                        retire(worker, ExecutionResult.failure("timeout", message, elapsed))
-                    else:
-                        message = f"sql worker did not start within {settings.startup_timeout_s} s"
-                        retire(worker, ExecutionResult.failure("worker_start_failed", message))
-        finally:
-            # Only reached with work in flight if this thread was interrupted: those workers are
-            # in an unknown state, so they are replaced, never reused.
-            for worker in inflight:
-                self._checkin(self._replace(worker))
-        missing = [index for index, result in enumerate(results) if result is None]
-        if missing:
-            raise RuntimeError(f"SQLExecutor: no result for task(s) {missing[:10]}")
-        return results  # type: ignore[return-value]
+        return _BatchRun(self, tasks, on_result).run()
 
     def worker_stats(self) -> list[WorkerStats]:
         """Open file descriptors and kept connections of every idle worker; for leak checks."""
@@ -489,3 +454,177 @@ class SQLExecutor:
     def worker_pids(self) -> list[int]:
         with self._cond:
             return [worker.process.pid for worker in self._idle]
+
+
+class _BatchRun:
+    """One `SQLExecutor.run`: hands each task to a worker as a slot frees up (one task per worker at
+    a time, so nothing waits in a busy worker's queue), marks a query past `straggler_after_s` as
+    straggling (its slot goes to the next task, on another worker), and kills the worker of a query
+    past its hard limit."""
+
+    def __init__(
+        self,
+        pool: SQLExecutor,
+        tasks: Sequence[SQLTask],
+        on_result: Callable[[int, ExecutionResult], None] | None,
+    ) -> None:
+        self.pool, self.tasks, self.on_result = pool, tasks, on_result
+        self.settings = pool.settings
+        self.hard_limit_s = self.settings.timeout_s + self.settings.kill_grace_s
+        self.straggler_after_s = self.settings.effective_straggler_after_s
+        self.results: list[ExecutionResult | None] = [None] * len(tasks)
+        self.pending: deque[int] = deque()
+        # worker -> [task index, when it was sent (or the worker said hello), deadline, straggling]:
+        # the deadline is the hard-kill time, or the startup deadline until the worker says hello
+        self.running: dict[_Worker, list] = {}
+        self.send_failures: dict[int, int] = {}
+
+    def run(self) -> list[ExecutionResult]:
+        exists: dict[str, bool] = {}
+        for index, task in enumerate(self.tasks):
+            if task.db_path not in exists:
+                exists[task.db_path] = os.path.isfile(task.db_path)
+            if exists[task.db_path]:
+                self.pending.append(index)
+            else:
+                self.finish(
+                    index, ExecutionResult.failure("database_missing", f"no SQLite file at {task.db_path}")
+                )
+        try:
+            while self.pending or self.running:
+                self.hand_out()
+                if self.running:
+                    self.wait_for_replies()
+                    self.kill_overdue()
+                    self.mark_stragglers()
+        finally:
+            # Only reached with work in flight if this thread was interrupted: those workers are
+            # in an unknown state, so they are replaced, never reused.
+            for worker in list(self.running):
+                self.retire(worker)
+        missing = [index for index, result in enumerate(self.results) if result is None]
+        if missing:
+            raise RuntimeError(f"SQLExecutor: no result for task(s) {missing[:10]}")
+        return self.results  # type: ignore[return-value]
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+
+    def finish(self, index: int, result: ExecutionResult) -> None:
+        self.results[index] = result
+        if self.on_result is not None:
+            self.on_result(index, result)
+
+    def done_with(self, worker: _Worker) -> list:
+        """The worker's task ended: its entry, its straggler mark taken back."""
+        entry = self.running.pop(worker)
+        if entry[3]:
+            self.pool._mark_straggling(-1)
+        return entry
+
+    def retire(self, worker: _Worker, result: ExecutionResult | None = None) -> None:
+        """The worker died or was killed: its task (if any) gets `result`; the pool replaces it."""
+        if worker in self.running:
+            index = self.done_with(worker)[0]
+            if result is not None:
+                self.finish(index, result)
+        self.pool._retire(worker)
+
+    def mark_stragglers(self) -> None:
+        now = time.monotonic()
+        for worker, entry in self.running.items():
+            if worker.ready and not entry[3] and now - entry[1] >= self.straggler_after_s:
+                entry[3] = True
+                self.pool._mark_straggling(+1)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def send(self, worker: _Worker, index: int) -> bool:
+        task, settings = self.tasks[index], self.settings
+        message = (
+            "run",
+            index,
+            task.db_path,
+            task.sql,
+            settings.max_rows,
+            settings.timeout_s,
+            settings.cooperative_cancel,
+            settings.max_result_mb * 1024 * 1024,
+        )
+        try:
+            worker.channel.send(message)
+        except OSError:
+            return False
+        now = time.monotonic()
+        deadline = now + self.hard_limit_s if worker.ready else worker.started_at + settings.startup_timeout_s
+        self.running[worker] = [index, now, deadline, False]
+        return True
+
+    def send_or_retry(self, worker: _Worker, index: int) -> None:
+        """Send task `index` to `worker`; a worker that died before taking it is replaced and the
+        task waits for the next one (twice at most: then the task gets the failure)."""
+        if self.send(worker, index):
+            return
+        code = worker.process.poll()
+        kind: ErrorKind = "worker_crashed" if worker.ready else "worker_start_failed"
+        self.send_failures[index] = self.send_failures.get(index, 0) + 1
+        if self.send_failures[index] >= 2:
+            self.finish(index, ExecutionResult.failure(kind, f"sql worker exited (code {code})"))
+        else:
+            self.pending.appendleft(index)
+        self.retire(worker)
+
+    def hand_out(self) -> None:
+        while self.pending:
+            # block only when nothing of this run is in flight (else a reply may free a slot)
+            worker = self.pool._checkout(block=not self.running)
+            if worker is None:
+                return
+            self.send_or_retry(worker, self.pending.popleft())
+
+    def wait_for_replies(self) -> None:
+        now = time.monotonic()
+        wake = min(entry[2] for entry in self.running.values())
+        if self.pending:  # a query turning straggler frees a slot for the waiting tasks
+            young = [e[1] + self.straggler_after_s for w, e in self.running.items() if w.ready and not e[3]]
+            if young:
+                wake = min(wake, min(young))
+        by_channel = {worker.channel: worker for worker in self.running}
+        for channel in wait(list(by_channel), timeout=max(0.0, wake - now)):
+            worker = by_channel[channel]
+            try:
+                reply = channel.recv()
+            except (EOFError, OSError):
+                code = worker.process.poll()
+                kind: ErrorKind = "worker_crashed" if worker.ready else "worker_start_failed"
+                self.retire(worker, ExecutionResult.failure(kind, f"sql worker exited (code {code})"))
+                continue
+            entry = self.running[worker]
+            if reply[0] == "hello":
+                worker.ready = True
+                entry[1] = time.monotonic()
+                entry[2] = entry[1] + self.hard_limit_s
+                continue
+            _, reply_index, outcome = reply
+            if reply_index != entry[0]:
+                raise RuntimeError(f"sql worker answered task {reply_index}, expected {entry[0]}")
+            self.done_with(worker)
+            self.finish(
+                entry[0], _within_limit(ExecutionResult.from_outcome(outcome), self.settings.timeout_s)
+            )
+            # the next task goes to this worker now, unless its slot went to another worker meanwhile
+            if self.pending and self.pool._keep():
+                self.send_or_retry(worker, self.pending.popleft())
+            else:
+                self.pool._checkin(worker)
+
+    def kill_overdue(self) -> None:
+        now = time.monotonic()
+        for worker, entry in list(self.running.items()):
+            if now < entry[2]:
+                continue
+            if worker.ready:
+                message = f"killed after {self.hard_limit_s:.2f} s (did not yield to the time limit)"
+                self.retire(worker, ExecutionResult.failure("timeout", message, now - entry[1]))
+            else:
+                message = f"sql worker did not start within {self.settings.startup_timeout_s} s"
+                self.retire(worker, ExecutionResult.failure("worker_start_failed", message))

@@ -7,7 +7,12 @@ One row per question (`<out>/<split>.parquet`):
     reward_model  {"style": "rule", "ground_truth": gold SQL}
     extra_info    {"split", "index", "question_id", "db_id", "db_path" (absolute), "question",
                    "evidence", "difficulty"}
-    env_class     the environment name for SkyRL ("bird" unless told otherwise)
+    env_class     the environment name for SkyRL ("bird" unless told otherwise; "bird_multi_turn"
+                  with `max_turns`)
+
+`max_turns` (`--max-turns N`): the multi-turn prompt of `envs.bird.multi_turn` (SkyRL-SQL's
+protocol: <sql> queries run against the database, then a <solution>), saying the model has N turns;
+the framework's own turn limit (SkyRL's `generator.max_turns`) must be N too.
 
 The schema prompt is built once per database. With `max_prompt_tokens` and a local tokenizer,
 questions whose chat-templated prompt is longer are dropped and counted.
@@ -23,11 +28,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from arctic_rl_core.envs.bird.dataset import BirdSplit, load_split
-from arctic_rl_core.envs.bird.prompt import build_messages
+from arctic_rl_core.envs.bird.prompt import build_messages, build_multi_turn_messages
 from arctic_rl_core.envs.bird.schema_prompt import SchemaPromptCache, SchemaPromptOptions
 
 DATA_SOURCE = "bird"
 ABILITY = "text2sql"
+SINGLE_TURN_ENV, MULTI_TURN_ENV = "bird", "bird_multi_turn"
 
 
 class PreprocessOptions(BaseModel):
@@ -38,7 +44,16 @@ class PreprocessOptions(BaseModel):
     schema_prompt: SchemaPromptOptions = SchemaPromptOptions()
     max_prompt_tokens: int | None = Field(default=None, ge=1)
     tokenizer_path: str | None = None
-    env_class: str = Field(default="bird", min_length=1)
+    env_class: str | None = Field(
+        default=None, min_length=1
+    )  # None: "bird", or "bird_multi_turn" with max_turns
+    max_turns: int | None = Field(default=None, ge=1)  # None: the single-turn prompt
+
+    @property
+    def row_env_class(self) -> str:
+        if self.env_class is not None:
+            return self.env_class
+        return SINGLE_TURN_ENV if self.max_turns is None else MULTI_TURN_ENV
 
     @model_validator(mode="after")
     def _tokens_need_tokenizer(self) -> PreprocessOptions:
@@ -138,7 +153,13 @@ def build_rows(
     max_tokens: int | None = None
     for question in split.questions:
         database = split.databases[question.db_id]
-        messages = build_messages(schemas.for_database(database), question.question, question.evidence)
+        schema = schemas.for_database(database)
+        if options.max_turns is None:
+            messages = build_messages(schema, question.question, question.evidence)
+        else:
+            messages = build_multi_turn_messages(
+                schema, question.question, question.evidence, options.max_turns
+            )
         chars = sum(len(message["content"]) for message in messages)
         if counter is not None:
             tokens = counter.count(messages)
@@ -165,7 +186,7 @@ def build_rows(
                     "evidence": question.evidence,
                     "difficulty": question.difficulty,
                 },
-                "env_class": options.env_class,
+                "env_class": options.row_env_class,
             }
         )
         if advance is not None:

@@ -67,6 +67,9 @@ class ScoreRequest:
     gold_sql: str
     db_path: str
     alternative_answers: tuple[str, ...] = ()
+    # the SQL to execute when the caller has it (a multi-turn `<solution>`); None: extract it from
+    # `solution_str` (`sql_extract.extract_sql`)
+    sql: str | None = None
 
 
 @dataclass(frozen=True)
@@ -214,9 +217,12 @@ class BirdScorer:
         sql_of_response: dict[str, str | None] = {}  # identical responses are parsed once
         for request in requests:
             try:
-                if request.solution_str not in sql_of_response:
-                    sql_of_response[request.solution_str] = extract_sql(request.solution_str).sql
-                sql = sql_of_response[request.solution_str]
+                if request.sql is not None:
+                    sql = request.sql
+                else:
+                    if request.solution_str not in sql_of_response:
+                        sql_of_response[request.solution_str] = extract_sql(request.solution_str).sql
+                    sql = sql_of_response[request.solution_str]
                 key = None if sql is None else key_for(request.db_path, sql)
                 if key is not None:
                     first_text.setdefault(key, sql)
