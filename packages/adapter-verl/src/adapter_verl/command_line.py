@@ -132,3 +132,8 @@ def select_config(line: CommandLine) -> tuple[ConfigSelection, list[str]]:
         "give the folder holding it as --config-path=<folder> (with the entry point switched to the adapter, "
         "Hydra no longer looks next to the recipe's own main), or drop --config-name for verl's ppo_trainer"
     ]
+
+
+def override_key(override: str) -> str:
+    """The dotted key of a Hydra override (`+a.b=1`, `~a.b`, `a.b=1` -> `a.b`)."""
+    return override.split("=", 1)[0].lstrip("+~")

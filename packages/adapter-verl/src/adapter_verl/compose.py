@@ -28,7 +28,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from adapter_verl.command_line import ConfigSelection
+from adapter_verl.command_line import ConfigSelection, override_key
 from adapter_verl.modes import ROLLOUT_NAME, TRAINER_MODE
 
 SEARCHPATH_ENTRY = "pkg://adapter_verl.hydra_config"
@@ -41,10 +41,6 @@ ARCTIC_DEFAULTS: dict[str, str] = {
     "trainer.v1.trainer_mode": f"trainer.v1.trainer_mode={TRAINER_MODE}",
     "actor_rollout_ref.rollout.name": f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
 }
-
-
-def override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def with_arctic_defaults(overrides: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from adapter_verl.command_line import ConfigSelection, package_folder
+from adapter_verl.command_line import ConfigSelection, override_key, package_folder
 
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
@@ -75,10 +75,6 @@ class EntryTranslation:
     problems: list[str] = field(default_factory=list)
 
 
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
 def _value(override: str) -> Any:
     raw = override.partition("=")[2]
     try:
@@ -91,7 +87,7 @@ def _entry_of(overrides: Sequence[str], selection: ConfigSelection) -> str | Non
     for entry, (package, name, _) in ENTRY_POINTS.items():
         if selection.package == package and selection.name.startswith(name.removesuffix("_trainer")):
             return entry
-    keys = {_key(o) for o in overrides}
+    keys = {override_key(o) for o in overrides}
     if any(k.startswith("async_training.") for k in keys):
         return FULLY_ASYNC
     if any(k.startswith("rollout.") for k in keys):
@@ -141,7 +137,7 @@ def translate(overrides: Sequence[str], selection: ConfigSelection) -> EntryTran
     )
     given: dict[str, Any] = {}
     for override in overrides:
-        given[_key(override)] = _value(override)
+        given[override_key(override)] = _value(override)
     settings = {**_entry_defaults(entry), **given}
     entry_keys = {k for k in settings if k.startswith(("rollout.", "async_training."))}
     rewritten: dict[str, Any] = {}
@@ -177,7 +173,7 @@ def translate(overrides: Sequence[str], selection: ConfigSelection) -> EntryTran
                 f"{key}={_text(given[key])}: {_NO_COUNTERPART.get(key.rpartition('.')[2], _NONE)}"
             )
     for override in overrides:
-        key = _key(override)
+        key = override_key(override)
         if key in entry_keys or key in rewritten or (key == "data.gen_batch_size" and entry == FULLY_ASYNC):
             continue
         out.overrides.append(override)
@@ -266,10 +262,10 @@ def dapo_reward_keys(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
     out: list[str] = []
     notices: list[str] = []
     response_length = next(
-        (o.partition("=")[2] for o in overrides if _key(o) == "data.max_response_length"), None
+        (o.partition("=")[2] for o in overrides if override_key(o) == "data.max_response_length"), None
     )
     for override in overrides:
-        key, value = _key(override), override.partition("=")[2]
+        key, value = override_key(override), override.partition("=")[2]
         if key == "reward_model.reward_manager":
             new = f"reward.reward_manager.name={value}"
         elif key.startswith("reward_model.reward_kwargs."):
@@ -285,8 +281,12 @@ def dapo_reward_keys(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
         notices.append(
             f"{key}={value}: now {new} (verl 0.9.1's spelling of the DAPO recipe's reward settings)"
         )
-    wants_length = any(_key(o).startswith("reward.reward_kwargs.overlong_buffer_cfg.") for o in out)
-    if wants_length and "reward.reward_kwargs.max_resp_len" not in {_key(o) for o in out} and response_length:
+    wants_length = any(override_key(o).startswith("reward.reward_kwargs.overlong_buffer_cfg.") for o in out)
+    if (
+        wants_length
+        and "reward.reward_kwargs.max_resp_len" not in {override_key(o) for o in out}
+        and response_length
+    ):
         out.append(f"+reward.reward_kwargs.max_resp_len={response_length}")
         notices.append(
             f"+reward.reward_kwargs.max_resp_len={response_length}: data.max_response_length, as the DAPO recipe's "

@@ -29,13 +29,12 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from adapter_verl import entry_points, training_engine, unsupported
-from adapter_verl.command_line import ConfigSelection, package_folder, parse, select_config
+from adapter_verl.command_line import ConfigSelection, override_key, package_folder, parse, select_config
 from adapter_verl.compose import (
     compose,
     compose_reporting,
     config_class_accepts,
     merge_searchpath,
-    override_key,
     unknown_key_problem,
     with_arctic_defaults,
 )

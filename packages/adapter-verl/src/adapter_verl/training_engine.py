@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from adapter_verl.command_line import ConfigSelection
+from adapter_verl.command_line import ConfigSelection, override_key
 
 FSDP_FAMILY = ("fsdp", "fsdp2", "fsdp_turbo", "dp")
 ENGINES = {
@@ -54,10 +54,6 @@ class EngineCheck:
     dropped: list[str] = field(default_factory=list)
 
 
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
 def _engine_name(value: str) -> str:
     value = value.strip().strip("'\"")
     if value.startswith("actor_rollout_ref."):  # an engine's own setting: its segment names the engine
@@ -76,7 +72,7 @@ def _selection(
         if "megatron" in name:
             return "--config-name", name.removesuffix(".yaml")
     for override in overrides:
-        key, value = _key(override), override.partition("=")[2].strip().strip("'\"")
+        key, value = override_key(override), override.partition("=")[2].strip().strip("'\"")
         if key == "model_engine" and value not in FSDP_FAMILY:
             return "model_engine", value
         if key in GROUP_KEYS and value not in FSDP_GROUPS:
@@ -84,9 +80,9 @@ def _selection(
         if key in STRATEGY_KEYS and value and value not in FSDP_FAMILY:
             return key, value
     for override in overrides:  # an engine's own settings (a recipe config that selected it)
-        parts = _key(override).split(".")
+        parts = override_key(override).split(".")
         if parts[0] == "actor_rollout_ref" and len(parts) > 2 and parts[2] in ENGINES:
-            return _key(override), override.partition("=")[2]
+            return override_key(override), override.partition("=")[2]
     return None
 
 
@@ -115,7 +111,7 @@ def refuse(
     kept: list[str] = []
     dropped: list[str] = []
     for override in overrides:
-        key = _key(override)
+        key = override_key(override)
         selecting = key in ("model_engine", *GROUP_KEYS) or (
             key in STRATEGY_KEYS and key != "critic.strategy"
         )
@@ -124,12 +120,16 @@ def refuse(
         else:
             kept.append(override)
     typed = f"{field_name}={value}"
-    own = [d for d in dropped if _key(d) != field_name]
+    own = [d for d in dropped if override_key(d) != field_name]
     problem = (
         f"{typed}: verl's {engine} training engine brings its own parallelism (tensor / pipeline / expert / "
         "context) and config tree; the Arctic training job is DeepSpeed ZeRO, which verl's FSDP settings map "
         f"onto. Fix: remove {typed}"
-        + (f" and the engine's own settings ({len(own)}, e.g. {_key(own[-1])}; not checked)" if own else "")
+        + (
+            f" and the engine's own settings ({len(own)}, e.g. {override_key(own[-1])}; not checked)"
+            if own
+            else ""
+        )
         + "; size the run with verl's FSDP fields (actor_rollout_ref.actor.fsdp_config.param_offload / "
         "optimizer_offload, +remote_backend.core.deepspeed.zero_stage=3 for the largest models)"
     )

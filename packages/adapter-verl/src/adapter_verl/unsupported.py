@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapter_verl.command_line import override_key
+
 A = "actor_rollout_ref.actor"
 # data settings that feed images or video to the model (given on the command line)
 VISION_DATA_KEYS = ("data.image_key", "data.video_key", "data.image_patch_size", f"{A}.freeze_vision_tower")
@@ -32,10 +34,6 @@ def _get(config: Any, dotted: str) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.select(config, dotted, default=None)
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def critic(config: Any) -> str | None:
@@ -67,7 +65,7 @@ def vision(config: Any, overrides: Sequence[str]) -> tuple[str, str] | None:
         "data, and arctic-platform 0.1.4's sampler and training wire carry none"
     )
     fix = "train a text model on text prompts (a vision-language model is not served on the Arctic path)"
-    given = {_key(o): o.partition("=")[2] for o in overrides}
+    given = {override_key(o): o.partition("=")[2] for o in overrides}
     for key in VISION_DATA_KEYS:
         if key in given and (key != f"{A}.freeze_vision_tower" or str(given[key]).lower() == "true"):
             return key, f"{key}={given[key]}: the run feeds images or video to the model; {why}. Fix: {fix}"
