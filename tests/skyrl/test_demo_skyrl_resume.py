@@ -11,7 +11,6 @@ types it), so that each pays for GRPO steps only, not for a warm start and a fir
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ import yaml
 from arctic_rl_testbed.demo import run as demo_run
 from arctic_rl_testbed.demo.run_log import MetricsLog
 from demo_checks import tiny_options
+from write_limit import file_size_limit
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest_ckpt_global_step.txt"
@@ -178,29 +178,29 @@ def test_a_second_run_on_the_same_folder_is_refused(one_step, tmp_path, capfd):
     assert _steps(run_dir) == [1]
 
 
-def test_a_full_disk_during_a_save_leaves_no_partial_checkpoint_and_one_message(
-    one_step, tmp_path, capfd, monkeypatch
-):
-    """SkyRL's save of step 2 meets a full disk (a fault-injected writer: what a small tmpfs does,
-    without root): no partial global_step_2 is left, the message says free space and resume, and the
-    resume (space freed) finishes the run."""
+def test_a_failed_save_leaves_no_partial_checkpoint_and_one_message(one_step, tmp_path, capfd, monkeypatch):
+    """SkyRL's save of step 2 meets a write the kernel refuses (`write_limit`: what a full disk does to
+    torch.save's real writer, a RuntimeError without the errno): no partial global_step_2 is left, one
+    message names it and the resume command, and the resume finishes the run. Before: the guard caught
+    OSError only, so the partial folder stayed behind a traceback."""
     import torch
 
     run_dir = _copy(one_step, tmp_path)
     real_save = torch.save
 
-    def full_disk_at_step_2(obj, f, *args, **kwargs):
-        name = str(getattr(f, "name", f))
-        if "global_step_2" in name:  # data.pt (SkyRL logs that failure and goes on), trainer_state.pt
-            raise OSError(errno.ENOSPC, "No space left on device", name)
-        return real_save(obj, f, *args, **kwargs)
+    def refused_at_step_2(obj, f, *args, **kwargs):
+        if "global_step_2" not in str(getattr(f, "name", f)):
+            return real_save(obj, f, *args, **kwargs)
+        with file_size_limit(64):  # data.pt (SkyRL logs that failure and goes on), trainer_state.pt
+            return real_save(obj, f, *args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(torch, "save", full_disk_at_step_2)
+        patch.setattr(torch, "save", refused_at_step_2)
         code, said = _resume(run_dir, capfd, "--steps", "2")
     assert code == demo_run.FAILED_EXIT and "Traceback" not in said
-    assert "the disk is full: writing" in said and "global_step_2/trainer_state.pt" in said
-    assert f"free space on that disk, then continue with: arctic-rl demo --resume {run_dir}" in said
+    assert f"saving the checkpoint {run_dir / CHECKPOINTS / 'global_step_2'} failed" in said
+    assert "Nothing of it was kept" in said
+    assert f"free space; then continue with: arctic-rl demo --resume {run_dir}" in said
     checkpoints = run_dir / CHECKPOINTS
     assert not (checkpoints / "global_step_2").exists() and (checkpoints / LATEST).read_text() == "1"
     code, said = _resume(run_dir, capfd)

@@ -29,7 +29,9 @@ def small_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def executor():
-    with SQLExecutor(ExecutorSettings(num_workers=1, timeout_s=60, max_result_mb=8)) as shared:
+    # timeout_s far above what any query here takes (a 300 MB zeroblob: ~3 s under load, but past 60 s
+    # once on a swapping CI machine): these tests check verdicts other than `timeout`, not speed
+    with SQLExecutor(ExecutorSettings(num_workers=1, timeout_s=600, max_result_mb=8)) as shared:
         yield shared
 
 
@@ -69,7 +71,12 @@ def test_the_memory_cap_holds_for_the_whole_worker_process(small_db) -> None:
     `resource_limit` and the worker's peak stays under the cap, and it serves the next query."""
     cap_mb = 128
     settings = ExecutorSettings(
-        num_workers=1, max_memory_mb=cap_mb, max_result_mb=4096, kept_connections=1, page_cache_mb=1
+        num_workers=1,
+        max_memory_mb=cap_mb,
+        max_result_mb=4096,
+        kept_connections=1,
+        page_cache_mb=1,
+        timeout_s=600,
     )
     with SQLExecutor(settings) as pool:
         assert pool.execute(small_db, "SELECT 1").ok  # the worker is up

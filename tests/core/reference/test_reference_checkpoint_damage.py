@@ -2,7 +2,8 @@
 that cannot be written keeps nothing of itself (no partial next checkpoint filling the disk) and says
 so (the HTTP server: 507 naming the folder, not a bare 500); every data file is checked against the
 size and SHA-256 its save recorded before anything is loaded, and a damaged one is named (409 over
-HTTP). The full disk is a fault-injected writer (what a small tmpfs would do, without root)."""
+HTTP). A write the kernel refuses (RLIMIT_FSIZE: EFBIG, `write_limit`) shows the real writers'
+failure; the full disk's wording is a fault-injected ENOSPC (what a small tmpfs would do, without root)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ import torch
 from aiohttp.test_utils import TestClient, TestServer
 from arctic_rl_core.checkpoint_manifest import CheckpointDamaged
 from arctic_rl_core.wire import build_train_payload
+from arctic_rl_testbed.reference import checkpoint as checkpoint_module
 from arctic_rl_testbed.reference.checkpoint import STATE_FILE, CheckpointWriteError
 from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME, ReferenceServer
 from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
+from write_limit import file_size_limit
 
 
 def _trained(engine_factory, ref, steps: int = 1):
@@ -30,14 +33,14 @@ def _trained(engine_factory, ref, steps: int = 1):
 
 
 def _full_disk_after(monkeypatch, nbytes: int) -> None:
-    """torch.save writes `nbytes` of the optimizer file, then the disk is full."""
+    """Every checkpoint file gets `nbytes`, then the disk is full."""
 
-    def save(obj, f, *args, **kwargs):
-        with open(f, "wb") as handle:
-            handle.write(b"\0" * nbytes)
-        raise OSError(errno.ENOSPC, "No space left on device", str(f))
+    def write(path, data):
+        with open(path, "wb") as handle:
+            handle.write(bytes(data[:nbytes]))
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(torch, "save", save)
+    monkeypatch.setattr(checkpoint_module, "_write_file", write)
 
 
 def _files(root: Path) -> list[str]:
@@ -67,6 +70,24 @@ def test_a_full_disk_keeps_nothing_of_the_save_and_the_previous_checkpoint_loads
     restored = engine_factory(seed=5)
     ref.run(restored.load_checkpoint(str(tmp_path), step=1))
     assert restored.global_step == 1
+
+
+def test_a_write_the_kernel_refuses_keeps_nothing_of_the_save(engine_factory, ref, tmp_path):
+    """Before: torch.save's and safetensors' writers raise RuntimeError / SafetensorError when a write
+    fails (a full disk too), which the guard (OSError only) let through: the partial checkpoint-2 stayed."""
+    engine = _trained(engine_factory, ref)
+    ref.run(engine.save_checkpoint(str(tmp_path), step=1))
+    before = _files(tmp_path)
+    weights = json.loads((tmp_path / "checkpoint-1" / STATE_FILE).read_text())["files"]["weights"]
+    assert (tmp_path / "checkpoint-1" / weights).stat().st_size > 4096  # the limit cuts the weights file
+    ref.run(engine.forward_backward(build_train_payload(ref.samples(4, seed=9), ref.spec(engine))))
+    ref.run(engine.step())
+    with file_size_limit(4096), pytest.raises(CheckpointWriteError) as raised:
+        ref.run(engine.save_checkpoint(str(tmp_path), step=2))
+    assert raised.value.errno == errno.EFBIG and str(tmp_path / "checkpoint-2") in str(raised.value)
+    assert _files(tmp_path) == before  # no checkpoint-2, no partial file, latest still 1
+    ref.run(engine.save_checkpoint(str(tmp_path), step=2))  # the limit gone: the same save works
+    assert (tmp_path / "latest").read_text() == "2"
 
 
 @pytest.mark.parametrize(

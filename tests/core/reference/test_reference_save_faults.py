@@ -6,8 +6,11 @@ that step, and every file it names is there.
 
 A driver process (this file run as a script) builds the server and its engine once, then per
 trial forks a child that serves the real aiohttp app over a loopback socket and drives its own
-routes (`/forward-backward`, `/step`, `/save`) as fast as it can; the driver kills the child after
-a random delay and checks the folder. Forking keeps a trial at ~0.1-0.5 s instead of a server start.
+routes (`/forward-backward`, `/step`, `/save`) as fast as it can, and is killed: in even trials by
+itself, just before the Nth fsync of its saves (N drawn per trial; only saves fsync, so every such
+kill lands inside a save at a point the draw chooses, whatever the machine's speed), in odd trials
+by the driver after a random delay (anywhere, also mid-write). The driver then checks the folder.
+Forking keeps a trial at ~0.1-0.5 s instead of a server start.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from pathlib import Path
 
 TRIALS = 24
 CHECKPOINT_DIR = "ckpt"
+FSYNCS_PER_ROUND = (
+    19  # a round's three saves: 3 data files + state file + its folder, twice `latest` + folder
+)
 
 
 def test_a_killed_save_leaves_every_checkpoint_wholly_old_or_wholly_new(tmp_path: Path) -> None:
@@ -41,8 +47,10 @@ def test_a_killed_save_leaves_every_checkpoint_wholly_old_or_wholly_new(tmp_path
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["trials"] == TRIALS
     assert report["torn"] == [], report["torn"][:5]
-    # the kills did land inside saves: re-saved and root checkpoints were checked after most trials
-    assert report["checked"] >= 2 * TRIALS and report["kills_during_save"] >= TRIALS // 2, report
+    # every self-kill landed inside a save (the child had said a save started), and re-saved and root
+    # checkpoints were checked after most trials
+    assert report["kills_during_save"] >= TRIALS // 2, report
+    assert report["checked"] >= 2 * TRIALS, report
     print(f"save fault test: {report} in {time.monotonic() - start:.1f} s")
 
 
@@ -74,9 +82,25 @@ def _weights_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _child(server, sock, payload, trial: int, ready_fd: int) -> None:
-    """Serve the app on `sock` and hit its own routes until killed. New steps are numbered past every
-    earlier trial's (pruning keeps the highest numbers, as on the server)."""
+def _kill_before_fsync(count: int) -> None:
+    """SIGKILL this process just before its `count`-th `os.fsync` from now on."""
+    real_fsync = os.fsync
+    calls = 0
+
+    def fsync(fd: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == count:
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_fsync(fd)
+
+    os.fsync = fsync
+
+
+def _child(server, sock, payload, trial: int, ready_fd: int, kill_at_fsync: int) -> None:
+    """Serve the app on `sock` and hit its own routes until killed (by itself before its
+    `kill_at_fsync`-th fsync when that is > 0). New steps are numbered past every earlier trial's
+    (pruning keeps the highest numbers, as on the server)."""
     from aiohttp import ClientSession, web
     from arctic_platform import wire
 
@@ -101,6 +125,8 @@ def _child(server, sock, payload, trial: int, ready_fd: int) -> None:
             for _ in range(trial % 4):
                 await step()
             os.write(ready_fd, b"r")
+            if kill_at_fsync:
+                _kill_before_fsync(kill_at_fsync)
             while True:
                 await step()
                 os.write(ready_fd, b"s")  # a save starts
@@ -179,19 +205,22 @@ def main(argv: list[str]) -> int:
         sock.bind(("127.0.0.1", 0))
         sock.listen(16)
         read_fd, write_fd = os.pipe()
+        kill_at_fsync = rng.randint(1, FSYNCS_PER_ROUND) if trial % 2 == 0 else 0
         pid = os.fork()
         if pid == 0:  # the server
             os.close(read_fd)
             try:
-                _child(server, sock, payload, trial, write_fd)
+                _child(server, sock, payload, trial, write_fd, kill_at_fsync)
             finally:
                 os._exit(1)
         os.close(write_fd)
         sock.close()
         os.read(read_fd, 1)  # warmed up
-        time.sleep(rng.uniform(0.0, 0.4))
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        if not kill_at_fsync:
+            time.sleep(rng.uniform(0.0, 0.4))
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)  # a self-kill: the child's own SIGKILL, nothing else
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (trial, status)
         with os.fdopen(read_fd, "rb") as pipe:
             kills_during_save += int(b"s" in pipe.read())
         snapshot = root / f"trial-{trial}"

@@ -21,6 +21,10 @@ from arctic_rl_core.checkpoint_manifest import (
     MANIFEST,
     CheckpointDamaged,
     CheckpointFolder,
+    StepSaveFailed,
+    disk_full,
+    save_failed,
+    step_save,
     verify,
     write_manifest,
 )
@@ -347,11 +351,16 @@ def test_each_failure_a_user_meets_is_one_message_naming_the_fix(tmp_path):
             self.cause = cause
 
     damaged = CheckpointDamaged(run_dir / "checkpoints" / "latest", "missing", "Restore it.")
+    step_2 = run_dir / "checkpoints" / "global_step_2"
     cases = {
         "server died": died,
         "wrapped by Ray": RayTaskError(damaged),
         "full disk": CheckpointWriteError(run_dir / "checkpoints", OSError(errno.ENOSPC, "No space left")),
         "busy": RunFolderBusy(run_dir, {"pid": 12}),
+        # torch.save's writer on a full disk: a RuntimeError without the errno; the disk checked
+        "save failed": StepSaveFailed(step_2, RuntimeError("unexpected pos 704 vs 598"), full=False),
+        "save failed, full": StepSaveFailed(step_2, RuntimeError("unexpected pos 704 vs 598"), full=True),
+        "save failed, ENOSPC": StepSaveFailed(step_2, OSError(errno.ENOSPC, "No space left"), full=True),
     }
     resume = f"arctic-rl demo --resume {run_dir}"
     messages = {name: explain(error, resume=resume, run_dir=run_dir) for name, error in cases.items()}
@@ -360,4 +369,39 @@ def test_each_failure_a_user_meets_is_one_message_naming_the_fix(tmp_path):
     assert messages["wrapped by Ray"] == f"cannot resume {run_dir}: {damaged}"
     assert "the disk is full" in messages["full disk"] and "free space" in messages["full disk"]
     assert "pid 12" in messages["busy"]
+    assert messages["save failed"] == (
+        f"saving the checkpoint {step_2} failed: RuntimeError: unexpected pos 704 vs 598. Nothing of it was "
+        "kept (the latest-step file names the last whole checkpoint). Fix: if the disk is full or over its "
+        f"quota, free space; then continue with: {resume}"
+    )
+    assert "failed: the disk is full (or over its quota)" in messages["save failed, full"]
+    assert messages["save failed, full"].endswith(f"then continue with: {resume}")
+    assert messages["save failed, ENOSPC"].startswith("the disk is full: writing")
     assert explain(ValueError("a bug"), resume=resume) is None  # anything else keeps its traceback
+
+
+def test_a_failed_save_removes_its_step_folder_and_says_whether_the_disk_was_full(tmp_path):
+    """The adapters' saves: any failure (torch.save's RuntimeError hides a full disk's errno) removes
+    the unfinished step folder, never the one the latest-step file names."""
+    folder = CheckpointFolder(tmp_path, LATEST)
+    (tmp_path / LATEST).write_text("1")
+    whole, unfinished = folder.step_folder(1), folder.step_folder(2)
+    for step_folder in (whole, unfinished):
+        step_folder.mkdir()
+        (step_folder / "trainer_state.pt").write_bytes(b"x")
+    failed = save_failed(folder, unfinished, RuntimeError("unexpected pos 704 vs 598"))
+    assert not unfinished.exists() and failed.folder == unfinished and failed.disk_full is False
+    assert save_failed(folder, whole, RuntimeError("x")).folder == whole and whole.is_dir()
+    assert disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"), tmp_path)
+    assert disk_full(
+        RuntimeError("I/O error: No space left on device (os error 28)"), tmp_path
+    )  # safetensors
+    assert not disk_full(OSError(errno.EFBIG, "File too large"), tmp_path)
+    for raised, comes_out in [
+        (RuntimeError("unexpected pos"), StepSaveFailed),
+        (KeyboardInterrupt(), KeyboardInterrupt),
+    ]:
+        unfinished.mkdir()
+        with pytest.raises(comes_out), step_save(folder, unfinished):  # the adapters' saves
+            raise raised
+        assert not unfinished.exists() and whole.is_dir()

@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from arctic_rl_core.checkpoint_manifest import CheckpointFolder, discard_unfinished, verify, write_manifest
+from arctic_rl_core.checkpoint_manifest import (
+    CheckpointFolder,
+    step_save,
+    verify,
+    write_manifest,
+)
 from arctic_rl_core.run_lock import RunFolderLock
 from loguru import logger
 from skyrl.train.dataset import PromptDataset
@@ -188,16 +193,14 @@ class ArcticPPOTrainer(RayPPOTrainer):
         """SkyRL's save (and the fully async trainer's state file), then the step folder's manifest:
         every file with its size and SHA-256, which a resume checks first."""
         step_folder = self.checkpoint_folder().step_folder(self.global_step)
-        try:
+        # any failure (a full disk: torch.save's RuntimeError hides the errno) leaves no partial step
+        # folder (the latest file names the last whole one) and one message naming it
+        with step_save(self.checkpoint_folder(), step_folder):
             folder = super().save_checkpoints()
             data = Path(folder) / "data.pt"
             if not data.is_file() or data.stat().st_size == 0:  # SkyRL logs this failure and goes on
                 raise OSError(f"{data}: SkyRL could not save the dataloader state (its log says why)")
             write_manifest(folder)
-        except OSError:
-            # a full disk: no partial step folder is left (the latest file names the last whole one)
-            discard_unfinished(self.checkpoint_folder(), step_folder)
-            raise
         return folder
 
     def load_checkpoints(self) -> Any:

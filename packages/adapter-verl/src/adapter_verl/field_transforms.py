@@ -410,6 +410,14 @@ def gen_batch_without_group_filter(f: Fields) -> Found | None:
     return Found(value=value)
 
 
+def bird_agent_without_turn_limit(f: Fields) -> bool:
+    """verl's default agent loop is the adapter's BIRD loop (adapter_verl.bird_agent_loop.AGENT_NAME) and
+    no turn limit is set (rows naming it by agent_name are checked by the loop itself)."""
+    return f(f"{R}.agent.default_agent_loop") == "bird_sql_agent" and not f(
+        f"{R}.multi_turn.max_assistant_turns"
+    )
+
+
 def standalone_rollout_without_gpus(f: Fields) -> bool:
     return not _hybrid_engine(f) and int(f(f"{R}.nnodes") or 0) <= 0
 

@@ -14,6 +14,7 @@ you know to be whole (one saved before manifests existed).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -21,6 +22,8 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -216,6 +219,72 @@ class CheckpointFolder:
             )
         verify(folder, earlier=self._instead(step))
         return step
+
+
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how safetensors' writer reports the errno
+
+
+def write_errno(error: BaseException) -> int | None:
+    """The errno of a failed write: an OSError's, or the one safetensors' writer names in its text;
+    None when the writer hid it (torch.save's RuntimeError: "unexpected pos", "failed writing")."""
+    if isinstance(error, OSError) and error.errno is not None:
+        return error.errno
+    match = _OS_ERROR.search(str(error))
+    return int(match.group(1)) if match else None
+
+
+def disk_full(error: BaseException, folder: Path) -> bool:
+    """A failed write met a full disk or quota: its errno says so, or (torch.save hides the errno)
+    the file system holding `folder` has under 1 MiB left for this user, checked before anything of
+    the save is removed."""
+    if write_errno(error) in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    try:
+        stats = os.statvfs(existing) if existing is not None else None
+    except OSError:
+        return False
+    return stats is not None and stats.f_bavail * stats.f_frsize < (1 << 20)
+
+
+class StepSaveFailed(RuntimeError):
+    """A framework's save of a step folder failed; nothing of it was kept. The message names the
+    folder, the cause and the fix (`failure_messages` adds the command that continues the run)."""
+
+    def __init__(self, folder: Path, cause: BaseException, *, full: bool) -> None:
+        reason = "the disk is full (or over its quota)" if full else f"{type(cause).__name__}: {cause}"
+        fix = (
+            "free space on that disk (fewer checkpoints kept: the framework's max_ckpts_to_keep), then continue"
+            if full
+            else "if the disk is full or over its quota, free space; then continue"
+        )
+        super().__init__(
+            f"saving the checkpoint {folder} failed: {reason}. Nothing of it was kept (the latest-step file "
+            f"names the last whole checkpoint). Fix: {fix}"
+        )
+        self.folder, self.cause, self.disk_full = folder, cause, full
+
+
+def save_failed(checkpoints: CheckpointFolder, folder: Path, error: BaseException) -> StepSaveFailed:
+    """What an adapter raises when its framework's save of `folder` failed with `error`: the disk
+    checked, then the unfinished step folder removed (`discard_unfinished`)."""
+    full = disk_full(error, folder)
+    discard_unfinished(checkpoints, folder)
+    return StepSaveFailed(folder, error, full=full)
+
+
+@contextmanager
+def step_save(checkpoints: CheckpointFolder, step_folder: Path) -> Iterator[None]:
+    """Around an adapter's save of `step_folder` (its framework's save, then the manifest): any
+    failure removes the unfinished folder; an Exception comes out as `StepSaveFailed` (`save_failed`),
+    a Ctrl-C as itself."""
+    try:
+        yield
+    except Exception as error:
+        raise save_failed(checkpoints, step_folder, error) from error
+    except BaseException:
+        discard_unfinished(checkpoints, step_folder)
+        raise
 
 
 def discard_unfinished(checkpoints: CheckpointFolder, folder: Path) -> bool:

@@ -21,6 +21,7 @@ file's size and SHA-256; a load checks them before it uses anything and names th
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import re
@@ -73,7 +74,7 @@ def save_checkpoint(
     """Save atomically into `directory` (see the module doc)."""
     import torch
     from arctic_rl_core.checkpoint_manifest import file_record
-    from safetensors.torch import save_file
+    from safetensors.torch import save as safetensors_bytes
 
     created = not directory.exists()
     generation = f"{time.time_ns():x}-{os.getpid()}"
@@ -81,12 +82,14 @@ def save_checkpoint(
     weights = {name: p.detach().to("cpu").contiguous() for name, p in model.named_parameters()}
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        save_file(weights, str(directory / files["weights"]))
-        torch.save(optimizer.state_dict(), directory / files["optimizer"])
-        save_file(
-            {"trainer": trainer_rng.contiguous(), "sampler": sampler_rng.contiguous()},
-            str(directory / files["rng"]),
-        )
+        # serialized in memory, written by Python: a full disk is an OSError with its errno (torch.save's
+        # and safetensors' own writers raise RuntimeError / SafetensorError instead)
+        _write_file(directory / files["weights"], safetensors_bytes(weights))
+        optimizer_bytes = io.BytesIO()
+        torch.save(optimizer.state_dict(), optimizer_bytes)
+        _write_file(directory / files["optimizer"], optimizer_bytes.getbuffer())
+        rng = {"trainer": trainer_rng.contiguous(), "sampler": sampler_rng.contiguous()}
+        _write_file(directory / files["rng"], safetensors_bytes(rng))
         for name in files.values():
             _fsync(directory / name)
         state = {
@@ -109,11 +112,19 @@ def save_checkpoint(
             child.unlink(missing_ok=True)
 
 
+def _write_file(path: Path, data: bytes | memoryview) -> None:
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
 class CheckpointWriteError(OSError):
     """A save that could not be written (a full disk, most often); nothing of it was kept."""
 
-    def __init__(self, directory: Path, cause: OSError) -> None:
-        full = cause.errno in (errno.ENOSPC, errno.EDQUOT)
+    def __init__(self, directory: Path, cause: BaseException) -> None:
+        from arctic_rl_core.checkpoint_manifest import write_errno
+
+        code = write_errno(cause)
+        full = code in (errno.ENOSPC, errno.EDQUOT)
         reason = "the disk is full (or over its quota)" if full else f"{type(cause).__name__}: {cause}"
         fix = (
             "free space there (older checkpoints: lower save_total_limit / the framework's checkpoints kept) "
@@ -122,7 +133,7 @@ class CheckpointWriteError(OSError):
             else "check the folder and its permissions"
         )
         super().__init__(
-            cause.errno,
+            code,
             f"saving the checkpoint in {directory} failed: {reason}; nothing of this save was kept (an earlier "
             f"checkpoint there is untouched). Fix: {fix}, then save again",
         )

@@ -677,6 +677,8 @@ class ReferenceBackend(Backend):
     def _save(self, directory: Path, export_hf: bool, extra: dict[str, Any] | None) -> int:
         import shutil
 
+        from safetensors import SafetensorError
+
         from arctic_rl_testbed.reference.checkpoint import CheckpointWriteError, save_checkpoint
 
         self._state.check_training("save_checkpoint")
@@ -697,7 +699,8 @@ class ReferenceBackend(Backend):
             try:
                 self._trainer.save_pretrained(str(directory / "hf"))
                 self.tokenizer.save_pretrained(str(directory / "hf"))
-            except OSError as error:  # no partial copy left behind
+            except (OSError, SafetensorError) as error:  # no partial copy left behind (safetensors' writer
+                # raises SafetensorError on a full disk)
                 shutil.rmtree(directory / "hf", ignore_errors=True)
                 raise CheckpointWriteError(directory / "hf", error) from None
         return self._global_step
