@@ -160,7 +160,7 @@ def test_a_micro_batch_is_fitted_to_the_rows_each_gpu_trains(compose):
     assert resolution.problems == [] and resolution.config.batch.micro_batch_size_per_gpu == 3
     assert any(
         n.startswith(
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu / actor_rollout_ref.actor.use_dynamic_bsz=4 -> 3"
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 -> 3: each GPU trains 6 rows of a mini-batch"
         )
         for n in resolution.notices
     ), resolution.notices
