@@ -3,8 +3,9 @@ multi-turn environments, a scripted policy over the reference engine, and SkyRL'
 replaying recorded turns on a vLLM-free engine (the stand-in the Arctic generator is compared with).
 
 - Rows: SkyRL's `gsm8k_multi_turn` (turn-level rewards) on the bundled GSM8K sample; the Arctic
-  `bird_multi_turn` (core preprocessing with `max_turns`); SkyRL's own `text2sql` (SkyRL-SQL's data
-  layout: `db_id` + `data`, the databases under `environment.skyrl_gym.text2sql.db_path`).
+  `bird_multi_turn` (core preprocessing with `max_turns`, tests/shared/bird_multi_turn_rows.py);
+  SkyRL's own `text2sql` (SkyRL-SQL's data layout: `db_id` + `data`, the databases under
+  `environment.skyrl_gym.text2sql.db_path`).
 - `ScriptedPolicy`: the reference engine answering each prompt with the text a script gives for the
   conversation so far (its canonical token ids, with the log-probs the engine's sampler gives those
   tokens): multi-turn behaviour (a query, an early solution, a run to the turn limit) on demand.
@@ -24,7 +25,10 @@ from typing import Any
 
 from arctic_rl_core.backends.forwarding import ForwardingBackend
 from arctic_rl_core.backends.protocol import Completion, FinishReason, GenerateOutput
+from bird_multi_turn_rows import bird_multi_turn_rows
 from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInterface
+
+__all__ = ["bird_multi_turn_rows"]  # the SkyRL tests' rows of the bundled BIRD sample (shared with verl's)
 
 SQL_STOP = ["</sql>", "</solution>"]
 
@@ -44,21 +48,6 @@ def gsm8k_multi_turn_rows(count: int) -> list[dict[str, Any]]:
                 "extra_info": {"index": row["extra_info"]["index"]},
             }
         )
-    return rows
-
-
-def bird_multi_turn_rows(max_turns: int, split: str = "train") -> list[dict[str, Any]]:
-    """The Arctic `bird_multi_turn` rows of the bundled BIRD sample (core preprocessing, compact schema)."""
-    from arctic_rl_core.envs.bird.dataset import load_split
-    from arctic_rl_core.envs.bird.preprocess import PreprocessOptions, build_rows
-    from arctic_rl_core.envs.bird.sample import sample_dir
-    from arctic_rl_core.envs.bird.schema_prompt import SchemaPromptCache, SchemaPromptOptions
-
-    compact = SchemaPromptOptions(
-        sample_rows=0, example_values=0, include_descriptions=False, include_foreign_keys=False
-    )
-    options = PreprocessOptions(schema_prompt=compact, max_turns=max_turns)
-    rows, _ = build_rows(load_split(sample_dir(), split), SchemaPromptCache(compact), options)
     return rows
 
 

@@ -137,6 +137,19 @@ def test_verl_default_estimator_is_rejected_so_grpo_must_be_explicit(compose):
     ]
 
 
+def test_the_bird_agent_loop_needs_its_turn_limit(compose):
+    from adapter_verl.bird_agent_loop import AGENT_NAME
+    from adapter_verl.config import check_supported
+
+    bird = f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}"
+    assert check_supported(compose(bird)) == [
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=None: the adapter's bird_sql_agent loop needs "
+        "the episode's turn limit: set it to the N of `arctic-rl bird preprocess --max-turns N` (the turns the "
+        "rows' prompt promises)"
+    ]
+    assert check_supported(compose(bird, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3")) == []
+
+
 def test_micro_batch_must_divide_the_mini_batch_rows(compose):
     from adapter_verl.config import resolve
 

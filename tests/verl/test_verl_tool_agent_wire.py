@@ -146,6 +146,8 @@ def test_every_turn_is_sampled_on_verls_ids_and_every_trained_row_is_a_whole_con
     generates = _generates(workdir)
     conversations = _conversations(generates)
     assert len(generates) == STEPS * sum(s.assistant_turns for s in SCENARIOS)
+    # every turn went to the on-prem wire as text and was read back as exactly verl's ids
+    assert all(g["sent_as"] == "text" and g["exact"] for g in generates)
     assert sorted(len(c) for c in conversations) == sorted(
         s.assistant_turns for s in SCENARIOS for _ in range(STEPS)
     )
@@ -178,6 +180,7 @@ def test_verls_rewards_and_turns(workdir, run):
         assert metrics["critic/score/mean"] == pytest.approx(sum(s.reward for s in SCENARIOS) / ROWS)
         turns = sum(s.assistant_turns for s in SCENARIOS)
         assert metrics["sampler_queue/requests"] == turns and metrics["sampler_queue/calls"] <= turns
+        assert metrics["token_drift/turns"] == 0  # no turn left out of the loss
         assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
 
 

@@ -70,12 +70,12 @@ def session(arctic_cfg, backend, run_dir):
     return SessionInfo(handle=backend.handle(), settings=settings)
 
 
-@pytest.fixture(scope="module")
-def worker(session):
+def _forwarder(session, port: int):
+    """The rank-0 forwarder worker of a one-rank world, attached to `session`."""
     from adapter_verl.worker import ArcticActorRolloutRefWorker
     from omegaconf import OmegaConf
 
-    env = {"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}
+    env = {"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
             mp.setenv(key, value)
@@ -85,6 +85,11 @@ def worker(session):
         )
     w.attach(session)
     return w
+
+
+@pytest.fixture(scope="module")
+def worker(session):
+    return _forwarder(session, 29555)
 
 
 def _batch(vocab: int, **extra):
@@ -184,6 +189,57 @@ def test_update_actor_runs_verls_mini_batches_times_epochs(worker, backend, sess
     ref_after = response_from_nested(worker.compute_ref_log_prob(probe)["log_probs"], probe["response_mask"])
     assert not torch.allclose(after.values(), old.values())
     torch.testing.assert_close(ref_after.values(), ref.values(), rtol=0, atol=0)
+
+
+def test_over_text_a_turn_the_server_read_otherwise_is_not_trained(session, backend):
+    """Over a text-only sampler the forwarder checks each row's sampled turns (runs of mask 1): a turn
+    whose preceding ids the server re-spells (here: after a first turn sampled as one token per
+    character) leaves the loss with every later turn of its row; the step logs the share."""
+    from dataclasses import replace
+
+    from adapter_verl.trace import read_trace
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import response_from_nested
+
+    tokenizer = backend.tokenizer
+    text_worker = _forwarder(replace(session, handle=_TextOnlyHandle(backend)), 29557)
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    # within the module's MAX_PROMPT / MAX_RESPONSE: a chat-shaped prompt, a two-letter first turn, a
+    # one-token observation between special tokens, a one-token answer
+    prompt = encode("<|im_start|>Q?<|im_end|><|im_start|>")
+    observation = encode("<|im_end|><|im_start|>")
+    spelled = [t for ch in "ab" for t in encode(ch)]  # sampled one token per character
+    assert len(spelled) == 2 and len(encode("ab")) == 1
+    rows = []
+    for first in (spelled, encode("ab")):
+        response = first + observation + encode("3")
+        rows.append((prompt, response, [1] * len(first) + [0] * len(observation) + [1]))
+    data = tu.list_of_dict_to_tensordict(
+        [
+            {
+                "prompts": torch.tensor(p),
+                "responses": torch.tensor(r),
+                "response_mask": torch.tensor(m),
+                "input_ids": torch.tensor(p + r),
+            }
+            for p, r, m in rows
+        ]
+    )
+    tu.assign_non_tensor(data, calculate_entropy=False)
+    old = response_from_nested(text_worker.compute_log_prob(data)["log_probs"], data["response_mask"])
+    data["old_log_probs"], data["ref_log_prob"] = old, old
+    data["advantages"] = torch.nested.as_nested_tensor(
+        [torch.full((len(r),), 1.0) for _, r, _ in rows], layout=torch.jagged
+    )
+    tu.assign_non_tensor(data, mini_batch_size=2, epochs=1, seed=42, dataloader_kwargs={"shuffle": False})
+    text_worker.update_actor(data)
+    (sent,) = [r for r in read_trace(session.settings.trace_dir) if r["op"] == "forward_backward"][-1:]
+    trained = len(spelled) + sum(rows[1][2])
+    assert sent["batch"]["response_mask"]["sum"] == trained  # row 1's second turn left out
+    assert text_worker.sync_metrics()["token_drift/turns"] == 0.25  # 1 of 4 sampled turns
 
 
 def test_checkpoint_round_trip_through_verl_paths(worker, backend, run_dir):
@@ -293,35 +349,76 @@ async def _sampler_on_trained_weights(backend, arctic_cfg) -> None:
     await sync_after_step(backend, WeightSyncPolicy.from_config(arctic_cfg))
 
 
-def test_rollout_server_sends_text_to_text_only_servers_and_checks_the_round_trip(
+class _TextOnlyHandle:
+    """A handle whose backend takes text prompts only (as ArcticBackend on-prem) and, with
+    `misreport`, claims to have read one token more than it did (a server with another tokenizer)."""
+
+    def __init__(self, backend, *, misreport: bool = False) -> None:
+        self.backend, self.misreport = backend, misreport
+
+    def connect(self):
+        from dataclasses import replace
+
+        from arctic_rl_core.backends.forwarding import ForwardingBackend
+        from arctic_rl_core.backends.protocol import GenerateOutput
+
+        misreport = self.misreport
+
+        class TextOnly(ForwardingBackend):
+            @property
+            def accepts_token_ids(self) -> bool:
+                return False
+
+            async def generate(self, prompts, params):
+                assert all(isinstance(p, str) for p in prompts), "a text-only server got token ids"
+                out = await self.target.generate(prompts, params)
+                if not misreport:
+                    return out
+                completions = [replace(c, prompt_token_ids=(*c.prompt_token_ids, 0)) for c in out.completions]
+                return GenerateOutput(completions, out.weights_version)
+
+        return TextOnly(self.backend)
+
+
+def test_rollout_server_sends_text_to_text_only_servers_and_records_what_they_read(
     session, backend, arctic_cfg
 ):
+    """Over text (the on-prem server) each turn is sent as the decoded ids; a turn whose ids the server
+    re-spells is sampled from the server's ids and traced as not exact (the forwarder then leaves it
+    untrained); a server that reads other tokens than the local tokenizer makes of the text is refused."""
+    from dataclasses import replace
+
     from adapter_verl.replica import ArcticRolloutServer
+    from adapter_verl.trace import read_trace
+    from arctic_rl_core.multi_turn.turn_sampler import TokenizerMismatchError
 
     server = ArcticRolloutServer(replica_rank=1, response_length=MAX_RESPONSE)
-    server.attach(session)
-    assert server.text_prompts is False  # the reference backend takes token ids
-    server.text_prompts = True  # what backend.kind=ray|http selects
+    server.attach(replace(session, handle=_TextOnlyHandle(backend)))
+    assert server.text_prompts
     tokenizer = backend.tokenizer
     prompt_ids = tokenizer.encode("SELECT name FROM users")
+    split = [t for text in "SELECT" for t in tokenizer.encode(text)]  # no tokenizer's own spelling
+    assert tokenizer.encode(tokenizer.decode(split)) != split
 
     async def scenario():
         await _sampler_on_trained_weights(backend, arctic_cfg)
-        out = await server.generate("t1", prompt_ids=prompt_ids, sampling_params={"max_tokens": 2})
-        with pytest.raises(ValueError, match="does not round-trip"):
-            # ids no tokenizer would produce for their own decoded text
-            split = [t for text in "SELECT" for t in tokenizer.encode(text)]
-            assert tokenizer.encode(tokenizer.decode(split)) != split
-            await server.generate("t2", prompt_ids=split, sampling_params={"max_tokens": 2})
-        return out
+        exact = await server.generate("t1", prompt_ids=prompt_ids, sampling_params={"max_tokens": 2})
+        respelled = await server.generate("t2", prompt_ids=split, sampling_params={"max_tokens": 2})
+        lying = ArcticRolloutServer(replica_rank=4, response_length=MAX_RESPONSE)
+        lying.attach(replace(session, handle=_TextOnlyHandle(backend, misreport=True)))
+        with pytest.raises(TokenizerMismatchError, match="tokenizer must be the served model's"):
+            await lying.generate("t3", prompt_ids=prompt_ids, sampling_params={"max_tokens": 2})
+        return exact, respelled
 
-    out = asyncio.run(scenario())
-    assert 1 <= len(out.token_ids) <= 2
+    exact, respelled = asyncio.run(scenario())
+    assert 1 <= len(exact.token_ids) <= 2 and 1 <= len(respelled.token_ids) <= 2
+    traced = {r["request_id"]: r for r in read_trace(session.settings.trace_dir) if r["op"] == "generate"}
+    assert (traced["t1"]["sent_as"], traced["t1"]["exact"]) == ("text", True)
+    assert (traced["t2"]["sent_as"], traced["t2"]["exact"]) == ("text", False)
 
 
 def test_concurrent_requests_share_backend_calls_without_mixing_results(session, backend, arctic_cfg):
     from adapter_verl.replica import ArcticRolloutServer
-    from adapter_verl.trace import read_trace
 
     prompts = [[11, 12, 13], [21, 22, 23, 24, 25], [31, 32], [41, 42, 43, 44], [51]]
     greedy = {"temperature": 0.0, "max_tokens": 4}
@@ -341,14 +438,16 @@ def test_concurrent_requests_share_backend_calls_without_mixing_results(session,
     batched_server = ArcticRolloutServer(replica_rank=2, response_length=MAX_RESPONSE, max_num_seqs=2)
     batched_server.attach(session)
     batched = asyncio.run(together(batched_server))
-    sizes = [r["batch_size"] for r in read_trace(session.settings.trace_dir) if r["op"] == "generate"][-5:]
-    assert sorted(sizes) == [1, 2, 2, 2, 2]  # max_num_seqs=2 caps each backend call
+    queue = asyncio.run(batched_server.take_sampler_queue_stats())
+    # max_num_seqs=2 caps each backend call; the reference sampler serves one call at a time, so the
+    # requests that arrive meanwhile go together when it returns: 2 + 2 + 1
+    assert (queue.requests, queue.calls, queue.in_flight_max) == (5, 3, 2)
 
     single_server = ArcticRolloutServer(replica_rank=3, response_length=MAX_RESPONSE)
     single_server.attach(session)
     alone = asyncio.run(one_by_one(single_server))
-    sizes = [r["batch_size"] for r in read_trace(session.settings.trace_dir) if r["op"] == "generate"][-5:]
-    assert sizes == [1, 1, 1, 1, 1]
+    queue = asyncio.run(single_server.take_sampler_queue_stats())
+    assert (queue.requests, queue.calls, queue.in_flight_max) == (5, 5, 1)
     assert [o.token_ids for o in batched] == [o.token_ids for o in alone]
 
 

@@ -196,6 +196,24 @@ def test_options_reject_bad_values_naming_the_field():
         DemoOptions(out="x", warm_starts=3)
 
 
+def test_bad_flag_values_are_one_message_naming_each_flag(tmp_path):
+    """Before: pydantic's traceback (`--steps -1`, `--async 1 --colocate`, ...)."""
+    with pytest.raises(SystemExit) as raised:
+        resolve_options(_parse(["--steps", "0", "--lr", "-1", "--threads", "0"]))
+    assert str(raised.value) == (
+        "arctic-rl demo: --steps 0: must be greater than or equal to 1; --lr -1.0: must be greater than 0; "
+        "--threads 0: must be greater than or equal to 1"
+    )
+    with pytest.raises(SystemExit, match=r"^arctic-rl demo: --async 1 with --colocate: .*drop --colocate"):
+        resolve_options(_parse(["--async", "1", "--colocate"]))
+    run_dir = tmp_path / "run"  # a resumed run's config.yaml edited by hand: its field is named
+    write_config(DemoOptions(out=str(run_dir), steps=2))
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("prompts_per_step: 4", "prompts_per_step: -4"))
+    with pytest.raises(SystemExit, match=rf"^arctic-rl demo: {config}: demo.prompts_per_step -4: must be"):
+        resolve_options(_parse(["--resume", str(run_dir)]))
+
+
 def test_the_command_and_the_light_demo_modules_import_no_heavy_package():
     code = (
         "import sys, arctic_rl_core.cli.main as m; m.build_parser(); "

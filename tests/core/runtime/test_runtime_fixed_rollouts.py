@@ -164,3 +164,24 @@ def test_a_prompt_matching_two_entries_is_refused_and_nothing_is_counted():
     assert (out.token_ids, out.finish_reason) == ((1,), "stop") and fixed.served() == {"ab": 1, "cd": 0}
     with pytest.raises(FixedRolloutsError, match="outside the model's vocabulary"):
         fixed.check_vocabulary(2)
+
+
+def test_stop_strings_serve_a_completion_that_ends_at_one_and_refuse_one_a_sampler_would_have_cut():
+    """With stop strings (a multi-turn loop's): a completion whose text ends at a stop string is served
+    whole, finishing "stop" with its text before the stop string (vLLM's include_stop_str_in_output=False);
+    one that holds a stop string before its last token is refused, nothing counted."""
+    fixed = FixedRollouts.from_document(
+        {"format": FORMAT, "prompts": [
+            {"contains": "q", "completions": [{"token_ids": [1, 2, 3]}, {"token_ids": [2, 3, 4]}]},
+        ]}
+    )  # fmt: skip
+    letters = lambda ids: "".join(chr(96 + i) for i in ids)  # noqa: E731 (1 -> "a", 2 -> "b", ...)
+    (out,) = fixed.serve(["q"], max_tokens=8, stop_ids=frozenset(), decode=letters, stop=("x", "bc"))
+    assert (out.token_ids, out.text, out.finish_reason) == ((1, 2, 3), "a", "stop")
+    with pytest.raises(
+        FixedRolloutsError, match=r"completion 2 holds the stop string 'bc' before its last token"
+    ):
+        fixed.serve(["q"], max_tokens=8, stop_ids=frozenset(), decode=letters, stop=("bc",))
+    assert fixed.served() == {"q": 1}
+    (out,) = fixed.serve(["q"], max_tokens=8, stop_ids=frozenset(), decode=letters, stop=("zz",))
+    assert (out.token_ids, out.text, out.finish_reason) == ((2, 3, 4), "bcd", "length")

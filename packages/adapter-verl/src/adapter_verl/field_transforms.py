@@ -305,6 +305,14 @@ def no_micro_batch(f: Fields) -> Found | None:
     return Found(value=None) if f(f"{A}.ppo_micro_batch_size_per_gpu") is None else None
 
 
+def bird_agent_without_turn_limit(f: Fields) -> bool:
+    """verl's default agent loop is the adapter's BIRD loop (adapter_verl.bird_agent_loop.AGENT_NAME) and
+    no turn limit is set (rows naming it by agent_name are checked by the loop itself)."""
+    return f(f"{R}.agent.default_agent_loop") == "bird_sql_agent" and not f(
+        f"{R}.multi_turn.max_assistant_turns"
+    )
+
+
 def standalone_rollout_without_gpus(f: Fields) -> bool:
     return not _hybrid_engine(f) and int(f(f"{R}.nnodes") or 0) <= 0
 

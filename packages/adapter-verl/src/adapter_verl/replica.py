@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-TEXT_PROMPT_BACKENDS = ("ray", "http")
 # verl sampling keys the server maps; any other key with a non-neutral value is refused
 _NEUTRAL_SAMPLING: dict[str, Any] = {"repetition_penalty": 1.0}
 
@@ -135,11 +134,13 @@ class ArcticRolloutServer:
         self._batcher: GenerateBatcher | None = None
         self._backend: Backend | None = None
         self._trace: TraceWriter | None = None
-        self._tokenizer: Any = None
-        self.text_prompts = False
+        self._sampler: Any = None  # arctic_rl_core.multi_turn.turn_sampler.TurnSampler, once attached
 
     def attach(self, info: SessionInfo) -> None:
         """Bind to the run's backend (done on first use from the published session)."""
+        from arctic_rl_core.multi_turn.turn_sampler import TurnSampler
+        from verl.utils import hf_tokenizer
+
         self._backend = info.handle.connect()
         self._batcher = GenerateBatcher(
             self._backend.generate,
@@ -148,19 +149,16 @@ class ArcticRolloutServer:
         )
         self._arctic_config = info.settings.arctic_config()
         self._trace = TraceWriter(info.settings.trace_dir, f"rollout{self.replica_rank}")
-        # the on-prem Arctic server takes text prompts only (Cortex and the reference take ids)
-        self.text_prompts = self._arctic_config.backend.kind in TEXT_PROMPT_BACKENDS
         self._model_path = info.settings.model_path
-        self._trust_remote_code = info.settings.trust_remote_code
+        tokenizer = hf_tokenizer(self._model_path, trust_remote_code=info.settings.trust_remote_code)
+        # ids to a backend that takes them (reference, Cortex); the on-prem server's text otherwise,
+        # with what it read checked (a server that counts other tokens: TokenizerMismatchError)
+        self._sampler = TurnSampler(self._backend, tokenizer, batcher=self._batcher)
 
-    def _prompt(self, prompt_ids: list[int]) -> list[int] | str:
-        if not self.text_prompts:
-            return list(prompt_ids)
-        if self._tokenizer is None:
-            from verl.utils import hf_tokenizer
-
-            self._tokenizer = hf_tokenizer(self._model_path, trust_remote_code=self._trust_remote_code)
-        return self._tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
+    @property
+    def text_prompts(self) -> bool:
+        """Whether turns go to the backend as text (the on-prem Arctic server takes text only)."""
+        return self._sampler.sends_text
 
     async def _connected(self) -> Backend:
         if self._backend is None:
@@ -179,6 +177,9 @@ class ArcticRolloutServer:
         video_data: Any = None,
         **kwargs: Any,
     ) -> TokenOutput:
+        """One turn of one trajectory (`arctic_rl_core.multi_turn.turn_sampler`): verl's ids in, the
+        sampled ids and their log-probs out. Over text, a turn whose ids do not survive the server's
+        re-tokenisation is sampled from the server's ids; the forwarder leaves such turns untrained."""
         if image_data is not None or video_data is not None or kwargs.get("audio_data") is not None:
             raise ValueError("multi-modal prompts are not supported by the Arctic rollout")
         await self._connected()
@@ -188,14 +189,7 @@ class ArcticRolloutServer:
         params = sampling_params_for(
             self._backend, sampling_params_from_verl(sampling_params, self.budget, len(prompt_ids))
         )
-        served = await self._batcher.generate(self._prompt(prompt_ids), params)
-        completion = served.completion
-        if self.text_prompts and completion.prompt_len != len(prompt_ids):
-            raise ValueError(
-                f"request {request_id}: the server tokenised the decoded prompt into {completion.prompt_len} "
-                f"tokens, verl holds {len(prompt_ids)}: the tokenizer at {self._model_path} does not "
-                "round-trip this prompt; use the served model's own tokenizer and chat template"
-            )
+        (turn,) = await self._sampler.sample([prompt_ids], params)
         if self._trace is not None:
             self._trace.write(
                 {
@@ -204,18 +198,19 @@ class ArcticRolloutServer:
                     "prompt_ids": list(prompt_ids),
                     "max_tokens": params.max_tokens,
                     "temperature": params.temperature,
-                    "response_ids": list(completion.token_ids),
-                    "logprobs": list(completion.logprobs) if completion.logprobs else None,
-                    "finish_reason": str(completion.finish_reason),
-                    "weights_version": served.weights_version,
-                    "batch_size": served.batch_size,
+                    "response_ids": list(turn.token_ids),
+                    "logprobs": list(turn.logprobs) if turn.logprobs else None,
+                    "finish_reason": str(turn.finish_reason),
+                    "weights_version": turn.weights_version,
+                    "sent_as": turn.sent_as,
+                    "exact": turn.exact,
                 }
             )
         return TokenOutput(
-            token_ids=list(completion.token_ids),
-            log_probs=list(completion.logprobs) if params.logprobs and completion.logprobs else None,
-            stop_reason="aborted" if completion.finish_reason == "abort" else "completed",
-            extra_fields={WEIGHTS_VERSION_KEY: served.weights_version},
+            token_ids=list(turn.token_ids),
+            log_probs=list(turn.logprobs) if turn.logprobs else None,
+            stop_reason="aborted" if turn.finish_reason == "abort" else "completed",
+            extra_fields={WEIGHTS_VERSION_KEY: turn.weights_version},
         )
 
     async def take_sampler_queue_stats(self) -> SamplerQueueStats:
@@ -256,7 +251,7 @@ class ArcticRolloutServer:
 
     async def disconnect(self) -> None:
         """Close this server's client connection (the backend's jobs stay); the next request reconnects."""
-        backend, self._backend, self._batcher = self._backend, None, None
+        backend, self._backend, self._batcher, self._sampler = self._backend, None, None, None
         if backend is not None:
             await backend.shutdown()
 

@@ -10,6 +10,11 @@ i+1)`), which is exactly verl's predict-next alignment over prompt+response, so 
 
 Only rank 0 talks to the backend (the server does its own data parallelism): every mesh maps all
 ranks to dp rank 0 and only rank 0 collects.
+
+Over a text-only sampler (the on-prem Arctic server) each trained row's sampled turns are checked
+before the update (`arctic_rl_core.multi_turn.trajectory_fidelity.row_fidelity`): a turn whose preceding ids the server
+read differently, and every later turn of its row, is left out of the loss (mask 0); the step logs
+the share of such turns as `token_drift/turns` (0 by construction over a backend that takes ids).
 """
 
 from __future__ import annotations
@@ -91,6 +96,17 @@ def samples_from_tensordict(data: TensorDict, *, with_training_fields: bool) -> 
     return samples
 
 
+def _row_key(sample: RolloutSample) -> tuple:
+    return (tuple(sample.prompt_ids), tuple(sample.response_ids))
+
+
+def _with_mask(sample: RolloutSample, masks: dict[tuple, tuple[int, ...]]) -> RolloutSample:
+    """`sample` with its row's trained mask (`_trained_masks`)."""
+    from dataclasses import replace
+
+    return replace(sample, response_mask=list(masks[_row_key(sample)]))
+
+
 def truncated_is_samples(
     samples: list[RolloutSample], *, cap: float
 ) -> tuple[list[RolloutSample], ISWeightStats]:
@@ -144,6 +160,8 @@ class ArcticActorRolloutRefWorker(Worker):
         self._sync_metrics: dict[str, float] = {}
         self._rollout_weights_version: int | None = None
         self._optimizer_steps: int | None = None
+        self._drift_metrics: dict[str, float] = {}  # the last update's token_drift/turns
+        self._tokenizer: Any = None
 
     # -- set-up ---------------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -171,6 +189,7 @@ class ArcticActorRolloutRefWorker(Worker):
         tokenizer = hf_tokenizer(
             self.config.model.path, trust_remote_code=bool(self.config.model.get("trust_remote_code", False))
         )
+        self._tokenizer = tokenizer
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if pad is None:
             raise ValueError(f"tokenizer at {self.config.model.path} has neither a pad nor an eos token id")
@@ -283,6 +302,7 @@ class ArcticActorRolloutRefWorker(Worker):
         else:
             trained_staleness = self._check_staleness(list(rollout_versions), len(data))
         is_stats: list[ISWeightStats] = []
+        trained_masks = self._trained_masks(data)
         iterator = tu.make_iterator(
             data,
             mini_batch_size=mini_batch_size,
@@ -292,6 +312,8 @@ class ArcticActorRolloutRefWorker(Worker):
         )
         for mini_batch in iterator:
             samples = samples_from_tensordict(mini_batch, with_training_fields=True)
+            if trained_masks is not None:
+                samples = [_with_mask(s, trained_masks) for s in samples]
             if (
                 rollout_versions is not None
                 and self._arctic_config.async_settings.max_staleness > 0
@@ -437,9 +459,42 @@ class ArcticActorRolloutRefWorker(Worker):
     def sync_metrics(self) -> dict[str, float]:
         """The latest weight sync's metrics (rank 0; {} on the others): the weights version the
         sampler now serves, the one this step's rollouts used, the optimizer steps taken, the
-        sync time. verl's naive checkpoint engine drops `update_weights`' return value, so the
-        trainer asks here after each sync."""
-        return dict(self._sync_metrics)
+        sync time; and the last update's `token_drift/turns`. verl's naive checkpoint engine drops
+        `update_weights`' return value, so the trainer asks here after each sync."""
+        return {**self._sync_metrics, **self._drift_metrics}
+
+    def _trained_masks(self, data: TensorDict) -> dict[tuple, tuple[int, ...]] | None:
+        """Over a text-only sampler: each row's mask with the turns the sampler read other ids for left
+        out (`trajectory_fidelity.row_fidelity`), by (prompt, response) ids; None over a backend that
+        takes ids (the sampler read the row's ids). Sets this step's `token_drift/turns`."""
+        from arctic_rl_core.multi_turn.trajectory_fidelity import DRIFTED_TURNS, drift_metrics, row_fidelity
+
+        if self._backend.accepts_token_ids:
+            self._drift_metrics = {DRIFTED_TURNS: 0.0}
+            return None
+        from arctic_rl_core.multi_turn.prompt_text import PromptText
+
+        text = PromptText(self._tokenizer)
+        masks: dict[tuple, tuple[int, ...]] = {}
+        fidelities = []
+        for sample in samples_from_tensordict(data, with_training_fields=False):
+            mask = sample.response_mask or [1] * len(sample.response_ids)
+            fidelity, masks[_row_key(sample)] = row_fidelity(
+                sample.prompt_ids, sample.response_ids, mask, text
+            )
+            fidelities.append(fidelity)
+        self._drift_metrics = {DRIFTED_TURNS: drift_metrics(fidelities).get(DRIFTED_TURNS, 0.0)}
+        drifted = [f for f in fidelities if f.drifted]
+        if drifted:
+            self._trace.write(
+                {
+                    "op": "token_drift",
+                    "rows": len(drifted),
+                    "turns_left_out": sum(f.turns - f.exact_turns for f in drifted),
+                    "turns": sum(f.turns for f in drifted),
+                }
+            )
+        return masks
 
     # -- checkpoints ----------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -153,7 +153,7 @@ def resolve_options(args: argparse.Namespace) -> DemoOptions:
 
     explicit = _explicit(args)
     if args.resume is None:
-        return DemoOptions(**{"out": args.out or default_out(), **explicit})
+        return _checked_options({"out": args.out or default_out(), **explicit}, explicit, None)
     run_dir = Path(args.resume)
     config_path = run_dir / CONFIG_FILE
     if not config_path.is_file():
@@ -171,7 +171,37 @@ def resolve_options(args: argparse.Namespace) -> DemoOptions:
                 f"only {', '.join(RESUMABLE_FLAGS)} can change on resume (start a new run for the rest)"
             )
     saved.update({k: v for k, v in explicit.items() if k in RESUMABLE_FLAGS})
-    return DemoOptions(**saved)
+    return _checked_options(saved, explicit, config_path)
+
+
+_FLAGS = {"num_threads": "--threads", "max_staleness": "--async"}  # the rest: --<field with dashes>
+
+
+def _checked_options(
+    fields: dict[str, Any], explicit: dict[str, Any], config_path: Path | None
+) -> DemoOptions:
+    """`DemoOptions(**fields)`, or SystemExit naming each bad flag (or field of the resumed run's
+    config.yaml), its value and the range it needs (was: pydantic's traceback)."""
+    from pydantic import ValidationError
+
+    try:
+        return DemoOptions(**fields)
+    except ValidationError as error:
+        lines = []
+        for problem in error.errors():
+            message = problem["msg"].removeprefix("Value error, ")
+            if not problem["loc"]:  # a check across flags: its message names them and the fix
+                lines.append(message)
+                continue
+            field = ".".join(str(part) for part in problem["loc"])
+            name = (
+                _FLAGS.get(field, "--" + field.replace("_", "-"))
+                if field in explicit or config_path is None
+                else f"{config_path}: demo.{field}"
+            )
+            need = message.replace("Input should be ", "must be ", 1)
+            lines.append(f"{name} {problem.get('input')!r}: {need}")
+        raise SystemExit("arctic-rl demo: " + "; ".join(lines)) from None
 
 
 def write_config(options: DemoOptions, extra: dict[str, Any] | None = None) -> Path:

@@ -20,11 +20,15 @@ Everything else is the sampling route's: the body and sampling parameters are ch
 (`sampling_params.n`, unknown keys, non-neutral values), the state guard refuses a generate while the
 sampler sleeps or after a sync without a prefix-cache reset, and the result carries the weights
 version. A completion longer than `max_tokens` is cut there (`finish_reason` "length"); one that ends
-with a stop token (EOS) finishes "stop", else "length". Asked for log-probs (`logprobs=0`), the server
-reports the log-prob and rank the sampler's current weights give each served token after its prompt
-(teacher-forced, in the sampling job's `logprobs_mode`: what the sampler would have reported had it
-drawn those tokens). Top-k alternatives (`logprobs > 0`) and stop strings are refused: cutting a
-completion at a stop string would serve something else than FILE says.
+with a stop token (EOS) finishes "stop", else "length". With stop strings (`sampling_params.stop`, a
+multi-turn loop's, e.g. SkyRL-SQL's `</sql>`) a completion is served as FILE has it when a sampler could
+have drawn it so: its text holds a stop string only at its very end (it finishes "stop", its text
+without the stop string, as vLLM's `include_stop_str_in_output=False`); one whose text holds a stop
+string before its last token is refused (400: vLLM would have stopped there, so serving it would be
+something no sampler gives). Asked for log-probs (`logprobs=0`), the server reports the log-prob and
+rank the sampler's current weights give each served token after its prompt (teacher-forced, in the
+sampling job's `logprobs_mode`: what the sampler would have reported had it drawn those tokens). Top-k
+alternatives (`logprobs > 0`) are refused.
 
 FILE is read through pydantic models (`FixedRolloutsFile`, `FixedPrompt`, `FixedCompletion`: strict
 types, no unknown keys); every problem found is reported at once, each naming its field (as
@@ -232,9 +236,10 @@ class FixedRollouts:
         max_tokens: int,
         stop_ids: frozenset[int],
         decode: Any,
+        stop: Sequence[str] = (),
     ) -> list[ServedCompletion]:
         """The next completion of each prompt, in request order; nothing is counted if any prompt of
-        the request cannot be served."""
+        the request cannot be served (one a stop string would have cut short included)."""
         picks = []
         planned = list(self._served)
         for prompt in prompts:
@@ -253,14 +258,26 @@ class FixedRollouts:
                     f"the file has {len(entry.completions)}: the run generates more than the fixed rollouts "
                     "planned (an extra step, validation, or more samples per prompt)"
                 )
-            picks.append(entry.completions[planned[i]].token_ids)
+            ids = entry.completions[planned[i]].token_ids[:max_tokens]
+            early = [s for s in stop if s in decode(list(ids[:-1]))]
+            if early:
+                raise FixedRolloutsError(
+                    f"{self.source}: prompt {_shown_prompt(entry.contains)} completion {planned[i] + 1} holds the stop "
+                    f"string {early[0]!r} before its last token: a sampler asked to stop there would have; end the "
+                    "completion at the stop string, or send no stop strings"
+                )
+            picks.append((entry.completions[planned[i]].token_ids, ids))
             planned[i] += 1
         self._served = planned
         out = []
-        for ids in picks:
-            cut = ids[:max_tokens]
+        for ids, cut in picks:
+            text = decode(list(cut))
+            at = min((text.find(s) for s in stop if s in text), default=-1)
+            if at >= 0:
+                out.append(ServedCompletion(cut, text[:at], "stop"))
+                continue
             finish = "stop" if len(cut) == len(ids) and cut[-1] in stop_ids else "length"
-            out.append(ServedCompletion(cut, decode(list(cut)), finish))
+            out.append(ServedCompletion(cut, text, finish))
         return out
 
 

@@ -562,12 +562,6 @@ class ReferenceServer:
                 f"sampling_params.logprobs={top}: --fixed-rollouts reports the served token's log-prob only "
                 "(logprobs=0), not top-k alternatives",
             )
-        if params.stop:
-            raise HTTPError(
-                400,
-                f"sampling_params.stop={list(params.stop)!r}: --fixed-rollouts serves each completion as the "
-                "file has it and never cuts it at a stop string; send no stop strings",
-            )
         from arctic_rl_testbed.reference.tokenizer import stop_token_ids
 
         version = await self.engine.generate_version()  # the state guard's generate checks
@@ -579,6 +573,7 @@ class ReferenceServer:
                 max_tokens=params.max_tokens,
                 stop_ids=stop_token_ids(tokenizer) | stop_ids,
                 decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+                stop=params.stop,
             )
         except FixedRolloutsError as err:
             raise HTTPError(400, str(err)) from None
