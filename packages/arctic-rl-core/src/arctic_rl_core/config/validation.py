@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.config.errors import ConfigIssue
+from arctic_rl_core.config.server_packing import server_packs_rows_across_attention
 
 if TYPE_CHECKING:
     from arctic_rl_core.config.schema import ArcticRLConfig
@@ -506,8 +507,6 @@ def _packed_rows_attend_across(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     attend to each other. Forward payloads (and the arctic_rl_core loss) ask the server not to pack
     (`PayloadSpec.rows_unpacked`); the built-in verl_grpo reads the packed layout, so its micro-batches
     must hold one row."""
-    from arctic_rl_core.wire.spec import server_packs_rows_across_attention
-
     micro = cfg.batch.micro_batch_size_per_gpu
     if micro > 1 and server_packs_rows_across_attention(cfg):
         attn = cfg.kernels.attn_implementation
