@@ -30,30 +30,14 @@ SERVER_CLIP_RATIO_C = 3.0
 LOG_RATIO_CLAMP = 20.0
 
 
-def aggregate(
-    loss_B_T: torch.Tensor,
-    mask_B_T: torch.Tensor,
-    mode: str,
-    *,
-    dp_size: int = 1,
-    batch_num_tokens: float | None = None,
-    global_batch_size: float | None = None,
-    loss_scale_factor: float | None = None,
-) -> torch.Tensor:
+def aggregate(loss_B_T: torch.Tensor, mask_B_T: torch.Tensor, mode: str, **counts: Any) -> torch.Tensor:
     """The server's `verl_grpo` aggregation: the one aggregation of the server-side losses
-    (`arctic_rl_losses.aggregation.aggregate`: verl's `agg_loss` with the global normalisation), over
-    the modes 0.1.4's built-in loss has (no token-sum), with the mask in the loss's dtype."""
+    (`arctic_rl_losses.aggregation.aggregate`: verl's `agg_loss` with the global normalisation; `counts`
+    are its keywords), over the modes 0.1.4's built-in loss has (no token-sum), with the mask in the
+    loss's dtype."""
     if mode not in LOSS_AGG_MODES:
         raise ValueError(f"loss_agg_mode={mode!r}: use one of {', '.join(LOSS_AGG_MODES)}")
-    return losses_aggregate(
-        loss_B_T,
-        mask_B_T.to(loss_B_T.dtype),
-        mode,
-        dp_size=dp_size,
-        batch_num_tokens=batch_num_tokens,
-        global_batch_size=global_batch_size,
-        loss_scale_factor=loss_scale_factor,
-    )
+    return losses_aggregate(loss_B_T, mask_B_T.to(loss_B_T.dtype), mode, **counts)
 
 
 @dataclass(frozen=True)
