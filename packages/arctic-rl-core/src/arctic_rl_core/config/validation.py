@@ -365,13 +365,6 @@ def _log_prob_job(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     wants = (
         "loss.use_kl_loss" if loss.use_kl_loss else "loss.use_kl_in_reward" if loss.use_kl_in_reward else None
     )
-    if loss.use_kl_loss and loss.use_kl_in_reward:
-        yield _issue(
-            "loss.use_kl_in_reward",
-            True,
-            "a KL penalty both in the reward and in the loss counts the KL twice",
-            "keep one of loss.use_kl_loss and loss.use_kl_in_reward",
-        )
     if wants and place.log_prob_gpus == 0:
         yield _issue(
             "placement.log_prob_gpus",
