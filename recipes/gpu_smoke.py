@@ -144,17 +144,6 @@ def smoke_config(args: argparse.Namespace, placement: str):
     return load_config(None, overrides)
 
 
-def build_backend(cfg):
-    if cfg.backend.kind == "reference":
-        from arctic_rl_testbed.reference.engine import ReferenceBackend
-        from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
-
-        return ReferenceBackend(ReferenceEngineSettings.from_config(cfg))
-    from arctic_rl_core.backends.arctic import ArcticBackend
-
-    return ArcticBackend.from_config(cfg)
-
-
 def tokenizer_for(cfg, backend):
     if cfg.backend.kind == "reference":
         return backend.tokenizer
@@ -199,6 +188,7 @@ def probe_worker_env(report: Report, cfg) -> None:
 async def run_placement(args: argparse.Namespace, placement: str) -> Report:
     import torch
     from arctic_rl_core.backends.protocol import SamplingParams
+    from arctic_rl_core.backends.registry import create_backend
     from arctic_rl_core.weight_sync import WeightSyncPolicy, prepare_for_training, sync_after_step
     from arctic_rl_core.wire import (
         PayloadSpec,
@@ -212,7 +202,7 @@ async def run_placement(args: argparse.Namespace, placement: str) -> Report:
     report = Report(placement)
     cfg = smoke_config(args, placement)
     with report.timed("start"):
-        backend = await asyncio.to_thread(build_backend, cfg)
+        backend = await asyncio.to_thread(create_backend, cfg)
         tokenizer = tokenizer_for(cfg, backend)
         state = await backend.state()
         report.check("start", "server up, jobs created", True, f"colocated={state.colocated}")

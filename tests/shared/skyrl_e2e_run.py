@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 from adapter_skyrl.config import parse_cli
+from adapter_skyrl.experiment import ArcticPPOExp
 from adapter_skyrl.generator import ArcticGenerator
-from adapter_skyrl.trainer import ArcticPPOExp
 from arctic_rl_core.backends.forwarding import ForwardingBackend
 
 # SkyRL's own settings of a tiny CPU GRPO run (no backend named). `generator.batched=true`, as SkyRL's

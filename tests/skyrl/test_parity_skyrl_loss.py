@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from arctic_rl_losses.aggregation import kl_penalty
 from arctic_rl_testbed.parity.loss_cases import random_policy_loss_case
-from arctic_rl_testbed.reference.loss import aggregate, kl_penalty, policy_loss_vanilla
+from arctic_rl_testbed.reference.loss import aggregate, policy_loss_vanilla
 from skyrl.backends.skyrl_train.utils.ppo_utils import (
     apply_loss_reduction_to_advantages_minibatch,
     compute_approx_kl,

@@ -32,7 +32,7 @@ pytest.importorskip("arctic_rl_testbed.reference.engine", reason="reference engi
 def recorded():
     from adapter_skyrl.config import parse_cli, to_arctic_config
     from adapter_skyrl.dispatch import ArcticWorkerDispatch
-    from adapter_skyrl.trainer import build_backend
+    from arctic_rl_core.backends.registry import create_backend
     from arctic_rl_core.weight_sync import WeightSyncPolicy
     from arctic_rl_core.wire import PayloadSpec
     from arctic_rl_testbed.parity.recording import RecordingBackend, weights_digest
@@ -47,7 +47,7 @@ def recorded():
     cfg = parse_cli(scenario.skyrl_overrides())
     arctic = to_arctic_config(cfg, steps_per_epoch=scenario.steps)
     mapped = projection(arctic.model_dump(mode="json"), scenario.core_config())
-    engine = build_backend(arctic)
+    engine = create_backend(arctic)
     writer = ParityTraceWriter(trace_dir() / "skyrl.trace")
     writer.record_event("config", core=mapped)
     backend = RecordingBackend(engine, writer)
@@ -143,7 +143,7 @@ def test_per_mini_batch_old_log_probs_equal_the_whole_batch_ones(recorded):
     independent); only the packing of the calls differs."""
     from adapter_skyrl.config import parse_cli, to_arctic_config
     from adapter_skyrl.dispatch import ArcticWorkerDispatch
-    from adapter_skyrl.trainer import build_backend
+    from arctic_rl_core.backends.registry import create_backend
     from arctic_rl_core.weight_sync import WeightSyncPolicy
     from arctic_rl_core.wire import PayloadSpec
     from skyrl.backends.skyrl_train.distributed.dispatch import loss_fn_outputs_to_tensor
@@ -155,7 +155,7 @@ def test_per_mini_batch_old_log_probs_equal_the_whole_batch_ones(recorded):
     cfg = parse_cli(overrides)
     assert cfg.trainer.recompute_old_logprobs_per_minibatch  # SkyRL's default
     arctic = to_arctic_config(cfg, steps_per_epoch=scenario.steps)
-    engine = build_backend(arctic)
+    engine = create_backend(arctic)
     try:
         dispatch = ArcticWorkerDispatch(
             cfg,

@@ -35,14 +35,14 @@ SKYRL = [
 @pytest.fixture
 def setup():
     from adapter_skyrl.config import parse_cli, to_arctic_config
-    from adapter_skyrl.trainer import build_backend
     from arctic_rl_core.backends.protocol import SamplingParams
+    from arctic_rl_core.backends.registry import create_backend
     from arctic_rl_core.dispatch import run
     from arctic_rl_core.weight_sync import WeightSyncPolicy
 
     cfg = parse_cli(SKYRL)
     arctic = to_arctic_config(cfg, steps_per_epoch=4)
-    backend = build_backend(arctic)
+    backend = create_backend(arctic)
     spec = PayloadSpec.from_config(arctic, pad_token_id=backend.pad_token_id)
     dispatch = ArcticWorkerDispatch(cfg, backend, spec, WeightSyncPolicy.from_config(arctic))
     prompts = [backend.tokenizer.encode(t) for t in ("count the schools", "list movies", "how many", "bikes")]

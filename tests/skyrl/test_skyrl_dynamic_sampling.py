@@ -83,8 +83,8 @@ class DynamicSamplingExp(RecordingExp):
 def _run(data, tmp_path, *extra: str, base=(*TINY_GRPO, *IN_PROCESS), build=None) -> DynamicSamplingExp:
     """SkyRL's `RayPPOTrainer.train()`, 2 steps, every forward_backward payload kept (`exp.sent`);
     `build` makes the backend from the core config (default: the one it names); shut down after."""
-    from adapter_skyrl.trainer import build_backend
     from arctic_rl_core.backends.forwarding import ForwardingBackend
+    from arctic_rl_core.backends.registry import create_backend
     from arctic_rl_core.dispatch import run
 
     sent: list[Any] = []
@@ -102,7 +102,7 @@ def _run(data, tmp_path, *extra: str, base=(*TINY_GRPO, *IN_PROCESS), build=None
         "trainer.update_epochs_per_batch=1", "trainer.max_training_steps=2", *extra,
     ]  # fmt: skip
     exp = DynamicSamplingExp(
-        parse_cli([*base, *overrides]), backend_factory=lambda cfg: Spy((build or build_backend)(cfg))
+        parse_cli([*base, *overrides]), backend_factory=lambda cfg: Spy((build or create_backend)(cfg))
     )
     try:
         asyncio.run(exp._setup_trainer().train())
@@ -241,13 +241,13 @@ def test_colocated_filter_keeps_the_sampler_awake_across_a_steps_generate_calls(
 ):
     """SkyRL's DAPO gsm8k launcher is colocated: the sampler sleeps once per step, after the step's
     last generate call and before training, however many calls the step took."""
-    from adapter_skyrl.trainer import build_backend
+    from arctic_rl_core.backends.registry import create_backend
     from skyrl_e2e_run import CallLog
 
     logs: list[CallLog] = []
 
     def build(cfg):
-        logs.append(CallLog(build_backend(cfg)))
+        logs.append(CallLog(create_backend(cfg)))
         return logs[-1]
 
     exp = _run(flat_or_vowels_jsonl, tmp_path, "trainer.algorithm.dynamic_sampling.type=filter",

@@ -237,8 +237,8 @@ def test_rollout_is_family_is_bit_identical_to_skyrls_rollout_is(clip, seed):
 def dispatch_and_batch():
     from adapter_skyrl.config import parse_cli, to_arctic_config
     from adapter_skyrl.dispatch import ArcticWorkerDispatch
-    from adapter_skyrl.trainer import build_backend
     from arctic_rl_core.backends.protocol import SamplingParams
+    from arctic_rl_core.backends.registry import create_backend
     from arctic_rl_core.dispatch import run
     from arctic_rl_core.weight_sync import WeightSyncPolicy
     from arctic_rl_core.wire import PayloadSpec
@@ -249,7 +249,7 @@ def dispatch_and_batch():
                      "trainer.fully_async.num_parallel_generation_workers=2",
                      "trainer.algorithm.off_policy_correction.sequence_mask_metric=geometric"])  # fmt: skip
     arctic = to_arctic_config(cfg, steps_per_epoch=2)
-    backend = build_backend(arctic)
+    backend = create_backend(arctic)
     spec = PayloadSpec.from_config(arctic, pad_token_id=backend.pad_token_id)
     dispatch = ArcticWorkerDispatch(cfg, backend, spec, WeightSyncPolicy.from_config(arctic))
     sent = []
@@ -468,8 +468,8 @@ def test_dapo_fully_async_trains_two_steps_with_dapos_reward_and_mask_shaping(le
     penalty of its length, every truncated response reaches the server with an all-zero mask, and
     every trained group is within the staleness bound."""
     from adapter_skyrl.dapo import ArcticDAPOExp, parse_cli
-    from adapter_skyrl.trainer import build_backend
     from arctic_rl_core.backends.forwarding import ForwardingBackend
+    from arctic_rl_core.backends.registry import create_backend
     from skyrl_e2e_run import RecordingExp
 
     sent = []
@@ -506,7 +506,7 @@ def test_dapo_fully_async_trains_two_steps_with_dapos_reward_and_mask_shaping(le
         f"trainer.export_path={tmp_path / 'export'}",
     ]  # fmt: skip
     exp = Exp(
-        parse_cli([*ASYNC_BASE, *IN_PROCESS, *dapo]), backend_factory=lambda cfg: Spy(build_backend(cfg))
+        parse_cli([*ASYNC_BASE, *IN_PROCESS, *dapo]), backend_factory=lambda cfg: Spy(create_backend(cfg))
     )
     asyncio.run(exp._setup_trainer().train())
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from arctic_rl_losses.aggregation import kl_penalty
 from arctic_rl_testbed.parity.loss_cases import PolicyLossCase, random_policy_loss_case
 from arctic_rl_testbed.reference.loss import (
     KL_LOSS_TYPES,
@@ -29,7 +30,6 @@ from arctic_rl_testbed.reference.loss import (
     GRPOLossConfig,
     aggregate,
     grpo_loss,
-    kl_penalty,
     policy_loss_vanilla,
 )
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn

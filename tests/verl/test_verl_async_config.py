@@ -275,11 +275,20 @@ def test_what_bypass_mode_would_leave_unused_is_a_problem_with_its_fix(override,
     assert says in matching[0]
 
 
-def test_bypass_mode_in_the_synchronous_mode_is_refused_naming_separate_async():
-    problems = checked(BYPASS, "actor_rollout_ref.rollout.calculate_log_probs=true", base=BASE).problems
-    (problem,) = [p for p in problems if "bypass_mode" in p]
-    assert problem.startswith("algorithm.rollout_correction.bypass_mode=True")
-    assert "trainer.v1.trainer_mode=separate_async" in problem
+def test_bypass_mode_in_the_synchronous_mode_takes_the_old_log_probs_from_the_rollout():
+    """verl's V1 trainer copies rollout_log_probs into old_log_probs in bypass mode, in its synchronous mode
+    too (verl/trainer/ppo/v1/trainer_base.py): the worker sends them as it sends any old log-probs, and the
+    rollout must compute them."""
+    served = checked(BYPASS, "actor_rollout_ref.rollout.calculate_log_probs=true", base=BASE)
+    assert served.problems == [], served.problems
+    from adapter_verl.config import settings_from_verl
+
+    assert settings_from_verl(served.config, None).old_logprobs_from_rollout is True
+    (problem,) = checked(BYPASS, "actor_rollout_ref.rollout.calculate_log_probs=false", base=BASE).problems
+    assert problem.startswith("actor_rollout_ref.rollout.calculate_log_probs=False: ")
+    assert (
+        "bypass_mode=true takes the old log-probs from the rollout" in problem and "set it to true" in problem
+    )
 
 
 # -- the worker's side: the staleness gate and the truncated IS weights ----------------------------------

@@ -66,11 +66,15 @@ MAPPED = {
     ),
     "actor_rollout_ref.model.use_liger=true": ("kernels.use_liger", True),
     "actor_rollout_ref.model.enable_gradient_checkpointing=false": ("kernels.gradient_checkpointing", False),
-    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=9000": ("batch.max_token_len_per_gpu", 9000),
-    "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2": (
-        "placement.ulysses_sequence_parallel_size",
-        2,
+    # verl's budget is per Ulysses rank; the Arctic job runs no SP: a GPU holds the SP group's 2 x 9000
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=9000": ("batch.max_token_len_per_gpu", 18000),
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2": ("batch.max_token_len_per_gpu", 18000),
+    "actor_rollout_ref.actor.optim.lr_warmup_steps=7": ("optimizer.warmup_steps", 7),
+    "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]": (
+        "checkpoint.export_hf",
+        True,
     ),
+    "actor_rollout_ref.model.use_fused_kernels=true": ("kernels.use_liger", True),
     "actor_rollout_ref.actor.fsdp_config.param_offload=true": ("deepspeed.offload_param", True),
     "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true": ("deepspeed.offload_optimizer", True),
     "actor_rollout_ref.actor.fsdp_config.full_determinism=true": ("determinism.full", True),

@@ -252,13 +252,14 @@ del LEGACY_CLIENT_FIELDS["gsm8k"]["training.ds_config.scheduler"]
 # The one problem each launcher has on the 0.1.4 server, and its fix (README table).
 FIXES = {
     "bird": (
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu (core batch.max_token_len_per_gpu) = 16384: a prompt "
-        "group needs up to max_prompt_length + 16 x max_response_length = 36864",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu / actor_rollout_ref.actor.ulysses_sequence_parallel_size / "
+        "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size (core batch.max_token_len_per_gpu) = "
+        "16384: a prompt group needs up to max_prompt_length + 16 x max_response_length = 36864",
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=36864",
     ),
     "gsm8k": (
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (core batch.micro_batch_size_per_gpu) = 16: with "
-        "ZoRRo a micro-batch must hold whole prompt groups of 5 rollouts",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu / actor_rollout_ref.actor.use_dynamic_bsz (core "
+        "batch.micro_batch_size_per_gpu) = 16: with ZoRRo a micro-batch must hold whole prompt groups of 5 rollouts",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=20",
     ),
 }

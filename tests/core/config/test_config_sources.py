@@ -149,6 +149,20 @@ def test_missing_file(tmp_path: Path) -> None:
         load_config(tmp_path / "absent.yaml")
 
 
+def test_a_path_that_is_no_config_file_says_what_it_is(tmp_path: Path) -> None:
+    """Before: a folder or /dev/null was "no such file"; a file of another format was "cannot be read:
+    1 problem in the configuration: ... unknown config format. Fix: ... Fix: fix the value" (wrapped twice)."""
+    (tmp_path / "shadow").write_text("root:x:0:0\n")
+    for path, problem in [
+        (tmp_path, "is a folder, not a file"),
+        (Path("/dev/null"), "is not a regular file"),
+        (tmp_path / "shadow", "unknown config format"),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            load_config(path)
+        assert [(i.path, i.value, i.problem) for i in caught.value.issues] == [("file", str(path), problem)]
+
+
 def test_empty_file_is_the_defaults(tmp_path: Path) -> None:
     path = tmp_path / "empty.yaml"
     path.write_text("# nothing\n")

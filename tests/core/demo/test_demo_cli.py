@@ -113,6 +113,34 @@ def test_a_missing_uv_ends_with_a_message_not_a_traceback(monkeypatch, capsys):
     assert "arctic-rl demo: uv is not installed" in capsys.readouterr().err
 
 
+def test_every_flag_given_to_arctic_rl_demo_reaches_the_driver(monkeypatch, tmp_path):
+    """Each flag of the driver given to `arctic-rl demo` (a value other than its default) is in the
+    driver's command line and parses there to the same value: none is dropped on the way (as
+    `--max-turns` once was)."""
+    from arctic_rl_testbed.demo.run import add_arguments
+
+    given = {
+        "--framework": "verl", "--task": "gsm8k", "--steps": "3", "--out": str(tmp_path / "o"),
+        "--resume": str(tmp_path / "r"), "--seed": "7", "--warm-start-steps": "5", "--prompts-per-step": "2",
+        "--rollouts-per-prompt": "3", "--lr": "0.002", "--eval-samples": "1", "--threads": "1",
+        "--server": "http://127.0.0.1:9", "--backend": "cortex", "--colocate": None, "--max-turns": "3",
+        "--trainer": "deepspeed", "--async": "1",
+    }  # fmt: skip
+    driver = argparse.ArgumentParser()
+    flags = [action.option_strings[0] for action in add_arguments(driver)]
+    assert sorted(flags) == sorted(given)  # a new flag must be added here, with a value to forward
+    monkeypatch.setattr(launch, "framework_importable", lambda framework: False)
+    monkeypatch.setattr(launch, "find_uv", lambda: ["uv"])
+    launched = []
+    monkeypatch.setattr(launch, "run_launch", lambda command: launched.append(command) or 0)
+    args = _parse([x for flag, value in given.items() for x in (flag, value) if x is not None])
+    assert args.func(args) == 0
+    (command,) = launched
+    received = driver.parse_args(command.argv[10:])
+    expected = driver.parse_args([x for flag, value in given.items() for x in (flag, value) if x is not None])
+    assert vars(received) == vars(expected) and received.max_turns == 3
+
+
 def test_verl_runs_in_the_verl_environment(monkeypatch, capsys):
     monkeypatch.setattr(launch, "framework_importable", lambda framework: False)
     monkeypatch.setattr(launch, "find_uv", lambda: ["/usr/bin/uv"])
@@ -166,6 +194,24 @@ def test_options_reject_bad_values_naming_the_field():
         DemoOptions(out="x", rollouts_per_prompt=1)
     with pytest.raises(ValidationError, match="warm_starts"):
         DemoOptions(out="x", warm_starts=3)
+
+
+def test_bad_flag_values_are_one_message_naming_each_flag(tmp_path):
+    """Before: pydantic's traceback (`--steps -1`, `--async 1 --colocate`, ...)."""
+    with pytest.raises(SystemExit) as raised:
+        resolve_options(_parse(["--steps", "0", "--lr", "-1", "--threads", "0"]))
+    assert str(raised.value) == (
+        "arctic-rl demo: --steps 0: must be greater than or equal to 1; --lr -1.0: must be greater than 0; "
+        "--threads 0: must be greater than or equal to 1"
+    )
+    with pytest.raises(SystemExit, match=r"^arctic-rl demo: --async 1 with --colocate: .*drop --colocate"):
+        resolve_options(_parse(["--async", "1", "--colocate"]))
+    run_dir = tmp_path / "run"  # a resumed run's config.yaml edited by hand: its field is named
+    write_config(DemoOptions(out=str(run_dir), steps=2))
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("prompts_per_step: 4", "prompts_per_step: -4"))
+    with pytest.raises(SystemExit, match=rf"^arctic-rl demo: {config}: demo.prompts_per_step -4: must be"):
+        resolve_options(_parse(["--resume", str(run_dir)]))
 
 
 def test_the_command_and_the_light_demo_modules_import_no_heavy_package():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 
 import pytest
 from arctic_rl_core.envs.bird.sql_extract import extract_sql, is_well_formatted
@@ -142,32 +143,42 @@ def test_random_texts_with_equal_keys_behave_identically() -> None:
 
 # -- issue 19 item 3: extraction is linear in the response --------------------------------------
 
-_HOSTILE_64K = {
-    "with": "with " * 13108,  # 2.7 s at 32 KB, 8 s at 64 KB with the old lazy `with ...*? as (` regex
-    "with_name": "with x " * 9363,
-    "with_then_select": "with x " * 9300 + "select 1",
-    "fences": "```sql\n" * 9363,
-    "unclosed_fence": "```\n" + "select " * 9362,
-    "json_fields": '{"sql": "' * 7282,
-    "backslashes": '"sql": "' + "\\" * 65528,
-    "answer_tags": "<answer>" * 8192,
-    "as_paren": "with x" + " as (" * 13106,
+# Hostile responses by repeat count: at n = 1 each is about 4 KB. The old lazy `with ...*? as (` regex
+# took 2.7 s on 32 KB of "with " and 8 s on 64 KB (quadratic).
+_HOSTILE = {
+    "with": lambda n: "with " * (819 * n),
+    "with_name": lambda n: "with x " * (585 * n),
+    "with_then_select": lambda n: "with x " * (585 * n) + "select 1",
+    "fences": lambda n: "```sql\n" * (585 * n),
+    "unclosed_fence": lambda n: "```\n" + "select " * (585 * n),
+    "json_fields": lambda n: '{"sql": "' * (455 * n),
+    "backslashes": lambda n: '"sql": "' + "\\" * (4096 * n),
+    "answer_tags": lambda n: "<answer>" * (512 * n),
+    "as_paren": lambda n: "with x" + " as (" * (819 * n),
 }
 
 
-@pytest.mark.parametrize("name", sorted(_HOSTILE_64K))
-def test_extraction_of_64kb_of_hostile_text_is_fast(name: str) -> None:
-    import time
+def _parse_seconds(text: str) -> float:
+    """CPU seconds of this thread: time the scheduler gives other processes is not counted."""
+    start = time.thread_time()
+    extract_sql(text)
+    is_well_formatted(text)
+    return time.thread_time() - start
 
-    text = _HOSTILE_64K[name]
-    assert len(text) >= 65000
-    best = float("inf")
-    for _ in range(3):  # best of three: a loaded CI core should not fail a linear pass
-        start = time.perf_counter()
-        extract_sql(text)
-        is_well_formatted(text)
-        best = min(best, time.perf_counter() - start)
-    assert best < 0.05, f"{name}: {best * 1000:.0f} ms for 64 KB"
+
+@pytest.mark.parametrize("name", sorted(_HOSTILE))
+def test_extraction_of_hostile_text_grows_linearly(name: str) -> None:
+    """64 KB costs about 4x the CPU time of 16 KB (a quadratic parse: 16x): a ratio of two sizes in the same
+    run, in this thread's CPU time, best of five each, so neither load nor the machine's speed matters."""
+    small, large = _HOSTILE[name](4), _HOSTILE[name](16)
+    assert len(large) >= 65000 and len(small) * 4 >= len(large) - 16
+    best_small = best_large = float("inf")
+    for _ in range(5):
+        best_small = min(best_small, _parse_seconds(small))
+        best_large = min(best_large, _parse_seconds(large))
+    assert best_large / best_small < 10, (
+        f"{name}: 16 KB {best_small * 1e3:.2f} ms, 64 KB {best_large * 1e3:.2f} ms"
+    )
 
 
 _OLD_RAW_START = __import__("re").compile(

@@ -82,6 +82,16 @@ def _spec(engine: ReferenceBackend) -> PayloadSpec:
     )
 
 
+def _int32_ids(payload):
+    """The payload with its `input_ids` sent as int32 (4 bytes a position instead of 8)."""
+
+    def narrow(batch: dict) -> dict:
+        return {**batch, "input_ids": batch["input_ids"].to(torch.int32)}
+
+    batch = [narrow(mb) for mb in payload.batch] if isinstance(payload.batch, list) else narrow(payload.batch)
+    return dataclasses.replace(payload, batch=batch)
+
+
 def _bf16_start(engine: ReferenceBackend) -> None:
     """The torch engine from the same weights the worker loads (bf16-rounded)."""
     with torch.no_grad():
@@ -103,6 +113,7 @@ def scenario(tmp_path_factory) -> SimpleNamespace:
         fwd = build_forward_payload(samples, spec)
         out.spec, out.fwd = spec, fwd
         out.ds_before, out.ref_before = run(ds.forward(fwd)), run(ref.forward(fwd))
+        out.ds_before_int32 = run(ds.forward(_int32_ids(fwd)))  # a narrower wire (testbed README)
         out.ds_reference = run(ds.forward(fwd, reference_model=True))
         out.row_spec = dataclasses.replace(spec, grad_accum_steps=1)
         out.ds_reference_rows = [
@@ -187,6 +198,12 @@ def test_forward_matches_the_torch_trainer_within_bf16_noise(scenario):
     entropy_ds, entropy_ref = scenario.ds_before.entropy_B_S, scenario.ref_before.entropy_B_S
     attention = scenario.fwd.batch["attention_mask"].bool()
     assert (entropy_ds.float() - entropy_ref)[attention].abs().max() < 0.05
+
+
+def test_int32_ids_give_the_real_worker_the_same_log_probs(scenario):
+    # 0.1.4's CPU path (sdpa, torch gather) reads int32 ids as int64 ones; its GPU path (flash-attn's
+    # cross-entropy) is unverified, so the wire keeps int64
+    assert torch.equal(scenario.ds_before_int32.logprobs_B_S, scenario.ds_before.logprobs_B_S)
 
 
 def test_grpo_loss_with_kl_and_entropy_and_its_grad_norm_match_the_torch_trainer(scenario):

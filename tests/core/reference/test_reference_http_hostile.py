@@ -229,6 +229,19 @@ def test_a_non_loopback_bind_needs_a_token(capsys) -> None:
     assert "not a loopback address and no token is set" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("port", ["-1", "99999", "http"])
+def test_a_port_out_of_range_is_a_usage_error(capsys, port) -> None:
+    """Before: the socket's OverflowError as a traceback, after the server was built."""
+    from arctic_rl_core.cli.main import main
+
+    with pytest.raises(SystemExit) as raised:
+        main(["serve", "--reference", "--port", port])
+    assert raised.value.code == 2
+    assert f"argument --port: {port if port == 'http' else int(port)}" in capsys.readouterr().err.replace(
+        "'", ""
+    )
+
+
 # -- item 9: status codes, before any side effect ---------------------------------------------------
 
 

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from arctic_rl_losses.aggregation import kl_penalty
 from arctic_rl_testbed.reference.loss import (
     LOSS_AGG_MODES,
     GlobalBatchInfo,
@@ -13,7 +14,6 @@ from arctic_rl_testbed.reference.loss import (
     aggregate,
     combine_metrics,
     grpo_loss,
-    kl_penalty,
     sft_ce_loss,
     sft_loss,
 )

@@ -99,6 +99,7 @@ def test_bench_all_runs_each_at_its_defaults_and_names_what_it_could_not(capsys)
     assert "2.00x" in out
     assert run_all(argparse.Namespace(skip=["good"], include=["long"])) == 0
     assert seen == [3, 3]  # good skipped, long included
+    assert "skipped (--skip)" in capsys.readouterr().out
     with pytest.raises(SystemExit, match=r"unknown benchmark\(s\) \['nope'\]"):
         run_all(argparse.Namespace(skip=["nope"], include=[]))
 

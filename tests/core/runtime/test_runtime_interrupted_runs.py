@@ -24,6 +24,7 @@ from arctic_rl_core.checkpoint_manifest import (
     StepSaveFailed,
     disk_full,
     save_failed,
+    step_save,
     verify,
     write_manifest,
 )
@@ -396,3 +397,11 @@ def test_a_failed_save_removes_its_step_folder_and_says_whether_the_disk_was_ful
         RuntimeError("I/O error: No space left on device (os error 28)"), tmp_path
     )  # safetensors
     assert not disk_full(OSError(errno.EFBIG, "File too large"), tmp_path)
+    for raised, comes_out in [
+        (RuntimeError("unexpected pos"), StepSaveFailed),
+        (KeyboardInterrupt(), KeyboardInterrupt),
+    ]:
+        unfinished.mkdir()
+        with pytest.raises(comes_out), step_save(folder, unfinished):  # the adapters' saves
+            raise raised
+        assert not unfinished.exists() and whole.is_dir()

@@ -33,18 +33,20 @@ class _Client:
 
 
 class _Backend:
+    """ArcticBackend's `forward_no_grad_raw` over a client that answers as told."""
+
     def __init__(self, answer):
         self._client = _Client(answer)
 
-    async def _call(self, op, awaitable, **context):
-        return await awaitable
+    async def forward_no_grad_raw(self, body, processing):
+        return await self._client.fwd_no_grad(body, processing=processing)
 
 
 def test_a_server_without_the_package_fails_naming_the_fix():
     cfg = load_config(None, CFG)
     backend = _Backend(ArcticServerError("forward", 500, "Internal Server Error"))
     with pytest.raises(ServerLossImportError) as info:
-        asyncio.run(check_server_imports_losses(backend, cfg))
+        asyncio.run(check_server_imports_losses(backend.forward_no_grad_raw, cfg))
     text = str(info.value)
     assert (
         f"install arctic-rl-losses=={__version__}" in text
@@ -59,9 +61,15 @@ def test_a_server_without_the_package_fails_naming_the_fix():
 def test_a_refused_probe_and_a_silent_server_are_errors_too():
     cfg = load_config(None, CFG)
     with pytest.raises(ServerLossImportError, match="refused"):
-        asyncio.run(check_server_imports_losses(_Backend(ArcticServerError("forward", 400, "bad")), cfg))
+        asyncio.run(
+            check_server_imports_losses(
+                _Backend(ArcticServerError("forward", 400, "bad")).forward_no_grad_raw, cfg
+            )
+        )
     with pytest.raises(ServerLossImportError, match="did not run the loss"):
-        asyncio.run(check_server_imports_losses(_Backend({"batch": {}, "metrics": {}}), cfg))
+        asyncio.run(
+            check_server_imports_losses(_Backend({"batch": {}, "metrics": {}}).forward_no_grad_raw, cfg)
+        )
 
 
 def test_the_reference_engine_runs_the_probe_in_a_no_grad_forward_as_the_server_does():

@@ -21,7 +21,8 @@ from typing import Any
 from skyrl.train.config import AlgorithmConfig, make_config
 
 from adapter_skyrl.config import ArcticTrainerConfig
-from adapter_skyrl.trainer import ArcticPPOExp, ArcticPPOTrainer
+from adapter_skyrl.experiment import ArcticPPOExp
+from adapter_skyrl.trainer import ArcticPPOTrainer
 
 USAGE = """\
 usage: python -m adapter_skyrl.dapo [--dry-run] [--help] <SkyRL overrides> [trainer.arctic_rl.<group>.<knob>=...]

@@ -191,11 +191,13 @@ def run_grpo(
     from arctic_rl_testbed.reference.ray_actor import process_location
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # the demo shows its own progress
+    from arctic_rl_core.backends.registry import create_backend
     from arctic_rl_core.checkpoint_manifest import CheckpointFolder
     from loguru import logger
 
     from adapter_skyrl.config import parse_cli, to_arctic_config
-    from adapter_skyrl.trainer import SKYRL_LATEST_FILE, ArcticPPOExp, build_backend
+    from adapter_skyrl.experiment import ArcticPPOExp
+    from adapter_skyrl.trainer import SKYRL_LATEST_FILE
 
     run_dir = options.run_dir
     log_file = run_dir / "skyrl.log"
@@ -256,7 +258,7 @@ def run_grpo(
     CheckpointFolder(run_dir / CHECKPOINT_DIR, SKYRL_LATEST_FILE).resume_point()
     # The demo builds the backend itself (so it stays up for the accuracy after GRPO; an
     # experiment shuts down only a backend it created), from the adapter's own config mapping.
-    backend = build_backend(to_arctic_config(cfg, steps_per_epoch=steps_per_epoch))
+    backend = create_backend(to_arctic_config(cfg, steps_per_epoch=steps_per_epoch))
     if options.server is None:
         on_backend({"where": "in process", **process_location()})
     else:

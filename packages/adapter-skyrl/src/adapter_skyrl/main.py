@@ -202,7 +202,7 @@ def run_main(
         raise SystemExit(dry_run([a for a in args if a not in FLAGS], config_cls=config_cls, notices=notices))
 
     from adapter_skyrl.config import UnsupportedSkyRLSettingError
-    from adapter_skyrl.trainer import ArcticPPOExp
+    from adapter_skyrl.experiment import ArcticPPOExp
 
     # Every problem SkyRL's settings, the legacy keys, the registries and core validation can show
     # without the data.

@@ -79,7 +79,7 @@ INTERNALS: tuple[Internal, ...] = (
         EXPERIMENT,
         "_setup_trainer",
         "override",
-        "trainer.ArcticPPOExp._setup_trainer, demo_driver.DemoExp._setup_trainer",
+        "experiment.ArcticPPOExp._setup_trainer, demo_driver.DemoExp._setup_trainer",
         "`run()` builds the trainer through this method; the stock one imports the FSDP/Megatron "
         "workers and vLLM, which the Arctic path replaces; no public factory hook",
         ("self",),
@@ -140,7 +140,7 @@ INTERNALS: tuple[Internal, ...] = (
             EXPERIMENT,
             name,
             "instance attribute",
-            "trainer.ArcticPPOExp.__init__ (no_inference_servers)",
+            "experiment.ArcticPPOExp.__init__ (no_inference_servers)",
             "set by BasePPOExp.__init__, which the adapter's experiment does not run (it builds no "
             "colocation placement group and no trust_remote_code tokenizer); SkyRL's code reads it",
         )

@@ -1,5 +1,6 @@
-"""Start the backend a run's core config names, and return a handle every Ray process of the job can
-`connect()` to: the reference engine as a named Ray actor, or the Arctic server's jobs.
+"""Start the backend a run's core config names (the core's backend registry, `shared=True`), keep it
+for the run, and return a handle every Ray process of the job can `connect()` to: the reference engine
+as a named Ray actor, or the Arctic server's jobs.
 
 The Arctic server keeps no state a client can ask for, and in a verl run the rank-0 worker (syncs
 after each step) and every rollout replica (sleeps the sampler after sampling, generates, reports
@@ -9,6 +10,8 @@ the weights version) each build their own client from the handle: the handle car
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from arctic_rl_core.backends.registry import create_backend
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend, BackendHandle
@@ -20,19 +23,11 @@ _owned: list[Backend] = []
 
 
 def start_backend(settings: ArcticVerlSettings) -> BackendHandle:
-    """`backend.kind=reference`: the reference engine in a named Ray actor (needs `ray.init()`);
-    `ray` / `http` / `cortex`: the Arctic server through the real client."""
-    cfg = settings.arctic_config()
-    if cfg.backend.kind == "reference":
-        from arctic_rl_testbed.reference.ray_actor import launch_reference_actor
-        from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
-
-        backend: Backend = launch_reference_actor(ReferenceEngineSettings.from_config(cfg))
-    else:
-        from arctic_rl_core.backends.arctic import ArcticBackend
-        from arctic_rl_core.backends.arctic_state import RayStateLedger
-
-        backend = ArcticBackend.from_config(cfg, state_ledger=RayStateLedger.start())
+    """The backend the run's core config names, from the core's backend registry, shared by every Ray
+    process of the job (`backend.kind=reference`: the reference engine in a named Ray actor; `ray` /
+    `http` / `cortex`: the Arctic server through the real client, with a Ray-held state ledger).
+    Needs `ray.init()` first."""
+    backend = create_backend(settings.arctic_config(), shared=True)
     _owned.append(backend)
     return backend.handle()
 

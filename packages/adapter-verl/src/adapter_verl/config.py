@@ -13,6 +13,7 @@ validation, every problem at once.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,14 +21,17 @@ from functools import lru_cache
 from typing import Any
 
 from arctic_rl_core.config import ArcticRLConfig, ConfigError, ConfigIssue
+from arctic_rl_core.config.engine_fit import fit_engine_defaults, set_values
+from arctic_rl_core.config.errors import suggest_key_among
 from arctic_rl_core.config.framework_fields import Fields, NotAppliedSetting, Reader, Translation
+from arctic_rl_core.config.model_type import model_type_of
 from arctic_rl_core.config.truncated_sampling import truncated_sampling_issues
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapter_verl.compose import compose, with_arctic_defaults
+from adapter_verl.compose import default_config, default_leaves, leaves
 from adapter_verl.field_table import CORE_WHEN_VERL_DEFAULT, VERL_FIELDS
-from adapter_verl.field_transforms import CORE_PREFIX, VERL_POLICY_LOSSES, R, is_bypass_mode
+from adapter_verl.field_transforms import CORE_PREFIX, LOSS_MODE, VERL_POLICY_LOSSES, A, M, R, is_bypass_mode
 
 _ABSENT: Any = object()
 
@@ -71,42 +75,24 @@ def _plain(value: Any) -> Any:
 
 
 def reader(config: Any) -> Reader:
-    """Reads dotted verl fields of `config` as plain values (None where absent)."""
+    """Reads dotted verl fields of `config` as plain values (None where absent). Each field is
+    resolved once per reader (OmegaConf parses an interpolation again on every select): a reader
+    is for a config nobody changes while it is read."""
+    resolved: dict[str, Any] = {}
 
     def read(path: str) -> Any:
-        return _plain(OmegaConf.select(config, path, default=None))
+        if path not in resolved:
+            resolved[path] = _plain(OmegaConf.select(config, path, default=None))
+        value = resolved[path]
+        return copy.deepcopy(value) if isinstance(value, dict | list) else value
 
     return read
 
 
-def leaves(config: Any) -> dict[str, Any]:
-    """Every leaf of a verl config by dotted path, with its RAW value (an interpolation stays
-    its `${...}` text, so a field that follows another compares equal to its default). An empty
-    mapping is a leaf; lists are leaves."""
-    found: dict[str, Any] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        for key, value in node.items():
-            path = f"{prefix}.{key}" if prefix else str(key)
-            if isinstance(value, dict) and value:
-                walk(value, path)
-            else:
-                found[path] = value
-
-    walk(OmegaConf.to_container(config, resolve=False), "")
-    return found
-
-
 @lru_cache(maxsize=1)
-def default_config() -> DictConfig:
-    """The installed verl's default `ppo_trainer` config with the Arctic selection (what every
-    rejection compares against)."""
-    return compose(with_arctic_defaults([])[0])
-
-
-@lru_cache(maxsize=1)
-def default_leaves() -> dict[str, Any]:
-    return leaves(default_config())
+def _default_config_reader() -> Reader:
+    """The reader of verl's default config (composed once, never changed), shared by every check."""
+    return reader(default_config())
 
 
 _INTERPOLATION = re.compile(r"^\$\{(?:oc\.select:)?\s*([\w.]+)\s*(?:,.*)?\}$")
@@ -126,13 +112,13 @@ def _followed(path: str, default_raw: dict[str, Any]) -> str | None:
     return None
 
 
-def _default_reader(config: DictConfig) -> Reader:
+def _default_reader(config: DictConfig, read: Reader) -> Reader:
     """verl's default of each field of `config`: a field at its default interpolation (`${...}`)
     counts as at its default, also once verl has resolved the config (the trainer sees it
     resolved): its default is then what it follows."""
     user_raw = leaves(config)
     default_raw = default_leaves()
-    read, read_default = reader(config), reader(default_config())
+    read_default = _default_config_reader()
 
     def default(path: str) -> Any:
         if path in default_raw and default_raw[path] == user_raw.get(path, _ABSENT):
@@ -149,7 +135,8 @@ def translate_fields(config: DictConfig) -> Translation:
     """The mapping table over `config`: core values, the rows' and the rules' problems, the settings
     not applied and the startup notices."""
     fields = [path for path in leaves(config) if not path.endswith("._target_")]
-    return VERL_FIELDS.translate(reader(config), _default_reader(config), fields)
+    read = reader(config)
+    return VERL_FIELDS.translate(read, _default_reader(config, read), fields)
 
 
 def render_rule_issue(issue: ConfigIssue) -> str:
@@ -171,11 +158,17 @@ def _structure_problems(config: DictConfig) -> list[str]:
             if path in defaults and defaults[path] != value:
                 problems.append(f"{path}={value!r}: verl's config class for this group: remove the override")
         elif not VERL_FIELDS.rows_for(path):
+            group, _, name = path.rpartition(".")
+            known = sorted({k for k in defaults if not k.endswith("._target_")} | _groups(defaults))
             problems.append(
-                f"{path}={value!r}: a field the verl mapping table does not know: remove it, or report it to "
-                "adapter-verl"
+                f"{path}={value!r}: a field neither verl 0.9.1's config nor the verl mapping table knows. Fix: "
+                f"{suggest_key_among(known, group, name)}"
             )
     return problems
+
+
+def _groups(paths: Any) -> set[str]:
+    return {p.rsplit(".", i)[0] for p in paths for i in range(1, p.count(".") + 1)}
 
 
 def _core_group_problems(config: DictConfig) -> list[str]:
@@ -210,7 +203,8 @@ def check_supported(config: DictConfig) -> list[str]:
     """verl settings the Arctic path cannot honour beyond the table's rejections, as
     'field=value: remedy': the config's structure and the table's rules (the rows' own problems come
     from `translate_fields`)."""
-    rules = VERL_FIELDS.check_rules(Fields(reader(config), _default_reader(config)))
+    read = reader(config)
+    rules = VERL_FIELDS.check_rules(Fields(read, _default_reader(config, read)))
     return [*_structure_problems(config), *map(render_rule_issue, rules), *_core_group_problems(config)]
 
 
@@ -247,6 +241,34 @@ def core_data(
     return data
 
 
+# core fields whose checks depend on which server loss runs (not checked when verl's loss is refused)
+SERVER_LOSS_FIELDS = frozenset(
+    {"loss.loss_fn", "loss.policy_loss", "loss.clip_ratio_low", "loss.clip_ratio_high", "loss.clip_ratio_c",
+     "loss.loss_agg_mode", "loss.pg_loss_agg_mode"}
+)  # fmt: skip
+
+
+def knob(core_path: str) -> str:
+    """How a verl command line sets a core field: the verl field that owns it, or `+remote_backend.core.`
+    (the adapter strips the `+` where the key already exists)."""
+    sources = VERL_FIELDS.sources_of(core_path)
+    return sources[0] if sources else f"+{CORE_PREFIX}.{core_path}"
+
+
+def fit_engine(config: DictConfig, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The Arctic engine's defaults (ZoRRo, its load balancer, the micro-batch, the ZeRO stage) fitted
+    to verl's settings (arctic_rl_core.config.engine_fit): (the data, one notice per change)."""
+    found = model_type_of(str(reader(config)(f"{M}.path") or ""))
+    fit = fit_engine_defaults(
+        data,
+        model_type=found.model_type if found is not None else None,
+        micro_from_token_budget=bool(reader(config)(f"{A}.use_dynamic_bsz")),
+        knob=knob,
+        field_name=lambda path: next(iter(VERL_FIELDS.sources_of(path)), f"{CORE_PREFIX}.{path}"),
+    )
+    return set_values(data, fit.values), fit.notices
+
+
 @dataclass
 class Resolution:
     """Everything one check of a verl config found: the core config (None when there is a
@@ -271,14 +293,16 @@ def resolve(config: DictConfig, total_training_steps: int | None) -> Resolution:
     # one verl field feeding several core fields reports its problem once
     problems.extend(dict.fromkeys(issue.render() for issue in translation.issues))
     cfg = None
+    data, fitted = fit_engine(config, core_data(config, translation, total_training_steps))
     try:
-        cfg = ArcticRLConfig.from_dict(
-            core_data(config, translation, total_training_steps), source="verl config"
-        )
+        cfg = ArcticRLConfig.from_dict(data, source="verl config")
     except ConfigError as error:
         mapped_bad = {issue.path for issue in translation.issues}
+        loss_refused = LOSS_MODE in mapped_bad  # the loss settings' checks assume a loss the server computes
         for issue in error.issues:
-            named = VERL_FIELDS.in_framework_terms(issue, extension_prefix=CORE_PREFIX)
+            if loss_refused and issue.path in SERVER_LOSS_FIELDS:
+                continue
+            named = VERL_FIELDS.in_framework_terms(issue, extension_prefix=CORE_PREFIX, knob=knob)
             if not any(path in named.path for path in mapped_bad):
                 problems.append(named.render())
     if cfg is not None:
@@ -292,7 +316,9 @@ def resolve(config: DictConfig, total_training_steps: int | None) -> Resolution:
             logprobs_mode_field=f"{R}.logprobs_mode",
         ):
             problems.append(issue.render())
-    return Resolution(None if problems else cfg, problems, translation.not_applied, translation.notices)
+    return Resolution(
+        None if problems else cfg, problems, translation.not_applied, [*translation.notices, *fitted]
+    )
 
 
 def arctic_config_from_verl(config: DictConfig, total_training_steps: int | None) -> ArcticRLConfig:

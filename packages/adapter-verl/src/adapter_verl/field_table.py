@@ -60,7 +60,11 @@ CORE_WHEN_VERL_DEFAULT: dict[str, str] = {
 }
 
 # verl fields a user adds with `+` (absent from verl's default config, so no leaf there)
-OPTIONAL_FIELDS: tuple[str, ...] = (f"{M}.override_config.attn_implementation",)
+OPTIONAL_FIELDS: tuple[str, ...] = (
+    f"{M}.override_config.attn_implementation",
+    # a field of verl's RolloutConfig class its YAML leaves out (verl's fully-async launchers add it)
+    f"{R}.enable_sleep_mode",
+)
 
 FSDP_ENGINE = (
     "verl's FSDP engine setting: the Arctic training job is DeepSpeed (remote_backend.core.deepspeed.*)"
@@ -89,7 +93,8 @@ ROWS = [
     mapped("data.seed", "determinism.seed", t.int_or_unset, "also seeds verl's dataloader; null keeps the core default"),
     # verl's async trainers fetch prompts one at a time (they set 1 themselves; a sync step still
     # submits data.train_batch_size prompts at once)
-    rejected("data.gen_batch_size", "remove it", "generation batches are data.train_batch_size on the Arctic path", accepts=t.is_one),
+    not_applicable("data.gen_batch_size", "verl's V1 trainer fetches prompts one at a time with DAPO's group filter "
+        "(algorithm.filter_groups.enable) and in its asynchronous modes; other values need the filter (checked at dry run)"),
     rejected("data.use_shm", "set it to false"),
     rejected("data.custom_cls.path", "remove it", "the Arctic path reads verl's standard RL dataset"),
     rejected("data.return_multi_modal_inputs", "set it to true", "multi-modal inputs are not sent to the Arctic server"),
@@ -101,10 +106,12 @@ ROWS = [
     passed_through(f"{M}.trust_remote_code", "verl's and the adapter's tokenizers (Arctic backends refuse true)"),
     passed_through(f"{M}.custom_chat_template", "verl's dataset applies it to the prompts"),
     passed_through(f"{M}.external_lib", "verl imports it"),
-    rejected(f"{M}.override_config", "the Arctic training job takes no HF config overrides except attn_implementation"),
+    rejected(f"{M}.override_config", "set the value in the model's config.json and remove the override (only attn_implementation maps)",
+        "the Arctic jobs load the model's own config.json: arctic-platform 0.1.4 takes no Hugging Face config overrides"),
     mapped(f"{M}.override_config.attn_implementation", "kernels.attn_implementation", t.unset_if_none, "FA3 included"),
     mapped(f"{M}.enable_gradient_checkpointing", "kernels.gradient_checkpointing", bool),
-    rejected(f"{M}.enable_activation_offload", "set it to false (use actor.fsdp_config.param_offload for offload)"),
+    not_applicable(f"{M}.enable_activation_offload", "the Arctic training job recomputes activations (gradient checkpointing) "
+        "instead of offloading them"),
     not_applicable(f"{M}.use_remove_padding", "the Arctic training job packs its own batches"),
     # LoRA -> peft.* (training.peft on Cortex; on-prem kinds reject lora_rank > 0 at dry run, with the reason)
     *lora_rows(
@@ -117,10 +124,11 @@ ROWS = [
     rejected(f"{M}.lora.rank", MEGATRON_LORA_FIX, MEGATRON_LORA),
     rejected(f"{M}.lora.adapter_path", MEGATRON_LORA_FIX, MEGATRON_LORA),
     not_applicable(f"{M}.lora", "verl's Megatron LoRA settings (model.lora.*): apply only with model.lora.rank > 0"),
-    mapped(f"{M}.use_liger", "kernels.use_liger", t.true_or_unset, "true = on; verl's default (false) leaves the backend's default (on with the Arctic backends; "
-        "remote_backend.core.kernels.use_liger=false turns it off)"),
-    rejected(f"{M}.use_fused_kernels", "the Arctic counterparts are use_liger and remote_backend.core.zorro.logits_optimization"),
-    not_applicable(f"{M}.fused_kernel_options", "fused kernels are off (see use_fused_kernels)"),
+    derived("kernels.use_liger", (f"{M}.use_liger", f"{M}.use_fused_kernels"), t.use_liger, "either true = Liger's fused "
+        "kernels on (verl's fused kernels' counterpart); verl's defaults (false) leave the backend's default (on with the "
+        "Arctic backends; remote_backend.core.kernels.use_liger=false turns it off)"),
+    not_applicable(f"{M}.fused_kernel_options", "verl's fused-kernel implementation options: the Arctic training job's fused "
+        "kernels are Liger's"),
     rejected(f"{M}.tiled_mlp.enabled", "set it to false", "tiled MLP is not in the Arctic training job"),
     not_applicable(f"{M}.tiled_mlp.num_shards", "tiled MLP is off"),
     rejected(f"{M}.mtp.enable", "set it to false", "multi-token prediction is not in the Arctic training job"),
@@ -131,10 +139,12 @@ ROWS = [
     rejected(f"{A}.optim.optimizer", "set it to AdamW", "the Arctic training job runs AdamW"),
     rejected(f"{A}.optim.optimizer_impl", "remove it", "the Arctic training job runs DeepSpeed's AdamW"),
     mapped(f"{A}.optim.lr", "optimizer.lr", float),
-    mapped(f"{A}.optim.lr_warmup_steps_ratio", "optimizer.warmup_ratio", t.warmup_ratio, "0 leaves it unset"),
+    derived("optimizer.warmup_ratio", (f"{A}.optim.lr_warmup_steps_ratio", f"{A}.optim.lr_warmup_steps"), t.warmup_ratio,
+        "when lr_warmup_steps < 0 (verl's default -1); 0 leaves it unset"),
     passed_through(f"{A}.optim.total_training_steps", "verl fills it in from the dataloader"),
     mapped(f"{A}.optim.weight_decay", "optimizer.weight_decay", float),
-    rejected(f"{A}.optim.lr_warmup_steps", f"use {A}.optim.lr_warmup_steps_ratio instead"),
+    derived("optimizer.warmup_steps", (f"{A}.optim.lr_warmup_steps",), t.warmup_steps, "> 0: that many optimizer steps of "
+        "linear warmup (verl prefers it to the ratio); 0: no warmup; < 0: lr_warmup_steps_ratio"),
     mapped(f"{A}.optim.betas", "optimizer.betas", t.floats),
     mapped(f"{A}.optim.clip_grad", "optimizer.grad_clip", t.grad_clip),
     derived("optimizer.min_lr_ratio", (f"{A}.optim.min_lr_ratio",), t.min_lr_ratio, "cosine schedule only"),
@@ -144,9 +154,10 @@ ROWS = [
     rejected(f"{A}.optim.override_optimizer_config", "remove it", "the Arctic optimizer is configured by optim.* only"),
     # -- actor: engine -------------------------------------------------------------------------
     not_applicable(f"{A}.fsdp_config", FSDP_ENGINE),
-    mapped(f"{A}.fsdp_config.param_offload", "deepspeed.offload_param", bool),
-    mapped(f"{A}.fsdp_config.optimizer_offload", "deepspeed.offload_optimizer", bool),
-    rejected(f"{A}.fsdp_config.offload_policy", f"use {A}.fsdp_config.param_offload / optimizer_offload"),
+    derived("deepspeed.offload_param", (f"{A}.fsdp_config.param_offload", f"{A}.fsdp_config.offload_policy"), t.offload_param,
+        "param_offload or FSDP2's offload_policy: DeepSpeed parameter offload, on ZeRO-3 (the stage is fitted to it)"),
+    derived("deepspeed.offload_optimizer", (f"{A}.fsdp_config.optimizer_offload", f"{A}.fsdp_config.offload_policy"),
+        t.offload_optimizer, "optimizer_offload or offload_policy: DeepSpeed optimizer offload (ZeRO-2 or 3)"),
     mapped(f"{A}.fsdp_config.full_determinism", "determinism.full", bool),
     mapped(f"{A}.fsdp_config.dtype", "deepspeed.bf16", t.bf16_of_dtype, "bfloat16 = bf16 training, float32 = fp32"),
     rejected(f"{A}.fsdp_config.seed", "set that instead", "every Arctic job's seed is data.seed"),
@@ -170,9 +181,12 @@ ROWS = [
     passed_through(f"{A}.rollout_n", "follows actor_rollout_ref.rollout.n"),
     mapped(f"{A}.ppo_mini_batch_size", "batch.mini_batch_prompts", int),
     rejected(f"{A}.ppo_micro_batch_size", f"use {A}.ppo_micro_batch_size_per_gpu", "deprecated in verl"),
-    mapped(f"{A}.ppo_micro_batch_size_per_gpu", "batch.micro_batch_size_per_gpu", t.int_or_unset),
-    rejected(f"{A}.use_dynamic_bsz", f"set it to false and size {A}.ppo_micro_batch_size_per_gpu"),
-    mapped(f"{A}.ppo_max_token_len_per_gpu", "batch.max_token_len_per_gpu", t.int_or_unset, "ZoRRo packing and load-balancer budget"),
+    derived("batch.micro_batch_size_per_gpu", (f"{A}.ppo_micro_batch_size_per_gpu", f"{A}.use_dynamic_bsz"), t.micro_batch_size,
+        "use_dynamic_bsz=false: ppo_micro_batch_size_per_gpu rows; true: as many rows (whole ZoRRo groups) as the token budget "
+        "holds at the longest lengths, a divisor of the rows each GPU trains per mini-batch (arctic_rl_core.config.engine_fit)"),
+    derived("batch.max_token_len_per_gpu", (f"{A}.ppo_max_token_len_per_gpu", f"{A}.ulysses_sequence_parallel_size",
+        f"{A}.fsdp_config.ulysses_sequence_parallel_size"), t.token_budget, "the ZoRRo packing, load-balancer and dynamic "
+        "micro-batch budget; x the Ulysses degree (no SP on the Arctic path: a GPU holds what verl's SP group held)"),
     rejected(f"{A}.clip_ratio", f"set {A}.clip_ratio_low and {A}.clip_ratio_high"),
     mapped(f"{A}.clip_ratio_low", "loss.clip_ratio_low", float),
     mapped(f"{A}.clip_ratio_high", "loss.clip_ratio_high", float),
@@ -198,17 +212,20 @@ ROWS = [
         "remote_backend.core.placement.log_prob_gpus overrides"),
     mapped(f"{A}.kl_loss_coef", "loss.kl_loss_coef", float),
     mapped(f"{A}.kl_loss_type", "loss.kl_loss_type", str),
-    rejected(f"{A}.use_prefix_grouper", "set it to false", "the Arctic counterpart is remote_backend.core.zorro.enable"),
+    not_applicable(f"{A}.use_prefix_grouper", "verl's shared-prefix forward: the Arctic counterpart, ZoRRo (each prompt computed "
+        "once per group), is on by default with the on-prem backends (fitted to the shapes, or off with a notice)"),
     mapped(f"{A}.ppo_epochs", "batch.epochs", int),
     passed_through(f"{A}.shuffle", "verl's mini-batch iterator in the forwarder's update_actor (seeded by data_loader_seed), over the "
         "step's rows in dataloader order (adapter_verl.batch_order): the same mini-batches in every run"),
     passed_through(f"{A}.data_loader_seed", f"the seed of verl's mini-batch shuffle (with {A}.shuffle=true)"),
-    rejected(f"{A}.checkpoint.save_contents", "remove it", "the Arctic backend saves model, optimizer and state; HF export ('hf_model'): arctic-platform 0.1.4 has save_checkpoint(export_hf=True) but this adapter does not send it yet"),
+    derived("checkpoint.export_hf", (f"{A}.checkpoint.save_contents",), t.export_hf, "'hf_model' in it: each backend "
+        "checkpoint gets its Hugging Face copy (save_checkpoint(export_hf=True)); the Arctic backend saves model, optimizer "
+        "and state whatever else it lists"),
     rejected(f"{A}.checkpoint.load_contents", "remove it", "the Arctic backend loads model, optimizer and state"),
     rejected(f"{A}.checkpoint.async_save", "set it to false", "Arctic checkpoints are synchronous"),
     not_applicable(f"{A}.checkpoint.strict", "verl's FSDP checkpoint loader"),
     rejected(f"{A}.grad_clip", f"use {A}.optim.clip_grad"),
-    derived("placement.ulysses_sequence_parallel_size", (f"{A}.ulysses_sequence_parallel_size", f"{A}.fsdp_config.ulysses_sequence_parallel_size"), t.ulysses_size, "either (they must agree when both are set)"),
+
     # -- reference policy --------------------------------------------------------------------
     not_applicable(f"{REF}", REF_WORKER),
     passed_through(f"{REF}.rollout_n", "follows actor_rollout_ref.rollout.n"),
@@ -234,14 +251,15 @@ ROWS = [
     mapped(f"{R}.gpu_memory_utilization", "vllm.gpu_memory_utilization", float),
     rejected(f"{R}.ignore_eos", "set it to false"),
     mapped(f"{R}.enforce_eager", "vllm.enforce_eager", bool),
-    rejected(f"{R}.cudagraph_capture_sizes", f"use {R}.engine_kwargs.vllm.compilation_config.cudagraph_capture_sizes"),
+
     not_applicable(f"{R}.free_cache_engine", "the Arctic server sleeps and wakes its engines when colocated"),
     mapped(f"{R}.tensor_model_parallel_size", "placement.sampling_tensor_parallel_size", int, "verl itself then runs TP 1 forwarders"),
-    rejected(f"{R}.data_parallel_size", "set it to 1", "vLLM engines = sampling GPUs / tensor_model_parallel_size"),
-    rejected(f"{R}.expert_parallel_size", "set it to 1", "the Arctic sampling job has no expert parallelism"),
+    not_applicable(f"{R}.data_parallel_size", "the Arctic sampling job runs sampling GPUs / tensor_model_parallel_size "
+        "independent vLLM engines: each is one of verl's data-parallel rollout ranks"),
     rejected(f"{R}.pipeline_model_parallel_size", "set it to 1", "the Arctic sampling job has no pipeline parallelism"),
     mapped(f"{R}.max_num_batched_tokens", "vllm.max_num_batched_tokens", t.int_or_unset),
-    mapped(f"{R}.max_model_len", "vllm.max_model_len", t.int_or_unset),
+    derived("vllm.max_model_len", (f"{R}.max_model_len", f"{R}.engine_kwargs.vllm"), t.max_model_len,
+        "rollout.max_model_len, else engine_kwargs.vllm.max_model_len"),
     mapped(f"{R}.max_num_seqs", "vllm.max_num_seqs", int, "also the adapter's generate batch"),
     mapped(f"{R}.enable_chunked_prefill", "vllm.enable_chunked_prefill", bool),
     mapped(f"{R}.enable_prefix_caching", "vllm.enable_prefix_caching", bool),
@@ -257,7 +275,11 @@ ROWS = [
     mapped(f"{R}.n", "batch.rollouts_per_prompt", int),
     rejected(f"{R}.over_sample_rate", "set it to 0"),
     not_applicable(f"{R}.multi_stage_wake_up", "the Arctic server wakes weights, then the KV cache"),
-    derived("vllm.engine_args", (f"{R}.engine_kwargs.vllm", f"{R}.quantization"), t.engine_args, "engine_kwargs.vllm, plus quantization"),
+    derived("vllm.engine_args", (f"{R}.engine_kwargs.vllm", f"{R}.quantization", f"{R}.expert_parallel_size",
+        f"{R}.cudagraph_capture_sizes"), t.engine_args, "engine_kwargs.vllm (less max_model_len), plus quantization; "
+        "expert_parallel_size > 1: enable_expert_parallel (vLLM shards the experts over each engine's TP GPUs); "
+        "cudagraph_capture_sizes: compilation_config.cudagraph_capture_sizes"),
+    not_applicable(f"{R}.enable_sleep_mode", "the Arctic server sleeps and wakes its engines itself when colocated"),
     not_applicable(f"{R}.engine_kwargs.sglang", "the Arctic sampling job is vLLM"),
     not_applicable(f"{R}.engine_kwargs.trtllm", "the Arctic sampling job is vLLM"),
     passed_through(f"{R}.val_kwargs", "verl's validation sampling, served by the arctic rollout"),
@@ -285,8 +307,8 @@ ROWS = [
     not_applicable(f"{R}.skip_tokenizer_init", "the Arctic sampling job takes text prompts"),
     rejected(f"{R}.enable_rollout_routing_replay", "set it to false"),
     not_applicable(f"{R}.moe_load_balance_metrics_interval", "metrics of verl's own engines"),
-    rejected(f"{R}.prometheus.enable", "set it to false", "metrics of verl's own engines"),
-    not_applicable(f"{R}.prometheus", "prometheus is off"),
+    not_applicable(f"{R}.prometheus", "Prometheus metrics of verl's own rollout servers: the Arctic server's engines "
+        "are not verl's"),
     rejected(f"{R}.quantization_config_file", f"use {R}.engine_kwargs.vllm"),
     not_applicable(f"{R}.mtp", "follows actor_rollout_ref.model.mtp"),
     not_applicable(f"{R}.qat", "follows the actor's qat"),
@@ -305,8 +327,8 @@ ROWS = [
         "server loss multiplies them in, rejected tokens leave the response mask"),
     passed_through("algorithm.rollout_correction.bypass_mode", "verl's V1 trainer: true sets the old log-probs to the rollout's (no old-log-prob forward; the PPO ratio "
         "is against the sampling policy, and verl computes no rollout_is / rollout_rs then: refused with them); "
-        "what lets separate_async run parameter_sync_step > 1 (no pi_old to keep); true needs "
-        "trainer.v1.trainer_mode=separate_async and rollout.calculate_log_probs=true (checked at dry run)"),
+        "what lets separate_async run parameter_sync_step > 1 (no pi_old to keep); in either mode true needs "
+        "rollout.calculate_log_probs=true (checked at dry run)"),
     not_applicable("algorithm.rollout_correction.loss_type", "verl's V1 trainer reads it only in its bypass_mode policy loss (actor.policy_loss.loss_mode=bypass_mode, "
         "which the Arctic path does not serve); with bypass_mode=true the policy loss is actor.policy_loss"),
     # -- trainer ---------------------------------------------------------------------------------
@@ -351,7 +373,7 @@ ROWS = [
     not_applicable("trainer.ray_wait_register_center_timeout", "verl's worker start-up"),
     # -- the rest of verl ----------------------------------------------------------------------
     not_applicable("critic", "no critic on the Arctic path (GRPO-style estimators only)"),
-    rejected("critic.enable", "set critic.enable=false", "no critic on the Arctic path"),
+    rejected("critic.enable", "set critic.enable=false", "no critic on the Arctic path", accepts=t.is_off),
     passed_through("reward", "verl's reward loop"),
     rejected("reward.reward_model.enable", "use reward.custom_reward_function", "model-based rewards are not served by the Arctic path"),
     not_applicable("reward.reward_model", "model-based reward is off"),
@@ -373,6 +395,13 @@ RULES = [
          "GAE needs a critic, which the Arctic path has not", "set algorithm.adv_estimator=grpo"),
     Rule("a micro-batch size", (f"{A}.ppo_micro_batch_size_per_gpu",), t.no_micro_batch,
          "it fixes the backend's gradient-accumulation steps", "set it"),
+    Rule("generation batches with DAPO's filter", ("data.gen_batch_size", "data.train_batch_size", "algorithm.filter_groups"),
+         t.gen_batch_without_group_filter,
+         "without DAPO's group filter verl's V1 trainer generates data.gen_batch_size prompts and trains "
+         "data.train_batch_size of them: the rest wait in its replay buffer for a later step, sampled with older "
+         "weights, which the synchronous Arctic mode (no staleness) does not train",
+         "remove it (or set it to data.train_batch_size), or set algorithm.filter_groups.enable=true (DAPO's "
+         "dynamic sampling, which fetches one prompt at a time)"),
     Rule("BIRD multi-turn's turn limit", (f"{R}.multi_turn.max_assistant_turns", f"{R}.agent.default_agent_loop"),
          t.bird_agent_without_turn_limit,
          "the adapter's bird_sql_agent loop needs the episode's turn limit",
@@ -410,14 +439,10 @@ RULES = [
          t.async_naive_checkpoint_engine,
          "verl's separate_async asserts a collective engine (its transfer to standalone replicas)",
          "set it to nccl (on the Arctic path the backend moves the weights between its own jobs either way)"),
-    Rule("separate_async: rollout log-probs",
-         (f"{R}.calculate_log_probs", TRAINER_MODE_FIELD, f"{RC}.bypass_mode"), t.async_without_rollout_logprobs,
+    Rule("rollout log-probs for separate_async and bypass mode",
+         (f"{R}.calculate_log_probs", TRAINER_MODE_FIELD, f"{RC}.bypass_mode"), t.rollout_logprobs_missing,
          "{why}", "set it to true"),
-    # what bypass mode needs on the Arctic path, and what verl itself would leave unused in it
-    Rule("bypass mode runs separate_async", (f"{RC}.bypass_mode", TRAINER_MODE_FIELD), t.bypass_in_sync_mode,
-         "the Arctic path serves bypass mode with verl's separate_async trainer (where it lets parameter_sync_step "
-         "> 1 run without pi_old); the synchronous arctic mode recomputes old log-probs (one update per sync, not "
-         "built without them)", "set it to false, or trainer.v1.trainer_mode=separate_async"),
+    # what verl itself would leave unused in bypass mode
     *(Rule(f"bypass mode computes no {name}", (f"{RC}.{name}", f"{RC}.bypass_mode"), check,
            "verl's V1 trainer computes no rollout correction in bypass mode (old log-probs = the rollout's: the PPO "
            "ratio already is against the sampling policy), so it would never apply",
@@ -435,6 +460,14 @@ RULES = [
 NOTICES = [
     Notice("separate_async waits for stale groups", (OFF_POLICY_STRATEGY, TRAINER_MODE_FIELD),
            t.async_waits_for_stale_groups),
+    Notice("a group of one has no baseline", (f"{R}.n", "algorithm.adv_estimator"), t.group_of_one),
+    Notice("no Ulysses SP on the Arctic path",
+           (f"{A}.ulysses_sequence_parallel_size", f"{A}.fsdp_config.ulysses_sequence_parallel_size"),
+           t.sequence_parallel_off),
+    Notice("activations recomputed, not offloaded", (f"{M}.enable_activation_offload",),
+           t.activation_offload_as_recompute),
+    Notice("KL in the reward and in the loss", ("algorithm.use_kl_in_reward", f"{A}.use_kl_loss"),
+           t.kl_in_reward_and_loss),
 ]  # fmt: skip
 
 VERL_FIELDS = FieldTable(FRAMEWORK, ROWS, RULES, NOTICES)

@@ -59,8 +59,8 @@ def floats(value: Any) -> list[float]:
     return [float(item) for item in value]
 
 
-def is_one(value: Any) -> bool:
-    return value == 1
+def is_off(value: Any) -> bool:
+    return not value
 
 
 def bf16_of_dtype(value: Any) -> bool:
@@ -107,6 +107,7 @@ def log_prob_gpus(read: Reader) -> Any:
 
 
 def ulysses_size(read: Reader) -> int:
+    """verl's Ulysses degree (the actor's, or its engine's: they must agree when both are set)."""
     actor = int(read(f"{A}.ulysses_sequence_parallel_size") or 1)
     engine = int(read(f"{A}.fsdp_config.ulysses_sequence_parallel_size") or 1)
     if actor != 1 and engine != 1 and actor != engine:
@@ -119,11 +120,80 @@ def ulysses_size(read: Reader) -> int:
     return actor if actor != 1 else engine
 
 
+# -- batch -----------------------------------------------------------------------------------------
+
+
+def dynamic_batches(read: Reader) -> bool:
+    """verl's `use_dynamic_bsz`: micro-batches sized by the token budget, not by a count of rows."""
+    return bool(read(f"{A}.use_dynamic_bsz") or False)
+
+
+def micro_batch_size(read: Reader) -> Any:
+    """The rows of a micro-batch: verl's `ppo_micro_batch_size_per_gpu`, unless verl sizes micro-batches
+    by tokens (`use_dynamic_bsz`): then the core derives them from the token budget (engine_fit)."""
+    if dynamic_batches(read):
+        return UNSET
+    return int_or_unset(read(f"{A}.ppo_micro_batch_size_per_gpu"))
+
+
+def token_budget(read: Reader) -> Any:
+    """verl's per-GPU token budget. With Ulysses SP verl's budget is per SP rank and one sequence spans
+    the SP group; the Arctic training job runs no SP (arctic-platform 0.1.4 splits no batch for it), so a
+    GPU holds what verl's SP group held: the budget x the SP degree."""
+    budget = read(f"{A}.ppo_max_token_len_per_gpu")
+    return UNSET if budget is None else int(budget) * ulysses_size(read)
+
+
+# -- engines ---------------------------------------------------------------------------------------
+
+
+def offload_param(read: Reader) -> bool:
+    """FSDP parameter offload, or FSDP2's CPUOffloadPolicy (offload_policy: parameters, gradients and
+    optimizer state on the CPU): DeepSpeed's parameter offload (ZeRO-3, fitted by engine_fit)."""
+    return bool(read(f"{A}.fsdp_config.param_offload")) or bool(read(f"{A}.fsdp_config.offload_policy"))
+
+
+def offload_optimizer(read: Reader) -> bool:
+    return bool(read(f"{A}.fsdp_config.optimizer_offload")) or bool(read(f"{A}.fsdp_config.offload_policy"))
+
+
+def use_liger(read: Reader) -> Any:
+    """verl's Liger switch, or its fused kernels (fused linear + log-prob/entropy): the Arctic training
+    job's fused kernels are Liger's. verl's defaults (false) leave the backend's default."""
+    return True if read(f"{M}.use_liger") or read(f"{M}.use_fused_kernels") else UNSET
+
+
 def engine_args(read: Reader) -> Any:
+    """engine_kwargs.vllm (less max_model_len, a typed knob: see max_model_len), quantization, vLLM's
+    expert parallelism for rollout.expert_parallel_size > 1 (experts sharded over each engine's TP GPUs)
+    and rollout.cudagraph_capture_sizes (vLLM's compilation_config)."""
     args = dict(read(f"{R}.engine_kwargs.vllm") or {})
+    args.pop("max_model_len", None)
     if read(f"{R}.quantization"):
         args["quantization"] = read(f"{R}.quantization")
+    if int(read(f"{R}.expert_parallel_size") or 1) > 1:
+        args.setdefault("enable_expert_parallel", True)
+    sizes = read(f"{R}.cudagraph_capture_sizes")
+    if sizes:
+        args["compilation_config"] = {
+            **(args.get("compilation_config") or {}),
+            "cudagraph_capture_sizes": sizes,
+        }
     return args or UNSET
+
+
+def max_model_len(read: Reader) -> Any:
+    """rollout.max_model_len, else engine_kwargs.vllm.max_model_len (the same vLLM knob)."""
+    value = read(f"{R}.max_model_len")
+    if value is None:
+        value = (read(f"{R}.engine_kwargs.vllm") or {}).get("max_model_len")
+    return int_or_unset(value)
+
+
+def export_hf(read: Reader) -> Any:
+    """verl's checkpoint.save_contents with 'hf_model': each Arctic checkpoint gets its hf/ copy."""
+    contents = read(f"{A}.checkpoint.save_contents") or []
+    return True if "hf_model" in contents else UNSET
 
 
 # -- optimizer -------------------------------------------------------------------------------------
@@ -143,8 +213,19 @@ def scheduler(read: Reader) -> Any:
     return _schedule(read(f"{A}.optim.lr_scheduler_type") or read(f"{A}.optim.warmup_style") or "constant")
 
 
-def warmup_ratio(value: Any) -> Any:
-    return float(value) if value else UNSET
+def warmup_steps(read: Reader) -> Any:
+    """verl's lr_warmup_steps, which wins over the ratio: > 0 is a warmup of that many optimizer steps;
+    0 is no warmup; negative leaves it to lr_warmup_steps_ratio."""
+    steps = read(f"{A}.optim.lr_warmup_steps")
+    return int(steps) if steps is not None and int(steps) > 0 else UNSET
+
+
+def warmup_ratio(read: Reader) -> Any:
+    steps = read(f"{A}.optim.lr_warmup_steps")
+    if steps is not None and int(steps) >= 0:
+        return UNSET
+    ratio = read(f"{A}.optim.lr_warmup_steps_ratio")
+    return float(ratio) if ratio else UNSET
 
 
 def min_lr_ratio(read: Reader) -> Any:
@@ -154,12 +235,23 @@ def min_lr_ratio(read: Reader) -> Any:
 # -- loss ------------------------------------------------------------------------------------------
 
 
+# losses verl computes and the Arctic server does not: what is nearest, and how to get there
+NEAREST_LOSS: dict[str, str] = {
+    "geo_mean": (
+        f"set {LOSS_MODE}=gspo, the nearest the server computes (the ratio is a geometric mean of the token "
+        "ratios, clipped per sequence where GMPO clips each token in log space; GSPO's clip range is about 1e-3: "
+        f"{A}.clip_ratio_low=0.0003 {A}.clip_ratio_high=0.0004, as verl's gspo example), or vanilla"
+    ),
+}
+
+
 def loss_family(read: Reader) -> str:
     mode = read(LOSS_MODE) or "vanilla"
     if mode not in VERL_POLICY_LOSSES:
         raise FieldProblem(
-            f"the Arctic server computes {sorted(VERL_POLICY_LOSSES)} (arctic_rl_losses), not {mode!r}",
-            f"set {LOSS_MODE} to one of them",
+            f"the Arctic server computes {', '.join(sorted(VERL_POLICY_LOSSES))} (arctic_rl_losses), not "
+            f"{mode!r}",
+            NEAREST_LOSS.get(mode, f"set {LOSS_MODE} to one of them"),
         )
     return VERL_POLICY_LOSSES[mode]
 
@@ -302,7 +394,20 @@ def gae_needs_a_critic(f: Fields) -> bool:
 
 
 def no_micro_batch(f: Fields) -> Found | None:
-    return Found(value=None) if f(f"{A}.ppo_micro_batch_size_per_gpu") is None else None
+    if dynamic_batches(f) or f(f"{A}.ppo_micro_batch_size_per_gpu") is not None:
+        return None
+    return Found(value=None)
+
+
+def gen_batch_without_group_filter(f: Fields) -> Found | None:
+    """data.gen_batch_size matters to verl's V1 trainer only without DAPO's group filter (with it verl
+    fetches one prompt at a time whatever it says): more prompts generated than a step trains leave
+    groups in verl's replay buffer for a later step, sampled with older weights, which the synchronous
+    Arctic mode (staleness 0) does not train."""
+    value = f("data.gen_batch_size")
+    if value in (None, 1, f("data.train_batch_size")) or (f("algorithm.filter_groups") or {}).get("enable"):
+        return None
+    return Found(value=value)
 
 
 def bird_agent_without_turn_limit(f: Fields) -> bool:
@@ -347,8 +452,9 @@ def async_naive_checkpoint_engine(f: Fields) -> bool:
     return is_separate_async(f) and f(f"{R}.checkpoint_engine.backend") == "naive"
 
 
-def async_without_rollout_logprobs(f: Fields) -> Found | None:
-    if not is_separate_async(f) or f(f"{R}.calculate_log_probs"):
+def rollout_logprobs_missing(f: Fields) -> Found | None:
+    """Bypass mode (any trainer mode) and separate_async read the rollout log-probs."""
+    if not (is_separate_async(f) or is_bypass_mode(f)) or f(f"{R}.calculate_log_probs"):
         return None
     why = (
         f"{RC}.bypass_mode=true takes the old log-probs from the rollout"
@@ -356,10 +462,6 @@ def async_without_rollout_logprobs(f: Fields) -> Found | None:
         else "asynchronous training corrects for stale rollouts with truncated IS weights from the rollout log-probs"
     )
     return Found(value=False, names={"why": why})
-
-
-def bypass_in_sync_mode(f: Fields) -> Found | None:
-    return Found(value=True) if is_bypass_mode(f) and not is_separate_async(f) else None
 
 
 def bypass_with_rollout_is(f: Fields) -> bool:
@@ -384,6 +486,51 @@ def cortex_resumes_from_path(f: Fields) -> bool:
 CORTEX_RESUME = CORTEX_LIMITS["load-checkpoint"]
 
 # -- notices ---------------------------------------------------------------------------------------
+
+# verl's estimators whose baseline is the prompt's group (a group of one has none)
+GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "gdpo", "opo")
+
+
+def group_of_one(f: Fields) -> str | None:
+    estimator, n = f("algorithm.adv_estimator"), f(f"{R}.n")
+    if estimator not in GROUP_ESTIMATORS or n != 1:
+        return None
+    return (
+        f"{R}.n=1 with algorithm.adv_estimator={estimator}: each prompt's group is one response, so its baseline "
+        f"is that response and every advantage is zero (nothing is learned); set {R}.n >= 2"
+    )
+
+
+def kl_in_reward_and_loss(f: Fields) -> str | None:
+    if not (f("algorithm.use_kl_in_reward") and f(f"{A}.use_kl_loss")):
+        return None
+    return (
+        f"algorithm.use_kl_in_reward=true with {A}.use_kl_loss=true: the KL to the reference policy is applied "
+        "twice, as verl does: subtracted from the rewards by verl (algorithm.kl_ctrl) and added to the loss by the "
+        "Arctic server (kl_loss_coef); both read the log-prob job's reference log-probs"
+    )
+
+
+def sequence_parallel_off(f: Fields) -> str | None:
+    sp = ulysses_size(f)
+    if sp <= 1:
+        return None
+    budget = f(f"{A}.ppo_max_token_len_per_gpu")
+    return (
+        f"{A}.ulysses_sequence_parallel_size={sp}: the Arctic training job runs no Ulysses sequence parallelism "
+        "(arctic-platform 0.1.4 splits no batch for it): training is data-parallel over every GPU, each holding "
+        f"whole sequences, with the token budget {A}.ppo_max_token_len_per_gpu x {sp} = {int(budget) * sp} "
+        "(a GPU holds what the SP group held: more memory per GPU)"
+    )
+
+
+def activation_offload_as_recompute(f: Fields) -> str | None:
+    if not f(f"{M}.enable_activation_offload"):
+        return None
+    return (
+        f"{M}.enable_activation_offload=true: the Arctic training job recomputes activations (gradient "
+        f"checkpointing, {M}.enable_gradient_checkpointing) instead of offloading them to the CPU"
+    )
 
 
 def async_waits_for_stale_groups(f: Fields) -> str | None:

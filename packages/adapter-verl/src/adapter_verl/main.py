@@ -27,19 +27,30 @@ from arctic_rl_core.config.show import render_config_document
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
 
-from adapter_verl.compose import compose, merge_searchpath, override_key, with_arctic_defaults
+from adapter_verl import entry_points, training_engine, unsupported
+from adapter_verl.command_line import ConfigSelection, override_key, package_folder, parse, select_config
+from adapter_verl.compose import (
+    compose,
+    compose_reporting,
+    config_class_accepts,
+    merge_searchpath,
+    unknown_key_problem,
+    with_arctic_defaults,
+)
 from adapter_verl.config import Resolution, default_leaves, resolve
 from adapter_verl.legacy_keys import LegacyOverrides, check_gpu_counts, translate
 from adapter_verl.modes import ASYNC_TRAINER_MODE, ROLLOUT_NAME, VERL_SEPARATE_ASYNC
 from adapter_verl.verl_internals import turn_off_ray_uv_hook_constant
 
+# composition is adapter_verl.compose's; re-exported for the callers that compose as `main` does
+__all__ = ["Check", "Prepared", "check", "compose", "main", "prepare", "with_arctic_defaults"]
+
 RAY_UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
 EXIT_BAD_SETTINGS = 2
 
 USAGE = """\
-usage: python -m adapter_verl.main [--dry-run] [--help] <verl Hydra overrides>
+usage: python -m adapter_verl.main [--dry-run] [--help] [--config-path=DIR --config-name=NAME] <verl overrides>
 
 Runs verl 0.9.1's own PPO/GRPO trainer (main_ppo, V1) with Arctic RL doing generation, log-probs,
 the loss, the optimizer step and weight sync. verl's fields keep their meaning: GPUs are
@@ -52,13 +63,21 @@ arctic_inference.*, weight_sync.*, deepspeed.zero_stage, ...).
   --dry-run   check everything, print the resolved core config (as `arctic-rl config show`) and
               the settings table, start nothing; exit 0, or 2 listing every problem
   --help      this text
+  --config-path / --config-name
+              the Hydra config verl composes, as verl's launchers pass them (a relative folder is
+              looked up in the working directory, then in verl's own config folders: config names of
+              verl's fully-async and one-step-off entry points select the adapter's asynchronous mode)
 
 The adapter adds (and prints) hydra.searchpath=[pkg://adapter_verl.hydra_config] (merged with
 yours), +remote_backend=arctic, trainer.use_v1=true, trainer.v1.trainer_mode=arctic and
 actor_rollout_ref.rollout.name=arctic when you did not set them. Launchers of Arctic-Platform's
 verl integration work unchanged but for the entry point: their remote_backend.* keys are
-translated, each with a notice.
+translated, each with a notice. So do launchers of verl's fully-async and one-step-off entry points
+(their rollout.* / async_training.* keys select verl's separate-async trainer, each with a notice).
 """
+
+# verl's other rollout engines: on the Arctic path every rollout is the Arctic server's vLLM
+OTHER_ROLLOUT_ENGINES = ("sglang", "trtllm", "hf")
 
 
 @dataclass
@@ -100,9 +119,25 @@ def prepare(argv: Sequence[str]) -> Prepared:
             notices.append(
                 f"actor_rollout_ref.rollout.name=vllm: now {ROLLOUT_NAME} (the Arctic server's vLLM engines)"
             )
+        elif any(
+            key.startswith(f"actor_rollout_ref.rollout.engine_kwargs.{e}.") for e in OTHER_ROLLOUT_ENGINES
+        ):
+            notices.append(
+                f"{key}: {key.split('.')[3]}'s engine setting: the Arctic server samples with vLLM (not applied)"
+            )
+            continue
+        elif key == "actor_rollout_ref.rollout.name" and value in OTHER_ROLLOUT_ENGINES:
+            override = f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}"
+            notices.append(
+                f"actor_rollout_ref.rollout.name={value}: now {ROLLOUT_NAME} (the Arctic server samples with "
+                f"vLLM; {value}'s own settings, actor_rollout_ref.rollout.engine_kwargs.{value}, do not apply)"
+            )
         elif re.match(r"^\+[^+]", override) and key in existing:
             override = override[1:]
             notices.append(f"+{key}: {key} already exists in verl 0.9.1's config: set without '+'")
+        elif override.startswith("+") and not config_class_accepts(key, existing):
+            problems.append(unknown_key_problem(override, existing, config_class=True))
+            continue
         out.append(override)
     overrides, added = with_arctic_defaults(out)
     return Prepared(overrides, added, notices, problems, translation)
@@ -151,7 +186,7 @@ def override_type_problems(overrides: Sequence[str]) -> list[str]:
             continue
         problem = value_problem(text, value, defaults[key])
         if problem is not None:
-            problems.append(f"{key}={text}: {problem[0]}; {problem[1]}")
+            problems.append(f"{key}={text}: {problem[0]}. Fix: {problem[1]}")
     return problems
 
 
@@ -192,30 +227,63 @@ class Check:
     resolution: Resolution | None
     problems: list[str]
     notices: list[str]
+    selection: ConfigSelection = field(default_factory=ConfigSelection)
+
+
+_FIELD = re.compile(r"^[\w.@-]+")
+
+
+def _field_of(problem: str) -> str:
+    match = _FIELD.match(problem)
+    return match.group(0) if match else ""
 
 
 def check(argv: Sequence[str]) -> Check:
-    """Everything `main` checks before Ray starts, every problem at once."""
-    prepared = prepare(argv)
-    problems = list(prepared.problems)
-    notices = list(prepared.notices)
-    try:
-        config = compose(prepared.overrides)
-    except (HydraException, OmegaConfBaseException) as error:
-        problems.append(f"verl's Hydra config: {error}".replace("\n", " "))
-        return Check(prepared, None, None, problems, notices)
+    """Everything `main` checks before Ray starts, every problem at once: the command line (config
+    selection, verl's other entry points, the training engine), verl's composition (keys verl has no
+    field for, with "did you mean"), what the Arctic stack cannot run (critic, vision, NPUs), verl's own
+    startup check, the mapping table, the Arctic path's rules and the core validation."""
+    line = parse(argv)
+    selection, problems = select_config(line)
+    problems = [*line.problems, *problems]
+    entry = entry_points.translate(line.overrides, selection)
+    notices = list(entry.notices)
+    engine = training_engine.refuse(entry.overrides, entry.selection, default_leaves(), line.config_name)
+    if engine.problem is not None:
+        problems.append(engine.problem)
+    prepared = prepare(engine.overrides)
+    problems.extend(prepared.problems)
+    notices.extend(prepared.notices)
+    config, composition_problems = compose_reporting(prepared.overrides, engine.selection)
+    problems.extend(composition_problems)
+    if config is None:
+        return Check(prepared, None, None, problems, notices, engine.selection)
     typed = override_type_problems(prepared.overrides)
     if typed:  # the checks below would read these values as numbers
-        return Check(prepared, None, None, problems + typed, notices)
+        return Check(prepared, None, None, problems + typed, notices, engine.selection)
+    refused = unsupported.refusals(config, engine.overrides)
+    problems.extend(refused.problems)
+    estimator = unsupported.estimator_problem(config)
+    if estimator is not None:
+        problems.append(estimator)
+        refused.covered.add("algorithm.adv_estimator")
     gpu_notices, gpu_problems = check_gpu_counts(prepared.translation, config)
     notices.extend(gpu_notices)
     problems.extend(gpu_problems)
-    problems.extend(verl_validation_problems(config))
+    if "critic" not in refused.covered and estimator is None and engine.problem is None:
+        # (with a refused engine the FSDP stand-in's data parallelism is not the launcher's)
+        problems.extend(verl_validation_problems(config))
     steps = config.trainer.get("total_training_steps")
     resolution = resolve(config, int(steps) if steps else None)
-    problems.extend(resolution.problems)
+    problems.extend(
+        p
+        for p in resolution.problems
+        if _field_of(p) not in refused.covered
+        # the FSDP stand-in's data parallelism is not a refused engine's (its TP / PP / CP split the GPUs)
+        and not (engine.problem is not None and re.search(r"\(core (batch|placement)\.", p))
+    )
     notices.extend(resolution.notices)
-    return Check(prepared, config, resolution, problems, notices)
+    return Check(prepared, config, resolution, problems, notices, engine.selection)
 
 
 def settings_table(result: Check) -> str:
@@ -232,13 +300,12 @@ def dump_document(cfg) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--help" in args or "-h" in args:
+    line = parse(args)
+    if line.help:
         sys.stdout.write(USAGE)
         raise SystemExit(0)
-    dry_run = "--dry-run" in args
-    args = [a for a in args if a != "--dry-run"]
 
-    result = check(args)
+    result = check([a for a in args if a != "--dry-run"])
     for notice in result.notices:
         print(f"adapter_verl: {notice}", file=sys.stderr)
     if result.prepared.added:
@@ -251,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(EXIT_BAD_SETTINGS)
-    if dry_run:
+    if line.dry_run:
         sys.stdout.write(dump_document(result.resolution.config))
         sys.stdout.write(settings_table(result))
         raise SystemExit(0)
@@ -269,7 +336,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     try:
         check_resume_point(result.config)  # before Ray: a damaged checkpoint is named now
-        sys.argv = [sys.argv[0], *result.prepared.overrides]
+        selection = result.selection
+        chosen = []
+        if not selection.is_default:
+            folder = selection.folder or package_folder(selection.package)
+            chosen = [f"--config-path={folder}", f"--config-name={selection.name}"]
+        sys.argv = [sys.argv[0], *chosen, *result.prepared.overrides]
         main_ppo.main()
     except Exception as error:  # verl's trainer runs in a Ray actor: its errors arrive wrapped
         message = explain(error, resume=RESUME_HINT)

@@ -31,8 +31,7 @@ from pathlib import Path
 import ray
 from arctic_rl_core.checkpoint_manifest import (
     CheckpointFolder,
-    discard_unfinished,
-    save_failed,
+    step_save,
     verify,
     write_manifest,
 )
@@ -171,16 +170,11 @@ class _ArcticForwarding:
     def _save_checkpoint(self) -> None:
         """verl's save, then the step folder's manifest: every file with its size and SHA-256."""
         step_folder = self.checkpoint_folder().step_folder(self.global_steps)
-        try:
+        # any failure (a full disk: torch.save's RuntimeError hides the errno) leaves no partial step
+        # folder (the latest file names the last whole one) and one message naming it
+        with step_save(self.checkpoint_folder(), step_folder):
             super()._save_checkpoint()
             write_manifest(step_folder)
-        except Exception as error:
-            # a full disk (torch.save's RuntimeError hides the errno), any failure: no partial step
-            # folder is left (the latest file names the last whole one); one message names it
-            raise save_failed(self.checkpoint_folder(), step_folder, error) from error
-        except BaseException:  # Ctrl-C mid-save: the unfinished folder goes too
-            discard_unfinished(self.checkpoint_folder(), step_folder)
-            raise
 
     def _load_checkpoint(self) -> None:
         """Every file of the checkpoint checked before verl reads any: verl 0.9.1 starts from scratch

@@ -22,6 +22,8 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -269,6 +271,20 @@ def save_failed(checkpoints: CheckpointFolder, folder: Path, error: BaseExceptio
     full = disk_full(error, folder)
     discard_unfinished(checkpoints, folder)
     return StepSaveFailed(folder, error, full=full)
+
+
+@contextmanager
+def step_save(checkpoints: CheckpointFolder, step_folder: Path) -> Iterator[None]:
+    """Around an adapter's save of `step_folder` (its framework's save, then the manifest): any
+    failure removes the unfinished folder; an Exception comes out as `StepSaveFailed` (`save_failed`),
+    a Ctrl-C as itself."""
+    try:
+        yield
+    except Exception as error:
+        raise save_failed(checkpoints, step_folder, error) from error
+    except BaseException:
+        discard_unfinished(checkpoints, step_folder)
+        raise
 
 
 def discard_unfinished(checkpoints: CheckpointFolder, folder: Path) -> bool:

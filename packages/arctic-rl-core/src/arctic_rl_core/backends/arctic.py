@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends import arctic_compat, arctic_errors, arctic_leftovers
-from arctic_rl_core.backends.arctic_state import LocalStateLedger, StateLedger, Transition
+from arctic_rl_core.backends.arctic_state import LocalStateLedger, RayStateLedger, StateLedger, Transition
 from arctic_rl_core.backends.cortex_limits import cortex_limit
+from arctic_rl_core.backends.loss_probe import check_server_imports_losses
 from arctic_rl_core.backends.protocol import (
     Backend,
     BackendHandle,
@@ -144,10 +145,9 @@ class ArcticBackend(Backend):
         backend = cls.create(client_config, state_ledger=state_ledger)
         if cfg.backend.kind == "http" and cfg.loss.loss_fn == "arctic_rl_core":
             from arctic_rl_core import dispatch
-            from arctic_rl_core.backends.loss_probe import check_server_imports_losses
 
             try:
-                dispatch.run(check_server_imports_losses(backend, cfg))
+                dispatch.run(check_server_imports_losses(backend.forward_no_grad_raw, cfg))
             except BaseException:
                 dispatch.run(backend.shutdown())
                 raise
@@ -212,6 +212,13 @@ class ArcticBackend(Backend):
         """False on Cortex: it has no forward op (the adapters' old-log-prob pass then serves the
         sampler's rollout log-probs, and reference log-probs are rejected at dry run)."""
         return not self._cortex
+
+    async def forward_no_grad_raw(self, body: dict[str, Any], processing: dict[str, Any]) -> Any:
+        """A no-grad forward of a ready body on the training job, the server's answer as it comes
+        (the loss-import probe's call: it names a loss, which `forward` refuses)."""
+        return await self._call(
+            "forward", self._client.fwd_no_grad(body, processing=processing), job_type="training"
+        )
 
     async def forward(self, payload: WirePayload, *, reference_model: bool = False) -> ForwardOutput:
         self._check_open("forward")
@@ -682,3 +689,10 @@ def _float_metrics(metrics: Any, prefix: str = "") -> dict[str, float]:
         if leaves:
             out[name] = sum(leaves) / len(leaves)
     return out
+
+
+def create_backend(cfg: ArcticRLConfig, *, shared: bool) -> ArcticBackend:
+    """`backend.kind` ray | http | cortex in the backend registry (`backends.registry`):
+    `ArcticBackend.from_config`; `shared`: with a `RayStateLedger`, so every process of the job that
+    connects through `handle()` reads and transitions one record of the server's state (needs Ray)."""
+    return ArcticBackend.from_config(cfg, state_ledger=RayStateLedger.start() if shared else None)

@@ -10,13 +10,16 @@ no body); this module turns that into an error naming the fix.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_losses.names import IMPORT_PROBE_FN
 
 if TYPE_CHECKING:
-    from arctic_rl_core.backends.arctic import ArcticBackend
     from arctic_rl_core.config import ArcticRLConfig
+
+# The backend's no-grad forward on the training job: (body, processing) -> the server's answer.
+NoGradForward = Callable[[dict[str, Any], dict[str, Any]], Awaitable[Any]]
 
 
 class ServerLossImportError(RuntimeError):
@@ -51,8 +54,11 @@ def fix_text(cfg: ArcticRLConfig) -> str:
     )
 
 
-async def check_server_imports_losses(backend: ArcticBackend, cfg: ArcticRLConfig) -> dict[str, float]:
-    """Send the probe through the backend's client; raise `ServerLossImportError` naming the fix."""
+async def check_server_imports_losses(
+    forward_no_grad: NoGradForward, cfg: ArcticRLConfig
+) -> dict[str, float]:
+    """Send the probe through the backend's no-grad forward (`ArcticBackend.forward_no_grad_raw`);
+    raise `ServerLossImportError` naming the fix."""
     from arctic_rl_losses import __version__
 
     from arctic_rl_core.backends.arctic_errors import ArcticServerError
@@ -60,9 +66,7 @@ async def check_server_imports_losses(backend: ArcticBackend, cfg: ArcticRLConfi
     body = probe_payload(cfg.shape.data_parallel_size * cfg.shape.gradient_accumulation_steps)
     processing = body.pop("processing")
     try:
-        out = await backend._call(
-            "forward", backend._client.fwd_no_grad(body, processing=processing), job_type="training"
-        )
+        out = await forward_no_grad(body, processing)
     except ArcticServerError as err:
         if err.status != 500:  # not the worker's import failing: the probe itself was refused
             raise ServerLossImportError(

@@ -375,18 +375,28 @@ class FieldTable:
         """The problems the rules find (all of them)."""
         return [issue for rule in self.rules if (issue := rule.evaluate(fields)) is not None]
 
-    def in_framework_terms(self, issue: ConfigIssue, *, extension_prefix: str | None = None) -> ConfigIssue:
+    def in_framework_terms(
+        self,
+        issue: ConfigIssue,
+        *,
+        extension_prefix: str | None = None,
+        knob: Callable[[str], str] | None = None,
+    ) -> ConfigIssue:
         """A core validation issue named by the framework field(s) to change. A core path no
-        framework field feeds is shown under `extension_prefix` (the adapter's own subtree)."""
+        framework field feeds is shown under `extension_prefix` (the adapter's own subtree). With
+        `knob` (core path -> how the framework's command line sets it, e.g. verl's
+        `+remote_backend.core.deepspeed.zero_stage`), every core field the remedy names is rewritten
+        so that the fix can be typed as given."""
         core = issue.path
         sources = self.sources_of(core)
+        if knob is not None:
+            issue = dataclasses.replace(issue, remedy=typeable(issue.remedy, knob))
         if sources:
             names = " / ".join(sources)
-            return dataclasses.replace(
-                issue,
-                path=f"{names} (core {core})",
-                remedy=f"{issue.remedy} (in {self.framework}: set {names})",
+            remedy = (
+                issue.remedy if knob is not None else f"{issue.remedy} (in {self.framework}: set {names})"
             )
+            return dataclasses.replace(issue, path=f"{names} (core {core})", remedy=remedy)
         if extension_prefix and core:
             return dataclasses.replace(issue, path=f"{extension_prefix}.{core}")
         return issue
@@ -408,6 +418,18 @@ class FieldTable:
                 how, target = row.kind.value, row.reason
             lines.append(f"| {names} | {_cell(how)} | {_cell(target)} |")
         return "\n".join(lines) + "\n"
+
+
+def typeable(text: str, knob: Callable[[str], str]) -> str:
+    """`text` with each core field it names (`deepspeed.zero_stage`) replaced by `knob(field)`."""
+    import re
+
+    from arctic_rl_core.config.errors import all_leaf_paths
+    from arctic_rl_core.config.schema import ArcticRLConfig
+
+    paths = sorted((p for p in all_leaf_paths(ArcticRLConfig) if "." in p), key=len, reverse=True)
+    pattern = re.compile(r"(?<![\w.+/-])(" + "|".join(re.escape(p) for p in paths) + r")(?![\w.])")
+    return pattern.sub(lambda match: knob(match.group(1)), text)
 
 
 def _cell(text: str) -> str:

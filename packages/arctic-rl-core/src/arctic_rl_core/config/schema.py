@@ -367,7 +367,7 @@ class LossSettings(_Group):
     use_kl_in_reward: bool = Field(
         default=False,
         description=(
-            "The framework subtracts a KL penalty from the rewards (no KL term in the loss); the reference "
+            "The framework subtracts a KL penalty from the rewards (beside loss.use_kl_loss when both are set); the reference "
             "log-probs come from the log-prob job (Arctic backends: placement.log_prob_gpus >= 1)."
         ),
     )

@@ -153,10 +153,19 @@ def read_file(path: str | Path) -> dict[str, Any]:
     """The raw mapping of a .yaml/.yml/.toml file."""
     file = Path(path)
     if not file.is_file():
-        raise ConfigError(
-            [ConfigIssue("file", str(file), "no such file", "check the path of the config file")]
+        problem = (
+            "is a folder, not a file"
+            if file.is_dir()
+            else "is not a regular file"
+            if file.exists()
+            else "no such file"
         )
+        raise ConfigError([ConfigIssue("file", str(file), problem, "check the path of the config file")])
     suffix = file.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".toml"):
+        raise ConfigError(
+            [ConfigIssue("file", str(file), "unknown config format", "use a .yaml, .yml or .toml file")]
+        )
     size = file.stat().st_size
     if size > MAX_FILE_BYTES:
         raise ConfigError(
@@ -171,6 +180,14 @@ def read_file(path: str | Path) -> dict[str, Any]:
         )
     try:
         text = file.read_bytes().decode("utf-8")
+    except OSError as error:  # no permission, a file gone since
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "file", str(file), f"cannot be read ({error.strerror})", "check the file's permissions"
+                )
+            ]
+        ) from None
     except UnicodeDecodeError as error:
         raise ConfigError(
             [
@@ -183,14 +200,7 @@ def read_file(path: str | Path) -> dict[str, Any]:
             ]
         ) from None
     try:
-        if suffix in (".yaml", ".yml"):
-            data = parse_yaml(text)
-        elif suffix == ".toml":
-            data = tomllib.loads(text)
-        else:
-            raise ConfigError(
-                [ConfigIssue("file", str(file), "unknown config format", "use a .yaml, .yml or .toml file")]
-            )
+        data = parse_yaml(text) if suffix in (".yaml", ".yml") else tomllib.loads(text)
     except DuplicateKeyError as error:
         raise ConfigError(
             [

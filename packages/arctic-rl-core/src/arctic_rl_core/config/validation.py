@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.config.errors import ConfigIssue
+from arctic_rl_core.config.server_packing import server_packs_rows_across_attention
 
 if TYPE_CHECKING:
     from arctic_rl_core.config.schema import ArcticRLConfig
@@ -364,13 +365,6 @@ def _log_prob_job(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     wants = (
         "loss.use_kl_loss" if loss.use_kl_loss else "loss.use_kl_in_reward" if loss.use_kl_in_reward else None
     )
-    if loss.use_kl_loss and loss.use_kl_in_reward:
-        yield _issue(
-            "loss.use_kl_in_reward",
-            True,
-            "a KL penalty both in the reward and in the loss counts the KL twice",
-            "keep one of loss.use_kl_loss and loss.use_kl_in_reward",
-        )
     if wants and place.log_prob_gpus == 0:
         yield _issue(
             "placement.log_prob_gpus",
@@ -513,8 +507,6 @@ def _packed_rows_attend_across(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
     attend to each other. Forward payloads (and the arctic_rl_core loss) ask the server not to pack
     (`PayloadSpec.rows_unpacked`); the built-in verl_grpo reads the packed layout, so its micro-batches
     must hold one row."""
-    from arctic_rl_core.wire.spec import server_packs_rows_across_attention
-
     micro = cfg.batch.micro_batch_size_per_gpu
     if micro > 1 and server_packs_rows_across_attention(cfg):
         attn = cfg.kernels.attn_implementation

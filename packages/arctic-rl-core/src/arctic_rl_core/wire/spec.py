@@ -10,6 +10,8 @@ if TYPE_CHECKING:
 
 from arctic_rl_losses.names import LOSS_AGG_MODES, POLICY_LOSSES, SERVER_LOSS_FN
 
+from arctic_rl_core.config.server_packing import server_packs_rows_across_attention
+
 KL_LOSS_TYPES: tuple[str, ...] = tuple(
     name + suffix for suffix in ("", "+") for name in ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
 )
@@ -18,24 +20,6 @@ LOGITS_OPTIMIZATIONS: tuple[str, ...] = ("none", "compute", "memory")
 # Post-processors, by the server's registered names.
 POST_APPLY_TEMPERATURE = "apply_temperature"
 POST_ENTROPY_AND_LOGPROBS = "compute_entropy_and_logprobs"
-
-
-FLASH_ATTENTIONS: tuple[str, ...] = ("flash_attention_2", "flash_attention_3")
-
-
-def server_packs_rows_across_attention(cfg: ArcticRLConfig) -> bool:
-    """True when arctic-platform 0.1.4 would pack a micro-batch's rows into one sequence that its
-    attention does not separate: an on-prem server (ray/http), ZoRRo off (ZoRRo packs by itself, with
-    flash attention), and an attention other than flash attention (whose varlen kernel splits the
-    packed rows at the position-id resets; sdpa, eager and flex_attention are given an all-ones
-    mask and attend across rows)."""
-    from arctic_rl_core.config.schema import ONPREM_BACKENDS
-
-    return (
-        cfg.backend.kind in ONPREM_BACKENDS
-        and not cfg.zorro.enable
-        and cfg.kernels.attn_implementation not in FLASH_ATTENTIONS
-    )
 
 
 class PayloadSpecError(ValueError):

@@ -23,7 +23,8 @@ is a response token (what the loss counts).
 Two more comparisons: the lean step against the information it carries (every row's tokens as
 int32, its two lengths, and each per-token float the forward-backward sends at its response tokens:
 no padding, no masks), and the peak memory of building and encoding the forward-backward payload
-(the process's peak resident set, reset before, above what it held before) against its encoded bytes.
+(in a fresh process: its peak resident set, reset before, above what it held before) against its
+encoded bytes.
 """
 
 from __future__ import annotations
@@ -199,10 +200,11 @@ def previous_builder_payloads(samples: list[RolloutSample], args: argparse.Names
     return model_inputs, train
 
 
-def lean_payloads(samples: list[RolloutSample], args: argparse.Namespace) -> tuple[Any, Any]:
-    from arctic_rl_core.wire import PayloadSpec, build_forward_payload, build_train_payload
+def lean_spec(args: argparse.Namespace) -> Any:
+    """The lean builder's `PayloadSpec` for the step's shape."""
+    from arctic_rl_core.wire import PayloadSpec
 
-    spec = PayloadSpec(
+    return PayloadSpec(
         pad_token_id=QWEN3_PAD_TOKEN_ID,
         max_prompt_len=args.max_prompt_len,
         max_response_len=args.max_response_len,
@@ -212,6 +214,12 @@ def lean_payloads(samples: list[RolloutSample], args: argparse.Namespace) -> tup
         drop_position_ids=True,
         pad_to_multiple=args.pad_to_multiple,
     )
+
+
+def lean_payloads(samples: list[RolloutSample], args: argparse.Namespace) -> tuple[Any, Any]:
+    from arctic_rl_core.wire import build_forward_payload, build_train_payload
+
+    spec = lean_spec(args)
     return build_forward_payload(samples, spec), build_train_payload(samples, spec)
 
 
@@ -273,47 +281,59 @@ def information_bytes(samples: list[RolloutSample], float_fields: int) -> tuple[
     return forward, forward + 4 * float_fields * sum(len(s.response_ids) for s in samples)
 
 
-def _peak_rss_bytes() -> int:
+def _status_bytes(field: str) -> int:
+    """A `/proc/self/status` memory field (VmRSS, VmHWM) in bytes."""
     import re
 
     with open("/proc/self/status") as status:
-        return int(re.search(r"VmHWM:\s+(\d+) kB", status.read()).group(1)) * 1024
+        return int(re.search(rf"{field}:\s+(\d+) kB", status.read()).group(1)) * 1024
 
 
-def _rss_bytes() -> int:
-    import re
-
-    with open("/proc/self/status") as status:
-        return int(re.search(r"VmRSS:\s+(\d+) kB", status.read()).group(1)) * 1024
-
-
-def build_and_encode_peak(samples: list[RolloutSample], args: argparse.Namespace) -> tuple[int, int] | None:
+def peak_in_this_process(args: argparse.Namespace) -> tuple[int, int] | None:
     """(peak bytes above the resident set before, encoded bytes) of building the lean forward-backward
-    payload and encoding it, or None where the peak cannot be reset (Linux /proc/self/clear_refs)."""
+    payload and encoding it, in this process; None where the peak cannot be reset (Linux
+    /proc/self/clear_refs). Meaningful in a fresh process only: one that freed memory before may reuse
+    it without a new resident page (`build_and_encode_peak` runs it in one)."""
     import gc
 
-    from arctic_rl_core.wire import PayloadSpec, build_train_payload
+    from arctic_rl_core.wire import build_train_payload
 
-    spec = PayloadSpec(
-        pad_token_id=QWEN3_PAD_TOKEN_ID,
-        max_prompt_len=args.max_prompt_len,
-        max_response_len=args.max_response_len,
-        rollout_n=args.rollouts,
-        temperature=1.0,
-        zorro_train_enable=args.zorro,
-        drop_position_ids=True,
-        pad_to_multiple=args.pad_to_multiple,
-    )
+    samples, spec = make_samples(args), lean_spec(args)
+    warm = build_train_payload(samples[: args.rollouts], spec)  # imports (torch, the codec) before the peak
+    encoded_bytes(warm.batch, warm.meta, warm.processing)
+    del warm
     gc.collect()
     try:
         with open("/proc/self/clear_refs", "w") as clear:
             clear.write("5")  # resets the peak resident set (VmHWM) to the current one
     except OSError:
         return None
-    before = _rss_bytes()
+    before = _status_bytes("VmRSS")
     train = build_train_payload(samples, spec)
     encoded = encoded_bytes(train.batch, train.meta, train.processing)
-    return _peak_rss_bytes() - before, encoded
+    return _status_bytes("VmHWM") - before, encoded
+
+
+def build_and_encode_peak(args: argparse.Namespace) -> tuple[int, int] | None:
+    """`peak_in_this_process` in a fresh Python process (the same samples: they come from `args`)."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import argparse, json, sys\n"
+        "from arctic_rl_testbed.bench import wire_bytes\n"
+        "args = argparse.Namespace(**json.loads(sys.argv[1]))\n"
+        "print(json.dumps(wire_bytes.peak_in_this_process(args)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(vars(args), default=str)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    peak = json.loads(out.stdout.strip().splitlines()[-1])
+    return None if peak is None else (int(peak[0]), int(peak[1]))
 
 
 def run(args: argparse.Namespace) -> BenchResult:
@@ -339,7 +359,7 @@ def run(args: argparse.Namespace) -> BenchResult:
     results, trained = measure(args)
     legacy, _previous, lean = results
     samples = make_samples(args)
-    peak = build_and_encode_peak(samples, args)
+    peak = build_and_encode_peak(args)
     info_fwd, info_train = information_bytes(samples, float_fields=_float_fields(samples, args))
 
     def per_token(n: int) -> str:

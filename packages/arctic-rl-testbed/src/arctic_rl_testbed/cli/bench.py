@@ -74,6 +74,7 @@ def _run_all(modules: list):
         for module in modules:
             skipped = getattr(module, "ALL_SKIPS_BECAUSE", None)
             if module.NAME in args.skip:
+                rows.append((module.NAME, "skipped (--skip)"))
                 continue
             if skipped and module.NAME not in args.include:
                 rows.append((module.NAME, f"left out: {skipped} (--include {module.NAME})"))

@@ -10,24 +10,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+# the flags `launch.driver_args` forwards itself (paths made absolute)
+LAUNCH_FIELDS = ("framework", "task", "steps", "out", "resume")
+
 
 def run(args: argparse.Namespace) -> int:
     from arctic_rl_testbed.demo import launch
+    from arctic_rl_testbed.demo.run import add_arguments
 
     framework = args.framework or "skyrl"
+    # every other flag of the driver, as given (None: not given), in the driver's own order
     extra = {
-        "--seed": args.seed,
-        "--warm-start-steps": args.warm_start_steps,
-        "--prompts-per-step": args.prompts_per_step,
-        "--rollouts-per-prompt": args.rollouts_per_prompt,
-        "--lr": args.lr,
-        "--eval-samples": args.eval_samples,
-        "--threads": args.threads,
-        "--server": args.server,
-        "--backend": args.backend,
-        "--colocate": args.colocate,
-        "--trainer": args.trainer,
-        "--async": args.max_staleness,
+        action.option_strings[0]: getattr(args, action.dest)
+        for action in add_arguments(argparse.ArgumentParser())
+        if action.dest not in LAUNCH_FIELDS
     }
     forwarded = launch.driver_args(
         framework=framework, task=args.task, steps=args.steps, out=args.out, resume=args.resume, extra=extra

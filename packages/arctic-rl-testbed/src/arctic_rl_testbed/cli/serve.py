@@ -9,6 +9,19 @@ import argparse
 import sys
 
 
+def _port(text: str) -> int:
+    """A TCP port, 0-65535 (was: the socket's OverflowError as a traceback)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number; give a port 0-65535 (0 picks a free one)"
+        ) from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port; give one in 0-65535 (0 picks a free one)")
+    return port
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve",
@@ -44,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)"
     )
     parser.add_argument(
-        "--port", type=int, default=8000, help="port to bind; 0 picks a free one (default: 8000)"
+        "--port", type=_port, default=8000, help="port to bind; 0 picks a free one (default: 8000)"
     )
     parser.add_argument(
         "--file-root",

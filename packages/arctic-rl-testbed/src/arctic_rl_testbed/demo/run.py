@@ -44,54 +44,52 @@ FAILED_EXIT = 1
 RESUMABLE_FLAGS = ("steps",)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags shared by `arctic-rl demo` and this driver (None = the default / the resumed run's)."""
-    parser.add_argument(
-        "--framework", choices=("skyrl", "verl"), default=None, help="RL framework (default skyrl)"
-    )
-    parser.add_argument(
-        "--task", choices=("bird", "gsm8k"), default=None, help="bundled sample (default bird)"
-    )
-    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default 24)")
-    parser.add_argument("--out", default=None, help="run directory (default runs/demo-<UTC timestamp>)")
-    parser.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")
-    parser.add_argument(
-        "--seed", type=int, default=None, help="seeds the model, sampling and data order (default 42)"
-    )
-    parser.add_argument("--warm-start-steps", type=int, default=None, help="supervised steps (default 80)")
-    parser.add_argument(
-        "--prompts-per-step", type=int, default=None, help="prompts per GRPO step (default 4)"
-    )
-    parser.add_argument("--rollouts-per-prompt", type=int, default=None, help="GRPO group size (default 8)")
-    parser.add_argument("--lr", type=float, default=None, help="GRPO learning rate (default 1e-4)")
-    parser.add_argument(
+def add_arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The flags shared by `arctic-rl demo` and this driver (None = the default / the resumed run's);
+    returns them, in order, for `arctic-rl demo` to forward every one to the driver."""
+    actions: list[argparse.Action] = []
+
+    def add(*names: str, **kwargs: Any) -> None:
+        actions.append(parser.add_argument(*names, **kwargs))
+
+    add("--framework", choices=("skyrl", "verl"), default=None, help="RL framework (default skyrl)")
+    add("--task", choices=("bird", "gsm8k"), default=None, help="bundled sample (default bird)")
+    add("--steps", type=int, default=None, help="GRPO steps (default 24)")
+    add("--out", default=None, help="run directory (default runs/demo-<UTC timestamp>)")
+    add("--resume", default=None, metavar="DIR", help="continue the run in DIR")
+    add("--seed", type=int, default=None, help="seeds the model, sampling and data order (default 42)")
+    add("--warm-start-steps", type=int, default=None, help="supervised steps (default 80)")
+    add("--prompts-per-step", type=int, default=None, help="prompts per GRPO step (default 4)")
+    add("--rollouts-per-prompt", type=int, default=None, help="GRPO group size (default 8)")
+    add("--lr", type=float, default=None, help="GRPO learning rate (default 1e-4)")
+    add(
         "--eval-samples",
         type=int,
         default=None,
         help="sampled answers per question in the accuracy (default 8)",
     )
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
-    parser.add_argument(
+    add("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    add(
         "--server",
         default=None,
         metavar="URL",
         help="run GRPO against the Arctic on-prem HTTP API at URL (e.g. `arctic-rl serve --reference`'s "
         "http://127.0.0.1:8000) through the real client (default: the in-process reference engine)",
     )
-    parser.add_argument(
+    add(
         "--backend",
         choices=("http", "cortex"),
         default=None,
         help="the API at --server: the Arctic on-prem HTTP API (default) or Snowflake Cortex's (e.g. "
         "`arctic-rl serve --reference --api cortex`'s; the token is read from ARCTIC_CORTEX_PAT)",
     )
-    parser.add_argument(
+    add(
         "--colocate",
         action="store_true",
         default=None,
         help="colocated GRPO: training and sampling share the devices, with sleep/wake every step",
     )
-    parser.add_argument(
+    add(
         "--max-turns",
         type=int,
         default=None,
@@ -100,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "turns before its <solution> (SkyRL-SQL's protocol); the accuracy and the turns taken are shown "
         "before and after GRPO (default 1: single turn)",
     )
-    parser.add_argument(
+    add(
         "--trainer",
         choices=("torch", "deepspeed"),
         default=None,
@@ -108,7 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "0.1.4's own server code and DeepSpeedWorker on the CPU (warm start in process; GRPO through a local "
         "`arctic-rl serve --reference --trainer deepspeed` and the real client); not with --server",
     )
-    parser.add_argument(
+    add(
         "--async",
         dest="max_staleness",
         type=int,
@@ -118,6 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "generated while the current one trains, no rollout older than K steps is trained "
         "(async.max_staleness; default 0 = synchronous; not with --colocate)",
     )
+    return actions
 
 
 def _explicit(args: argparse.Namespace) -> dict[str, Any]:
@@ -154,7 +153,7 @@ def resolve_options(args: argparse.Namespace) -> DemoOptions:
 
     explicit = _explicit(args)
     if args.resume is None:
-        return DemoOptions(**{"out": args.out or default_out(), **explicit})
+        return _checked_options({"out": args.out or default_out(), **explicit}, explicit, None)
     run_dir = Path(args.resume)
     config_path = run_dir / CONFIG_FILE
     if not config_path.is_file():
@@ -172,7 +171,37 @@ def resolve_options(args: argparse.Namespace) -> DemoOptions:
                 f"only {', '.join(RESUMABLE_FLAGS)} can change on resume (start a new run for the rest)"
             )
     saved.update({k: v for k, v in explicit.items() if k in RESUMABLE_FLAGS})
-    return DemoOptions(**saved)
+    return _checked_options(saved, explicit, config_path)
+
+
+_FLAGS = {"num_threads": "--threads", "max_staleness": "--async"}  # the rest: --<field with dashes>
+
+
+def _checked_options(
+    fields: dict[str, Any], explicit: dict[str, Any], config_path: Path | None
+) -> DemoOptions:
+    """`DemoOptions(**fields)`, or SystemExit naming each bad flag (or field of the resumed run's
+    config.yaml), its value and the range it needs (was: pydantic's traceback)."""
+    from pydantic import ValidationError
+
+    try:
+        return DemoOptions(**fields)
+    except ValidationError as error:
+        lines = []
+        for problem in error.errors():
+            message = problem["msg"].removeprefix("Value error, ")
+            if not problem["loc"]:  # a check across flags: its message names them and the fix
+                lines.append(message)
+                continue
+            field = ".".join(str(part) for part in problem["loc"])
+            name = (
+                _FLAGS.get(field, "--" + field.replace("_", "-"))
+                if field in explicit or config_path is None
+                else f"{config_path}: demo.{field}"
+            )
+            need = message.replace("Input should be ", "must be ", 1)
+            lines.append(f"{name} {problem.get('input')!r}: {need}")
+        raise SystemExit("arctic-rl demo: " + "; ".join(lines)) from None
 
 
 def write_config(options: DemoOptions, extra: dict[str, Any] | None = None) -> Path:
@@ -275,7 +304,6 @@ def _run_locked(options: DemoOptions, console: Any) -> int:
                 options,
                 model_path=hf_dir if warm_started else None,
                 lr=options.warm_start_lr,
-                rows_per_step=min(options.warm_start_batch, task.warm_start_size),
             )
             tokenizer = backend.tokenizer
             train_prompts = [prompt_ids(tokenizer, row["prompt"]) for row in task.train_rows]

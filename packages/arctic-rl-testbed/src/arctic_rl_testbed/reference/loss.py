@@ -17,84 +17,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_losses.aggregation import aggregate as losses_aggregate
+from arctic_rl_losses.aggregation import masked_sum
+from arctic_rl_losses.names import BUILTIN_LOSS_AGG_MODES as LOSS_AGG_MODES
+from arctic_rl_losses.names import KL_LOSS_TYPES
+
 if TYPE_CHECKING:
     import torch
-
-LOSS_AGG_MODES: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
-_KL_BASE_TYPES: tuple[str, ...] = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
-KL_LOSS_TYPES: tuple[str, ...] = _KL_BASE_TYPES + tuple(f"{name}+" for name in _KL_BASE_TYPES)
 
 SERVER_CLIP_RATIO = 0.2  # what arctic-platform 0.1.4's verl_grpo uses whatever it is sent
 SERVER_CLIP_RATIO_C = 3.0
 LOG_RATIO_CLAMP = 20.0
 
 
-def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Sum of `values` where `mask` is non-zero (values outside the mask never leak, even NaN)."""
-    import torch
-
-    selected = torch.where(mask.bool(), values, torch.zeros_like(values))
-    return selected.sum() if dim is None else selected.sum(dim=dim)
-
-
-def aggregate(
-    loss_B_T: torch.Tensor,
-    mask_B_T: torch.Tensor,
-    mode: str,
-    *,
-    dp_size: int = 1,
-    batch_num_tokens: float | None = None,
-    global_batch_size: float | None = None,
-    loss_scale_factor: float | None = None,
-) -> torch.Tensor:
-    """verl's `agg_loss` with the server's global normalisation.
-
-    token-mean: masked sum / batch_num_tokens * dp_size. seq-mean-token-sum: per-sequence sums /
-    global_batch_size * dp_size; "-norm" additionally divides by `loss_scale_factor` (default: T).
-    seq-mean-token-mean: per-sequence token means / global_batch_size * dp_size. Sequences with no
-    masked token are excluded. `batch_num_tokens` / `global_batch_size` may be None only when
-    dp_size == 1 (then the local count is used, as verl does)."""
-
-    mask = mask_B_T.to(loss_B_T.dtype)
-    if mode == "token-mean":
-        if batch_num_tokens is None:
-            if dp_size > 1:
-                raise ValueError("meta.batch_num_tokens is required for token-mean when dp_size > 1")
-            batch_num_tokens = mask.sum()
-        return masked_sum(loss_B_T, mask_B_T) / batch_num_tokens * dp_size
-    if mode in ("seq-mean-token-sum", "seq-mean-token-sum-norm"):
-        seq_losses_B = masked_sum(loss_B_T, mask_B_T, dim=-1)
-        seq_mask_B = (mask.sum(dim=-1) > 0).to(loss_B_T.dtype)
-        if global_batch_size is None:
-            if dp_size > 1:
-                raise ValueError(f"meta.global_batch_size is required for {mode} when dp_size > 1")
-            global_batch_size = seq_mask_B.sum()
-        loss = masked_sum(seq_losses_B, seq_mask_B) / global_batch_size * dp_size
-        if mode == "seq-mean-token-sum-norm":
-            loss = loss / (loss_B_T.shape[-1] if loss_scale_factor is None else loss_scale_factor)
-        return loss
-    if mode == "seq-mean-token-mean":
-        tokens_B = mask.sum(dim=-1)
-        seq_losses_B = masked_sum(loss_B_T, mask_B_T, dim=-1) / (tokens_B + 1e-8)
-        seq_mask_B = (tokens_B > 0).to(loss_B_T.dtype)
-        if global_batch_size is None:
-            if dp_size > 1:
-                raise ValueError(f"meta.global_batch_size is required for {mode} when dp_size > 1")
-            global_batch_size = seq_mask_B.sum()
-        return masked_sum(seq_losses_B, seq_mask_B) / global_batch_size * dp_size
-    raise ValueError(f"loss_agg_mode={mode!r}: use one of {', '.join(LOSS_AGG_MODES)}")
-
-
-def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str) -> torch.Tensor:
-    """Per-token KL estimate: the one the server-side losses use (arctic_rl_losses)."""
-    from arctic_rl_losses.aggregation import kl_penalty as server_kl_penalty
-
-    return server_kl_penalty(logprobs, ref_logprobs, kind)
+def aggregate(loss_B_T: torch.Tensor, mask_B_T: torch.Tensor, mode: str, **counts: Any) -> torch.Tensor:
+    """The server's `verl_grpo` aggregation: the one aggregation of the server-side losses
+    (`arctic_rl_losses.aggregation.aggregate`: verl's `agg_loss` with the global normalisation; `counts`
+    are its keywords), over the modes 0.1.4's built-in loss has (no token-sum), with the mask in the
+    loss's dtype."""
+    if mode not in LOSS_AGG_MODES:
+        raise ValueError(f"loss_agg_mode={mode!r}: use one of {', '.join(LOSS_AGG_MODES)}")
+    return losses_aggregate(loss_B_T, mask_B_T.to(loss_B_T.dtype), mode, **counts)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ killed, crashed or hung worker is replaced; the other queries of the batch are u
 Scheduling: a batch's tasks wait in one queue and each goes to a worker when a slot frees up
 (one task per worker at a time), so no task waits behind a slow query while it could run. There
 are `num_workers` slots; a query that has run for `straggler_after_s` (default a tenth of
-`timeout_s`, at most 1 s) gives its slot up, and the next task runs on another worker process (an
+`timeout_s`, within [0.5 s, 1 s]) gives its slot up, and the next task runs on another worker process (an
 idle spare, or a new one: at most `max_workers` processes in all), so runaway queries on a slow
 database hold only their own processes, each until its own time limit. Spares above
 `num_workers` stop after `spare_idle_s` idle.
@@ -89,7 +89,7 @@ class ExecutorSettings(BaseModel):
         default=None,
         gt=0,
         description="a query running this long no longer holds the batch: while tasks wait, a new worker "
-        "starts beside it (up to max_workers); None = timeout_s / 10, at most 1 s",
+        "starts beside it (up to max_workers); None = timeout_s / 10 within [0.5 s, 1 s]",
     )
     max_workers: int | None = Field(
         default=None,
@@ -131,7 +131,9 @@ class ExecutorSettings(BaseModel):
 
     @property
     def effective_straggler_after_s(self) -> float:
-        return min(1.0, self.timeout_s / 10) if self.straggler_after_s is None else self.straggler_after_s
+        if self.straggler_after_s is not None:
+            return self.straggler_after_s
+        return min(1.0, max(0.5, self.timeout_s / 10))
 
     @property
     def effective_max_workers(self) -> int:
