@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import signal
@@ -166,6 +167,7 @@ def test_no_descriptor_or_process_leak_over_2000_scorings(big_db: Path) -> None:
 
     with BirdScorer(settings) as scorer:
         scorer.score(batch(0, 50))  # warm up: workers started, connections kept
+        gc.collect()  # what earlier tests left for the collector closes now, not during the count
         parent_fds = len(os.listdir("/proc/self/fd"))
         # Each kept connection holds one descriptor (the database file); everything else is fixed.
         worker_fds = sorted(s.open_fds - s.kept_connections for s in scorer.executor.worker_stats())
@@ -184,7 +186,8 @@ def test_no_descriptor_or_process_leak_over_2000_scorings(big_db: Path) -> None:
             "multiple_statements": 400,
             "wrong_result": 400,
         }
-        assert len(os.listdir("/proc/self/fd")) == parent_fds
+        gc.collect()
+        assert len(os.listdir("/proc/self/fd")) <= parent_fds  # none gained over 2000 scorings
         stats = scorer.executor.worker_stats()
         assert sorted(s.open_fds - s.kept_connections for s in stats) == worker_fds
         assert all(s.kept_connections <= 1 for s in stats)

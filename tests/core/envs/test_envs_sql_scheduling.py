@@ -49,8 +49,9 @@ def test_no_task_waits_behind_a_runaway_while_another_worker_is_free(small_db: P
 def test_runaways_hold_only_their_own_workers(small_db: Path) -> None:
     # One persistent worker: two runaways would hold it twice over and the fast task would wait for
     # both. With straggler workers each runaway gets its own, and the fast task is not held.
+    # timeout_s leaves a loaded machine (load 40 on 2 cores measured 3 s) time to start the spare processes
     settings = ExecutorSettings(
-        num_workers=1, max_workers=3, timeout_s=3.0, straggler_after_s=0.2, spare_idle_s=0.0
+        num_workers=1, max_workers=3, timeout_s=8.0, straggler_after_s=0.2, spare_idle_s=0.0
     )
     with SQLExecutor(settings) as executor:
         executor.execute(small_db, "SELECT 1")
