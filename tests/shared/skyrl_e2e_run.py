@@ -197,9 +197,11 @@ def logged_steps(exp: RecordingExp) -> dict[int, dict[str, Any]]:
 
 def backend_weights(ckpt_root: Path, step: int) -> dict[str, torch.Tensor]:
     """Every tensor of the backend checkpoint SkyRL saved at `step` under `ckpt_root`."""
-    marker = json.loads((ckpt_root / f"global_step_{step}" / "policy" / "arctic_checkpoint.json").read_text())
-    # the run's backend checkpoints share one folder: <ckpt_path>/arctic_backend/checkpoint-<step>
-    files = sorted((Path(marker["backend_path"]) / f"checkpoint-{marker['step']}").rglob("*"))
+    policy = ckpt_root / f"global_step_{step}" / "policy"
+    marker = json.loads((policy / "arctic_checkpoint.json").read_text())
+    # the run's backend checkpoints share one folder: <ckpt_path>/arctic_backend/checkpoint-<step>, named
+    # relative to the marker's folder (a moved run folder still resumes)
+    files = sorted(((policy / marker["backend_path"]).resolve() / f"checkpoint-{marker['step']}").rglob("*"))
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
         # data files carry their save's generation ("model.<generation>.safetensors"): key by role

@@ -106,10 +106,11 @@ def kl_run(deepspeed_server, model_dir, learnable_jsonl, tmp_path_factory):
 
 def _checkpoint_folder(root: Path, step: int) -> Path:
     """The server-side checkpoint SkyRL's step-`step` checkpoint points at (its arctic_checkpoint.json)."""
-    marker = json.loads(
-        (root / "ckpt" / f"global_step_{step}" / "policy" / "arctic_checkpoint.json").read_text()
-    )
-    return Path(marker["backend_path"]) / f"checkpoint-{marker['step']}"
+    policy = root / "ckpt" / f"global_step_{step}" / "policy"
+    marker = json.loads((policy / "arctic_checkpoint.json").read_text())
+    return (
+        policy / marker["backend_path"]
+    ).resolve() / f"checkpoint-{marker['step']}"  # relative to the marker
 
 
 def test_grpo_with_kl_trains_on_the_real_workers(kl_run):

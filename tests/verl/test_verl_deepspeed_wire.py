@@ -71,7 +71,7 @@ def colocated(tmp_path_factory):
             f"trainer.default_local_dir={root / 'ckpt'}",
             *server.overrides(core, model=False),
             f"{core}deepspeed.zero_stage=2",
-            f"{core}checkpoint.export_hf=true",
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",  # verl owns it
             f"{core}zorro.enable=false",
             "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # flash-attention: a GPU kernel
             f"{core}kernels.use_liger=false",  # Liger: GPU kernels

@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from arctic_rl_losses.aggregation import aggregate as losses_aggregate
-from arctic_rl_losses.aggregation import masked_sum
 from arctic_rl_losses.names import BUILTIN_LOSS_AGG_MODES as LOSS_AGG_MODES
 from arctic_rl_losses.names import KL_LOSS_TYPES
 
@@ -37,6 +35,8 @@ def aggregate(loss_B_T: torch.Tensor, mask_B_T: torch.Tensor, mode: str, **count
     loss's dtype."""
     if mode not in LOSS_AGG_MODES:
         raise ValueError(f"loss_agg_mode={mode!r}: use one of {', '.join(LOSS_AGG_MODES)}")
+    from arctic_rl_losses.aggregation import aggregate as losses_aggregate  # torch: the light-import rule
+
     return losses_aggregate(loss_B_T, mask_B_T.to(loss_B_T.dtype), mode, **counts)
 
 
@@ -191,6 +191,7 @@ def grpo_loss(
     aggregated with the global normalisers. Returns the loss to back-propagate and the server's
     paired metrics (`name.sum` / `name.tokens`, plain numbers for constants)."""
     import torch
+    from arctic_rl_losses.aggregation import masked_sum  # imports torch: kept out of the module's import
 
     agg = dict(
         dp_size=info.dp_size,
