@@ -26,9 +26,12 @@ def test_unmet_parallel_conditions_are_named():
 def test_parallel_conditions_check_before_and_after(monkeypatch: pytest.MonkeyPatch):
     checks = iter([1.9, 1.1])
     monkeypatch.setattr(conditions, "two_core_speedup", lambda: next(checks))
+    loads = iter([0.7, 3.4])  # other work's load before the runs; the benchmark's own after them
+    monkeypatch.setattr(conditions.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
     with conditions.ParallelConditions() as machine:
         pass
     assert machine.result.checks == (1.9, 1.1)
+    assert machine.result.load == 0.7
     assert "1.10x < 1.50x" in machine.result.unmet  # the worse of the two counts
     assert machine.result.describe().startswith("two free cores needed: two-core check 1.90x; 1.10x")
 

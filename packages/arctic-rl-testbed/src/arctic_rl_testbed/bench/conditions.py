@@ -4,8 +4,9 @@ A benchmark whose two sides run in parallel (worker processes, a sampler process
 needs its cores free: on a machine busy with other work the ratio says how the two sides share one
 busy core, not how they compare. Such a benchmark checks two things, before and after its runs: the
 two-core check (two threads of pure torch kernels, no GIL held, against one: about 2 with two free
-cores, about 1 when other work holds one) and the 1-minute load average; when either fails it
-reports why instead of a ratio. A benchmark of one thread (or of bytes) reports the load it ran
+cores, about 1 when other work holds one) and the 1-minute load average taken before its runs (after
+them it counts the benchmark's own processes, which on two cores always exceed two); when either fails
+it reports why instead of a ratio. A benchmark of one thread (or of bytes) reports the load it ran
 under and needs nothing.
 """
 
@@ -53,7 +54,7 @@ def two_core_speedup(repeats: int = 25, tries: int = 3) -> float:
 def unmet_parallel_conditions(checks: list[float], load: float, cores: int) -> str | None:
     """Why the machine cannot give a meaningful ratio for a benchmark that needs two free cores
     (None: it can). `checks`: the two-core checks taken around the runs; `load`: the 1-minute load
-    average after them."""
+    average before them (other work's load, not the benchmark's own)."""
     worst = min(checks)
     if cores < 2:
         return f"{cores} core(s): the benchmark's two sides need two"
@@ -63,13 +64,13 @@ def unmet_parallel_conditions(checks: list[float], load: float, cores: int) -> s
             "pure kernels gain that little over one): rerun on a quiet machine"
         )
     if load > cores:
-        return f"load average {load:.1f} on {cores} cores: rerun on a quiet machine"
+        return f"load average {load:.1f} on {cores} cores before the runs: rerun on a quiet machine"
     return None
 
 
 @dataclass(frozen=True)
 class ParallelCheck:
-    """The two-core checks around a parallel benchmark's runs and the load after them."""
+    """The two-core checks around a parallel benchmark's runs and the load before them."""
 
     checks: tuple[float, ...]
     load: float
@@ -81,7 +82,7 @@ class ParallelCheck:
 
     def describe(self) -> str:
         checks = "; ".join(f"{c:.2f}x" for c in self.checks)
-        return f"two free cores needed: two-core check {checks}, load {self.load:.1f} on {self.cores} cores"
+        return f"two free cores needed: two-core check {checks}, load before {self.load:.1f} on {self.cores} cores"
 
 
 class ParallelConditions:
@@ -89,12 +90,13 @@ class ParallelConditions:
     `check.result` then says whether the block ran with two free cores."""
 
     def __enter__(self) -> ParallelConditions:
+        self._load = os.getloadavg()[0]  # before the two-core check and the runs add their own
         self._before = two_core_speedup()
         return self
 
     def __exit__(self, *exc: object) -> None:
         after = two_core_speedup()
-        self.result = ParallelCheck((self._before, after), os.getloadavg()[0], os.cpu_count() or 1)
+        self.result = ParallelCheck((self._before, after), self._load, os.cpu_count() or 1)
 
 
 def serial_conditions(load_before: float) -> str:

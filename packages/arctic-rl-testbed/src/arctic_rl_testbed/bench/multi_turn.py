@@ -292,7 +292,7 @@ def run(args: argparse.Namespace) -> BenchResult:
             "; ".join(", ".join(f"{r.wall_s:.2f}" for r in runs) for runs in (sync_runs, continuous_runs)),
         ),
         (
-            "two-core check before; after (~2 = two free cores); load average",
+            "two-core check before; after (~2 = two free cores); load average before",
             f"{checks[0]:.2f}x; {checks[1]:.2f}x; {load:.1f}",
         ),
     ]
