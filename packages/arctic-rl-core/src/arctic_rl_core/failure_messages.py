@@ -16,6 +16,12 @@ import errno
 from collections.abc import Iterator
 from pathlib import Path
 
+from arctic_rl_core.backends.arctic_errors import ArcticCallError
+from arctic_rl_core.backends.arctic_leftovers import ArcticServerBusy
+from arctic_rl_core.checkpoint_manifest import CheckpointDamaged, StepSaveFailed
+from arctic_rl_core.config.errors import ConfigError
+from arctic_rl_core.run_lock import RunFolderBusy
+
 
 def _causes(error: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
@@ -31,11 +37,6 @@ def _causes(error: BaseException) -> Iterator[BaseException]:
 
 def explain(error: BaseException, *, resume: str, run_dir: Path | None = None) -> str | None:
     """The one message for `error`, or None when it is not a failure this module explains."""
-    from arctic_rl_core.backends.arctic_errors import ArcticCallError
-    from arctic_rl_core.backends.arctic_leftovers import ArcticServerBusy
-    from arctic_rl_core.checkpoint_manifest import CheckpointDamaged, StepSaveFailed
-    from arctic_rl_core.config.errors import ConfigError
-    from arctic_rl_core.run_lock import RunFolderBusy
 
     folder = f" {run_dir}" if run_dir is not None else ""
     for cause in _causes(error):
