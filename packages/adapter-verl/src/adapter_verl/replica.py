@@ -17,15 +17,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import ray
+from arctic_rl_core.backends.old_logprobs import sampling_params_for
+from arctic_rl_core.backends.protocol import Backend, InferenceState, SamplingParams
 from arctic_rl_core.generate_batcher import GenerateBatcher, SamplerQueueStats
-from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+from arctic_rl_core.multi_turn.turn_sampler import TurnSampler
+from arctic_rl_core.weight_sync import WeightSyncPolicy, prepare_for_training, sync_after_step
+from verl.utils import hf_tokenizer
+from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 
+from adapter_verl.session import lookup_session
 from adapter_verl.trace import TraceWriter
 from adapter_verl.verl_internals import WEIGHTS_VERSION_KEY, set_replica_server
 
 if TYPE_CHECKING:
-    from arctic_rl_core.backends.protocol import Backend, SamplingParams
-
     from adapter_verl.session import SessionInfo
 
 logger = logging.getLogger(__name__)
@@ -74,7 +78,6 @@ def sampling_params_from_verl(
     length with no prompt budget); vLLM's `top_k=0` ("disabled") becomes the core's -1;
     `stop_token_ids` (what verl's tool parsers add, e.g. gemma4's) and `stop` strings end a completion
     (the tokens that made them stay in the returned ids, which is what verl's loop appends)."""
-    from arctic_rl_core.backends.protocol import SamplingParams
 
     budget = (
         default_max_tokens
@@ -138,8 +141,6 @@ class ArcticRolloutServer:
 
     def attach(self, info: SessionInfo) -> None:
         """Bind to the run's backend (done on first use from the published session)."""
-        from arctic_rl_core.multi_turn.turn_sampler import TurnSampler
-        from verl.utils import hf_tokenizer
 
         self._backend = info.handle.connect()
         self._batcher = GenerateBatcher(
@@ -162,8 +163,6 @@ class ArcticRolloutServer:
 
     async def _connected(self) -> Backend:
         if self._backend is None:
-            from adapter_verl.session import lookup_session
-
             self.attach(lookup_session())
         return self._backend
 
@@ -183,7 +182,6 @@ class ArcticRolloutServer:
         if image_data is not None or video_data is not None or kwargs.get("audio_data") is not None:
             raise ValueError("multi-modal prompts are not supported by the Arctic rollout")
         await self._connected()
-        from arctic_rl_core.backends.old_logprobs import sampling_params_for
 
         # without a server forward (Cortex) the old-log-prob pass serves the sampler's log-probs
         params = sampling_params_for(
@@ -223,7 +221,6 @@ class ArcticRolloutServer:
     async def sleep(self) -> None:
         """verl calls this once sampling is over (`on_sample_end`) and before loading a checkpoint:
         hand the devices to training (colocated: sampler asleep, trainer awake; checked)."""
-        from arctic_rl_core.weight_sync import WeightSyncPolicy, prepare_for_training
 
         backend = await self._connected()
         await prepare_for_training(backend, WeightSyncPolicy.from_config(self._arctic_config))
@@ -237,8 +234,6 @@ class ArcticRolloutServer:
         """Wake a sleeping sampler (the weight-sync policy wakes it with new weights after every
         step). At sleep level 1 it wakes with the weights it holds; level 2 (the colocated default)
         discarded them, so it gets the trainer's current weights through the core sync instead."""
-        from arctic_rl_core.backends.protocol import InferenceState
-        from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
 
         backend = await self._connected()
         if (await backend.state()).inference is InferenceState.AWAKE:
@@ -289,7 +284,6 @@ class ArcticRolloutReplica(RolloutReplica):
         sampling job's GPUs belong to the Arctic backend, and the server actor forwards to it. No worker
         means nothing for a collective checkpoint engine to reach; the adapter's async trainer syncs
         through the forwarder's `update_weights` (the naive engine)."""
-        from verl.workers.rollout.replica import RolloutMode
 
         self.rollout_mode = RolloutMode.STANDALONE
         self.workers = []
