@@ -72,7 +72,8 @@ def test_runaways_hold_only_their_own_workers(small_db: Path) -> None:
 
 
 def test_spares_stay_warm_for_the_next_batch(small_db: Path) -> None:
-    # straggler_nice=0: the runaway's worker keeps its priority and is reused (else it is renewed: below)
+    # straggler_nice=0 (the default): the runaway's worker keeps its priority and is reused (with
+    # straggler_nice it is renewed: below)
     settings = ExecutorSettings(
         num_workers=1, max_workers=3, timeout_s=1.0, straggler_after_s=0.1, straggler_nice=0
     )
@@ -89,7 +90,9 @@ def test_a_straggler_yields_the_cpu_and_its_worker_is_renewed(small_db: Path) ->
     # One slot: the fast task runs only once the runaway has been marked straggling, so at its result
     # the runaway's worker runs straggler_nice steps below this process; when the runaway ends, a fresh
     # worker at this process's priority takes its place (warm for the next straggler).
-    settings = ExecutorSettings(num_workers=1, max_workers=2, timeout_s=1.0, straggler_after_s=0.1)
+    settings = ExecutorSettings(
+        num_workers=1, max_workers=2, timeout_s=1.0, straggler_after_s=0.1, straggler_nice=10
+    )
     events: list[ScheduleEvent] = []
     own = os.getpriority(os.PRIO_PROCESS, 0)
     niced: list[int] = []

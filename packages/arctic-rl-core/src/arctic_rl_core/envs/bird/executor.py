@@ -19,10 +19,11 @@ the next task runs on another worker process (an idle spare, or a new one: at mo
 processes in all), so runaway queries on a slow database hold only their own processes, each
 until its own time limit. The threshold is `straggler_after_s` when set; by default 8x the
 median of the pool's last 64 queries that ended in time, at least 50 ms and at most a tenth of
-`timeout_s` within [0.5 s, 1 s]. A straggling query's worker runs `straggler_nice` steps below
-the executor's priority, so the batch's other queries keep the CPU, and leaves the pool when its
-query ends (an unprivileged process cannot raise its priority back): a fresh worker replaces it
-when the batch ends. A new
+`timeout_s` within [0.5 s, 1 s]. With `straggler_nice` > 0 (default 0) a straggling query's
+worker runs that many steps below the executor's priority, so the batch's other queries keep the
+CPU, and leaves the pool when its query ends (an unprivileged process cannot raise its priority
+back): a fresh worker replaces it when the batch ends. Off by default: on a busy CPU a legitimate
+slow query that straggles can then pass its time limit where it would not have. A new
 worker holds a slot but no task while it starts: the next task goes to whichever worker is free
 first. Spares above `num_workers` stop after `spare_idle_s` idle. `SQLExecutor(on_event=...)`
 receives every step of the schedule (`ScheduleEvent`), e.g. for a timeline.
@@ -114,12 +115,13 @@ class ExecutorSettings(BaseModel):
         default=60.0, ge=0, description="an idle worker above num_workers stops after this long"
     )
     straggler_nice: int = Field(
-        default=10,
+        default=0,
         ge=0,
         le=19,
         description="a straggling query's worker runs this many nice steps below the executor's own priority "
         "(at most 19), so the batch's other queries keep the CPU; it leaves the pool when its query ends and a "
-        "fresh one replaces it when the batch ends; 0 = keep its priority (and the worker)",
+        "fresh one replaces it when the batch ends; 0 (the default) = keep its priority and the worker. On a "
+        "busy CPU a legitimate slow query that straggles may then pass its limit where it would not have",
     )
     timeout_s: float = Field(default=30.0, gt=0, description="per-query time limit, seconds")
     kill_grace_s: float = Field(
