@@ -27,10 +27,9 @@ SEED = 7
 MAX_STALENESS = 1
 
 
-@pytest.fixture(scope="module")
-def async_run(wire_server, learnable_jsonl, tmp_path_factory):
-    """The run against the session's server (it logs every request); returns (exp, its requests)."""
-    root = tmp_path_factory.mktemp("skyrl_wire_async")
+def wire_async_run(wire_server, root, data, steps, *extra):
+    """SkyRL's fully async trainer on `data` against the session's server (it logs every request), `steps`
+    steps; returns (exp, its requests)."""
     model_dir = tiny_model_dir(root / "model", SEED, **TINY_MODEL)
     wire_server.check_alive()
     assert wire_server.jobs() == {}
@@ -40,21 +39,27 @@ def async_run(wire_server, learnable_jsonl, tmp_path_factory):
         [
             *wire_server.overrides("trainer.arctic_rl.", model=False),
             f"trainer.policy.model.path={model_dir}",
-            f"data.train_data=['{learnable_jsonl}']",
+            f"data.train_data=['{data}']",
             f"trainer.seed={SEED}",
-            "trainer.max_training_steps=3",
+            f"trainer.max_training_steps={steps}",
             f"trainer.fully_async.max_staleness_steps={MAX_STALENESS}",
             f"trainer.ckpt_path={root / 'ckpt'}",
             f"trainer.export_path={root / 'export'}",
             f"trainer.arctic_rl.checkpoint.path={root / 'server'}",
+            *extra,
         ],
         base=TINY_FULLY_ASYNC,
         backend_factory=ArcticBackend.from_config,
         shutdown=True,
     )
-    print(f"SkyRL fully async wire run (3 steps): {time.perf_counter() - start:.1f} s")
+    print(f"SkyRL fully async wire run ({steps} steps): {time.perf_counter() - start:.1f} s")
     assert wire_server.jobs() == {}  # the run destroyed the jobs it created
     return exp, wire_server.requests(mark)
+
+
+@pytest.fixture(scope="module")
+def async_run(wire_server, learnable_jsonl, tmp_path_factory):
+    return wire_async_run(wire_server, tmp_path_factory.mktemp("skyrl_wire_async"), learnable_jsonl, 3)
 
 
 def _server_view(lines):
@@ -134,30 +139,9 @@ def multi_turn_async_run(wire_server, tmp_path_factory):
     from skyrl_multi_turn import vowel_turns_rows, write_jsonl
 
     root = tmp_path_factory.mktemp("skyrl_wire_async_multi_turn")
-    model_dir = tiny_model_dir(root / "model", SEED, **TINY_MODEL)
     data = write_jsonl(vowel_turns_rows(), root / "vowel_turns.jsonl")
-    wire_server.check_alive()
-    assert wire_server.jobs() == {}
-    mark = wire_server.request_count()
-    exp = run_grpo(
-        [
-            *wire_server.overrides("trainer.arctic_rl.", model=False),
-            f"trainer.policy.model.path={model_dir}",
-            f"data.train_data=['{data}']",
-            f"trainer.seed={SEED}",
-            "generator.max_turns=2",
-            "generator.max_input_length=256",
-            f"trainer.max_training_steps={MULTI_TURN_STEPS}",
-            f"trainer.ckpt_path={root / 'ckpt'}",
-            f"trainer.export_path={root / 'export'}",
-            f"trainer.arctic_rl.checkpoint.path={root / 'server'}",
-        ],
-        base=TINY_FULLY_ASYNC,
-        backend_factory=ArcticBackend.from_config,
-        shutdown=True,
-    )
-    assert wire_server.jobs() == {}
-    return exp, wire_server.requests(mark)
+    extra = ("generator.max_turns=2", "generator.max_input_length=256")
+    return wire_async_run(wire_server, root, data, MULTI_TURN_STEPS, *extra)
 
 
 def test_fully_async_multi_turn_trains_two_turn_trajectories_as_sampled(multi_turn_async_run):
