@@ -15,12 +15,12 @@ more." between them, each turn rewarded with its vowel share / 2). One run serve
 - verl's reward of each trajectory is the sum of its turns' rewards, recomputed from the sampled ids.
 
 verl's own `tool_agent` runs a second turn only when the model writes a tool call, which an untrained tiny
-model never does: hence a loop of the test's on verl's agent-loop machinery. Two recorded runs (lr 0.05):
-mean reward 0.39 over the first three steps, 1.0 from step 19-20 on; the share of turns left untrained
-0.22-0.47 over the first ten steps, 0 once the policy settled on one token repeated (it survives the round
-trip). At lr 0.1 one run settled on a token two-thirds vowels (0.67): the margin below allows for that.
-Cost: one verl start-up plus 24 steps of ~2.5-5 s: ~200-300 s; 476 s with two copies running at once under
-load ~20."""
+model never does: hence a loop of the test's on verl's agent-loop machinery. Three recorded runs (lr 0.05):
+mean reward 0.39 over the first three steps; 1.0 from step 19-20 on in two, 0.67 in the third (the policy
+settled on a token two-thirds vowels; the margin below allows for that). The share of turns left untrained
+was 0.22-0.5 in the first steps and 0 once the policy settled on one token repeated (it survives the round
+trip); in the third run every second turn drifted for ten steps. Cost: one verl start-up plus 24 steps of
+~2.5-5 s: 420-476 s measured under load 12-20 (170 s for a 12-step run at load ~7)."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_the_mean_reward_rises(run):
     rewards = [step_metrics(log, step)["critic/score/mean"] for step in range(1, STEPS + 1)]
     print(f"\nverl vowel_turns mean reward per step: {[round(r, 3) for r in rewards]}")
     first, last = statistics.mean(rewards[:3]), statistics.mean(rewards[-3:])
-    assert last > first + 0.25, rewards
+    assert last > first + 0.2, rewards
     for step in range(1, STEPS + 1):
         metrics = step_metrics(log, step)
         assert math.isfinite(metrics["actor/pg_loss"])
