@@ -19,7 +19,6 @@ from typing import Any
 
 from arctic_rl_core.config.model_type import model_type_of
 from omegaconf import OmegaConf
-from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 
 from adapter_verl.command_line import override_key
 
@@ -61,7 +60,6 @@ def critic(config: Any) -> str | None:
 
 def vision(config: Any, overrides: Sequence[str]) -> tuple[str, str] | None:
     """(field, problem) when the run feeds images or video to the policy."""
-
     why = (
         "the arctic rollout takes token prompts only: the adapter's rollout replica refuses image and video "
         "data, and arctic-platform 0.1.4's sampler and training wire carry none"
@@ -111,6 +109,7 @@ def refusals(config: Any, overrides: Sequence[str]) -> Refusals:
 
 def estimator_problem(config: Any) -> str | None:
     """`algorithm.adv_estimator` must be one of verl's registered estimators (what verl's trainer looks up)."""
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY  # noqa: PLC0415 - CLI start-up
 
     name = _get(config, "algorithm.adv_estimator")
     if name is None or str(name) in ADV_ESTIMATOR_REGISTRY:
