@@ -312,7 +312,14 @@ def override_config_check(config: DictConfig, data: dict[str, Any]) -> tuple[lis
             f"{OVERRIDE_FIELD}: {derived.base!r} is not on this machine (nor in the local Hugging Face cache): the "
             "overrides are checked against its config.json at start-up, when the Arctic jobs' model folder is made"
         ]
-    found = check_overrides(load_base_config(base), override_config)
+    try:
+        base_config = load_base_config(base)
+    except (OSError, ValueError) as error:
+        return [
+            f"{OVERRIDE_FIELD}={override_config!r}: transformers cannot load {base}/config.json ({error}), so the "
+            "Arctic jobs' model folder cannot be made: give a model folder whose config.json transformers loads"
+        ], []
+    found = check_overrides(base_config, override_config)
     if found.issues:
         return [issue.render() for issue in found.issues], []
     notices = [
