@@ -108,12 +108,41 @@ def test_demo_drives_an_arctic_server_through_the_real_client(wire, tmp_path, co
     run_against_server("skyrl", tmp_path / "run", wire.url, colocate=colocate)
 
 
-def test_bird_multi_turn_demo_shows_turns_and_accuracy_before_and_after(tmp_path):
+def test_bird_multi_turn_demo_shows_turns_and_accuracy_before_and_after(tmp_path, monkeypatch):
     """`arctic-rl demo --max-turns 2`: SkyRL's generator runs SkyRL-SQL's protocol (the Arctic
     `bird_multi_turn` environment, one continued message, stop at </sql> and </solution>); the accuracy
-    before and after is over whole episodes, with how many took 1 and 2 turns; each step logs the mean."""
-    from arctic_rl_core.envs.bird.multi_turn import STOP_STRINGS
+    before and after is over whole episodes, with how many took 1 and 2 turns and how they ended, each
+    number that of the episodes the evaluation actually ran (recorded at the environment); each step logs
+    the mean turns."""
+    from arctic_rl_core.envs.bird.multi_turn import (
+        SOLUTION_CLOSE,
+        SOLUTION_OPEN,
+        STOP_STRINGS,
+        BirdSQLEpisode,
+    )
+    from arctic_rl_testbed.demo import evaluation
 
+    evaluations: list[dict[int, tuple]] = []  # per evaluate_episodes call: each episode's (episode, steps)
+    recording: dict[int, tuple] | None = None
+    step, evaluate = BirdSQLEpisode.step, evaluation.evaluate_episodes
+
+    def recorded_step(self, action):
+        result = step(self, action)
+        if recording is not None:
+            recording.setdefault(id(self), (self, []))[1].append((action, result))
+        return result
+
+    async def recorded_evaluate(*args, **kwargs):
+        nonlocal recording
+        recording = {}
+        try:
+            return await evaluate(*args, **kwargs)
+        finally:
+            evaluations.append(recording)
+            recording = None
+
+    monkeypatch.setattr(BirdSQLEpisode, "step", recorded_step)
+    monkeypatch.setattr(evaluation, "evaluate_episodes", recorded_evaluate)
     run_dir = tmp_path / "multi_turn"
     options = tiny_options("skyrl", run_dir, max_turns=2, steps=1, eval_samples=1)
     assert demo_run.run_demo(options) == 0
@@ -129,11 +158,39 @@ def test_bird_multi_turn_demo_shows_turns_and_accuracy_before_and_after(tmp_path
     assert all(stop in overrides for stop in STOP_STRINGS)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["max_turns"] == 2
+
+    def ran(episodes: dict[int, tuple]) -> dict:
+        """The counts of the episodes run, from their steps: turns, endings, EX."""
+        turns, ended, correct = {}, {"solution": 0, "max_turns": 0, "context_limit": 0}, 0
+        for _, steps in episodes.values():
+            turns[str(len(steps))] = turns.get(str(len(steps)), 0) + 1
+            last_action, last = steps[-1]
+            if not last.done:
+                ended["context_limit"] += 1
+            elif SOLUTION_OPEN in last_action and SOLUTION_CLOSE in last_action:
+                ended["solution"] += 1
+            else:
+                assert len(steps) == 2  # the environment ends an unanswered episode at max_turns only
+                ended["max_turns"] += 1
+            correct += int(last.done and last.reward == 1.0)
+        return {"total": len(episodes), "turns": turns, "ended": ended, "correct": correct}
+
+    # greedy then sampled (1 per question), held-out then train, before then after GRPO
+    assert len(evaluations) == 8
+    calls = iter(evaluations)
+    records = iter(MetricsLog(run_dir).records("eval"))
     for phase in ("before", "after"):
         for split, total in (("heldout", 10), ("train", 16)):
             score = summary[phase][split]
             assert score["metric"] == "EX" and score["total"] == total
-            assert sum(score["turns"].values()) == total and set(score["turns"]) <= {"1", "2"}
             assert sum(score["errors"].values()) == total and score["correct"] <= score["well_formatted"]
-    (step,) = MetricsLog(run_dir).grpo_steps()
-    assert 1.0 <= step["turns_mean"] <= 2.0
+            greedy, sampled = next(calls), next(calls)
+            for reported, episodes in ((score, greedy), (score["sampled"], sampled)):
+                assert {k: reported[k] for k in ("total", "turns", "ended", "correct")} == ran(episodes)
+            record = next(records)
+            assert (record["phase"], record["split"]) == (phase, split)
+            assert [(e["turns"], e["responses"]) for e in record["episodes"]] == [
+                (len(steps), [action for action, _ in steps]) for _, steps in greedy.values()
+            ]
+    (step_record,) = MetricsLog(run_dir).grpo_steps()
+    assert 1.0 <= step_record["turns_mean"] <= 2.0

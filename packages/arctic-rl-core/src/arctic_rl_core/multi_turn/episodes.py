@@ -26,11 +26,13 @@ class EpisodeEnv(Protocol):
 @dataclass
 class EpisodeResult:
     """One finished episode: its reward (the last step's), turns taken, and the responses' texts.
-    `turns` counts the actions the environment saw."""
+    `turns` counts the actions the environment saw; `cut`: the environment had not ended it, its next
+    context was longer than `max_input_length`."""
 
     reward: float = 0.0
     turns: int = 0
     responses: list[str] = field(default_factory=list)
+    cut: bool = False
 
 
 async def run_episodes(
@@ -68,5 +70,7 @@ async def run_episodes(
             contexts[i] += response + list(observation)
             if max_input_length is None or len(contexts[i]) <= max_input_length:
                 still.append(i)
+            else:
+                result.cut = True
         live = still
     return results

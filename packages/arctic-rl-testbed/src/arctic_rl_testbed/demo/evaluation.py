@@ -8,6 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+# how a multi-turn episode ends (`evaluate_episodes`)
+ENDINGS = ("solution", "max_turns", "context_limit")
+
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
 
@@ -81,7 +84,9 @@ async def evaluate_episodes(
 ) -> HeldoutScore:
     """BIRD multi-turn: `samples_per_prompt` episodes per row (greedy by default), each up to the task's
     max_turns (`envs.bird.multi_turn`); EX is the share whose final answer is correct, `turns` how many
-    episodes took each number of turns, `errors` correct / wrong / malformed (no well-formed solution)."""
+    episodes took each number of turns, `ended` how many ended with a `<solution>`, hit max_turns without
+    one, or were cut at `max_input_length`; `errors` correct / wrong / malformed (no well-formed
+    solution); `episodes` each one's turns, ending, reward and responses."""
     from collections import Counter
 
     from arctic_rl_core.backends.protocol import SamplingParams
@@ -107,6 +112,16 @@ async def evaluate_episodes(
     correct = sum(int(v["correct"]) for v in verdicts)
     formed = sum(int(v["well_formed"]) for v in verdicts)
     errors = {"correct": correct, "wrong_result": formed - correct, "malformed": len(verdicts) - formed}
+    records = [
+        {
+            "turns": result.turns,
+            "ended": "context_limit" if result.cut else episode.ended_by,
+            "reward": result.reward,
+            "responses": result.responses,
+        }
+        for episode, result in zip(episodes, results, strict=True)
+    ]
+    ended = Counter(record["ended"] for record in records)
     return HeldoutScore(
         metric="EX",
         correct=correct,
@@ -114,4 +129,6 @@ async def evaluate_episodes(
         errors={k: v for k, v in errors.items() if v},
         well_formatted=formed,
         turns=dict(Counter(result.turns for result in results)),
+        ended={kind: ended[kind] for kind in ENDINGS},
+        episodes=records,
     )

@@ -578,14 +578,21 @@ def _evaluate_episodes(progress, log: MetricsLog, backend, task, phase: str, opt
             sampled=sampled,
         )
         turns = "/".join(str(score.turns.get(t, 0)) for t in range(1, task.max_turns + 1))
-        progress.update(bar, advance=1, info=f"{split} EX {score.percent:.1f}%, turns {turns}")
+        info = f"{split} EX {score.percent:.1f}%, turns {turns}, hit max_turns {score.ended['max_turns']}"
+        progress.update(bar, advance=1, info=info)
     return results
 
 
 def _summary(options: DemoOptions, before, after, steps, seconds) -> dict[str, Any]:
+    keys = ("metric", "correct", "total", "percent", "well_formatted", "errors", "turns", "ended")
+
     def pick(record: dict[str, Any]) -> dict[str, Any]:
-        keys = ("metric", "correct", "total", "percent", "well_formatted", "errors", "sampled", "turns")
-        return {k: record.get(k) for k in keys}
+        """A score's counts (multi-turn: by turns taken and ending too); its episodes stay in metrics.jsonl."""
+        sampled = record.get("sampled")
+        return {
+            **{k: record.get(k) for k in keys},
+            "sampled": None if sampled is None else {k: sampled.get(k) for k in keys},
+        }
 
     return {
         "framework": options.framework,
@@ -655,13 +662,32 @@ def _print_summary(console, summary: dict[str, Any], plot: Path) -> None:
 
 
 def _turns_table(summary: dict[str, Any]):
-    """Multi-turn: how many episodes took each number of turns, before and after GRPO."""
+    """Multi-turn: how many episodes took each number of turns and how they ended, with their EX,
+    before -> after GRPO."""
     from rich.table import Table
 
+    from arctic_rl_testbed.demo.evaluation import ENDINGS
+
     turns = range(1, summary["max_turns"] + 1)
-    table = Table(title="Turns per episode before -> after GRPO (episodes that took 1, 2, ... turns)")
-    for column in ("split", "answers", *(f"{t} turn{'s' if t > 1 else ''}" for t in turns)):
+    table = Table(
+        title="Episodes before -> after GRPO: turns taken, how they ended (a <solution>; max_turns reached "
+        "without one; cut at the input length), EX"
+    )
+    columns = (
+        "split",
+        "answers",
+        *(f"{t} turn{'s' if t > 1 else ''}" for t in turns),
+        "solution",
+        "hit max_turns",
+        "cut",
+        "EX",
+    )
+    for column in columns:
         table.add_column(column)
+
+    def change(before: dict[str, Any], after: dict[str, Any] | None, read: Any) -> str:
+        return f"{read(before)} -> {'-' if after is None else read(after)}"
+
     for split in EVAL_SPLITS:
         for kind in ("greedy", "sampled"):
             b = summary["before"][split] if kind == "greedy" else summary["before"][split].get("sampled")
@@ -669,10 +695,11 @@ def _turns_table(summary: dict[str, Any]):
             a = after if kind == "greedy" else after.get("sampled")
             if b is None:
                 continue
-            cells = [
-                f"{(b.get('turns') or {}).get(str(t), 0)} -> {'-' if a is None else (a.get('turns') or {}).get(str(t), 0)}"
-                for t in turns
+            cells = [change(b, a, lambda s, t=t: (s.get("turns") or {}).get(str(t), 0)) for t in turns]
+            cells += [
+                change(b, a, lambda s, e=ending: (s.get("ended") or {}).get(e, 0)) for ending in ENDINGS
             ]
+            cells.append(change(b, a, lambda s: f"{s['correct']}/{s['total']}"))
             table.add_row("held-out" if split == "heldout" else "train", kind, *cells)
     return table
 

@@ -36,6 +36,10 @@ class HeldoutScore:
     errors: dict[str, int] = field(default_factory=dict)
     well_formatted: int = 0
     turns: dict[int, int] = field(default_factory=dict)  # multi-turn: episodes by turns taken
+    # multi-turn: episodes by how they ended ("solution"; "max_turns": no <solution> by the last turn;
+    # "context_limit": cut at max_input_length), and each episode (turns, ended, reward, responses)
+    ended: dict[str, int] = field(default_factory=dict)
+    episodes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def percent(self) -> float:
@@ -50,6 +54,8 @@ class HeldoutScore:
             "well_formatted": self.well_formatted,
             "errors": dict(self.errors),
             **({"turns": {str(k): v for k, v in sorted(self.turns.items())}} if self.turns else {}),
+            **({"ended": dict(self.ended)} if self.turns else {}),
+            **({"episodes": list(self.episodes)} if self.episodes else {}),
         }
 
 

@@ -11,7 +11,7 @@ skyrl-gym environment `bird_multi_turn`, verl wraps `step` as an agent-loop inte
   `MAX_OBSERVATION_CHARS` characters. An action with no `<sql>` block gets `INVALID_ACTION` as its result.
 - The episode ends at the first action holding `<solution>...</solution>`, or after `max_turns`
   actions (SkyRL passes its `generator.max_turns`; `DEFAULT_MAX_TURNS` otherwise): the last action
-  gets no observation.
+  gets no observation. `ended_by` says which ("solution" or "max_turns").
 - Reward, when the episode ends, on everything said (actions and observations, in order): -1.0 when it
   is not well formed (exactly one `<solution>`, closed, holding no `<think>`/`<sql>`/`<observation>`
   tag; at least one `<think>...</think>`; every observation followed by a `<think>`), else 1.0 when the
@@ -157,6 +157,7 @@ class BirdSQLEpisode:
         self.sql_calls = 0
         self.transcript: list[str] = []
         self.verdict: dict[str, Any] | None = None
+        self.ended_by: str | None = None  # "solution" or "max_turns" (no <solution> by the last turn)
 
     @classmethod
     def from_row(cls, extras: Mapping[str, Any], env_config: Any = None, **kwargs: Any) -> BirdSQLEpisode:
@@ -191,7 +192,9 @@ class BirdSQLEpisode:
             raise RuntimeError("the episode has ended: start a new one")
         self.turns += 1
         self.transcript.append(action)
-        if self.turns >= self.max_turns or (SOLUTION_OPEN in action and SOLUTION_CLOSE in action):
+        answered = SOLUTION_OPEN in action and SOLUTION_CLOSE in action
+        if answered or self.turns >= self.max_turns:
+            self.ended_by = "solution" if answered else "max_turns"
             reward = self._final_reward()
             return EpisodeStep(None, reward, True, {"turns": self.turns})
         match = _SQL_BLOCK.search(action)
