@@ -52,4 +52,8 @@ def test_without_skyrl_the_comparisons_with_it_say_why(monkeypatch: pytest.Monke
     assert "physical limit" in limit.baseline and limit.ours_value > 0
     rows = dict(result.extra_rows)
     assert float(rows["ours, same batch again (gold cached)"]) > 0
+    # the fastest hostile repeat's schedule: each runaway's send (a loaded machine may time out more)
+    timeline = rows["hostile batch, fastest repeat (s from its start)"]
+    sends = timeline.split(";")[0].removeprefix("runaways sent at ").split(", ")
+    assert len(sends) >= 2 and float(timeline.split("end ")[1].split(";")[0]) >= max(map(float, sends)) + 0.3
     assert "two free cores needed" in result.conditions

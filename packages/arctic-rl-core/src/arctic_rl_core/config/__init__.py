@@ -7,7 +7,7 @@ only at import time.
 """
 
 from arctic_rl_core.config.errors import ConfigError, ConfigIssue
-from arctic_rl_core.config.schema import ArcticRLConfig
+from arctic_rl_core.config.run_config import ArcticRLConfig
 from arctic_rl_core.config.shape import TrainingShape
 from arctic_rl_core.config.sources import load_config
 

@@ -12,7 +12,7 @@ from arctic_rl_core.config.plan import client_fields
 if TYPE_CHECKING:
     from arctic_platform.client import ArcticClientConfig
 
-    from arctic_rl_core.config.schema import ArcticRLConfig
+    from arctic_rl_core.config.schema import ArcticRLSettings
 
 INSTALL_HINT = "install arctic-rl-core[transport] (arctic-platform[transport]==0.1.4)"
 
@@ -48,7 +48,7 @@ def _cortex_backend(fields: dict[str, Any]) -> Any:
     return CortexConfig.model_validate(data)
 
 
-def to_client_config(cfg: ArcticRLConfig) -> ArcticClientConfig:
+def to_client_config(cfg: ArcticRLSettings) -> ArcticClientConfig:
     if not cfg.is_arctic:
         raise ConfigError(
             [

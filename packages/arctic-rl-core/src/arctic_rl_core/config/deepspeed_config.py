@@ -8,15 +8,14 @@ runs exactly what the configuration says.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from arctic_rl_core.config.engine_args import deep_merge
+from arctic_rl_core.config.schema import ArcticRLSettings
+from arctic_rl_core.config.shape import TrainingShape
 
-if TYPE_CHECKING:
-    from arctic_rl_core.config.schema import ArcticRLConfig
 
-
-def log_prob_zero_stage(cfg: ArcticRLConfig) -> int:
+def log_prob_zero_stage(cfg: ArcticRLSettings) -> int:
     """ZeRO stage of the forward-only log-prob (reference) engine: 3 when training shards parameters,
     else 0. Stages 1 and 2 shard optimizer state and gradients, which an engine without an optimizer
     has none of: DeepSpeed asserts "zero stage N requires an optimizer" (0.1.4 builds that engine from
@@ -24,7 +23,7 @@ def log_prob_zero_stage(cfg: ArcticRLConfig) -> int:
     return 3 if cfg.deepspeed.zero_stage == 3 else 0
 
 
-def _zero_optimization(cfg: ArcticRLConfig, *, training: bool) -> dict[str, Any]:
+def _zero_optimization(cfg: ArcticRLSettings, *, training: bool) -> dict[str, Any]:
     ds = cfg.deepspeed
     stage = ds.zero_stage if training else log_prob_zero_stage(cfg)
     zero: dict[str, Any] = {"stage": stage}
@@ -35,9 +34,9 @@ def _zero_optimization(cfg: ArcticRLConfig, *, training: bool) -> dict[str, Any]
     return zero
 
 
-def _scheduler(cfg: ArcticRLConfig) -> dict[str, Any] | None:
+def _scheduler(cfg: ArcticRLSettings) -> dict[str, Any] | None:
     opt = cfg.optimizer
-    shape = cfg.shape
+    shape = TrainingShape.from_config(cfg)
     return scheduler_section(
         opt.scheduler,
         lr=opt.lr,
@@ -77,9 +76,9 @@ def scheduler_section(
     return None
 
 
-def training_ds_config(cfg: ArcticRLConfig) -> dict[str, Any]:
+def training_ds_config(cfg: ArcticRLSettings) -> dict[str, Any]:
     """`training.ds_config`: batch identity, optimizer, schedule, precision and ZeRO."""
-    shape = cfg.shape
+    shape = TrainingShape.from_config(cfg)
     ds = cfg.deepspeed
     opt = cfg.optimizer
     config: dict[str, Any] = {
@@ -113,7 +112,7 @@ def training_ds_config(cfg: ArcticRLConfig) -> dict[str, Any]:
     return merged
 
 
-def log_prob_ds_config(cfg: ArcticRLConfig) -> dict[str, Any] | None:
+def log_prob_ds_config(cfg: ArcticRLSettings) -> dict[str, Any] | None:
     """`sampling.log_prob_ds_config`: the forward-only reference engine (None without that job)."""
     if cfg.placement.log_prob_gpus == 0:
         return None
@@ -124,11 +123,11 @@ def log_prob_ds_config(cfg: ArcticRLConfig) -> dict[str, Any] | None:
     }
 
 
-def ds_worker_config(cfg: ArcticRLConfig) -> dict[str, Any]:
+def ds_worker_config(cfg: ArcticRLSettings) -> dict[str, Any]:
     """`training.ds_worker_config`: kernels, autocast of the log-prob engine, ZoRRo."""
     kernels = cfg.kernels
     zorro = cfg.zorro
-    shape = cfg.shape
+    shape = TrainingShape.from_config(cfg)
     worker: dict[str, Any] = {
         "attn_implementation": kernels.attn_implementation,
         "use_liger": kernels.use_liger,

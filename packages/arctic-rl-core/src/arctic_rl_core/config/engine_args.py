@@ -10,10 +10,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from arctic_rl_core.config.schema import ArcticRLConfig
+from arctic_rl_core.config.schema import ArcticRLSettings
+from arctic_rl_core.config.shape import TrainingShape
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def logprobs_mode(cfg: ArcticRLConfig) -> str:
+def logprobs_mode(cfg: ArcticRLSettings) -> str:
     """vLLM's `logprobs_mode` of the sampling engines: `vllm.logprobs_mode`, else the distribution the
     trainer's log-probs have: temperature-scaled (`processed_logprobs`) where the training forward runs
     `apply_temperature`, the model's own (`raw_logprobs`) on Cortex, whose training body has no temperature."""
@@ -87,12 +87,12 @@ def logprobs_mode(cfg: ArcticRLConfig) -> str:
     return "raw_logprobs" if cfg.backend.kind == "cortex" else "processed_logprobs"
 
 
-def typed_defaults(cfg: ArcticRLConfig) -> dict[str, Any]:
+def typed_defaults(cfg: ArcticRLSettings) -> dict[str, Any]:
     vllm = cfg.vllm
     args: dict[str, Any] = {
         "tensor_parallel_size": cfg.placement.sampling_tensor_parallel_size,
         "gpu_memory_utilization": vllm.gpu_memory_utilization,
-        "max_model_len": cfg.shape.max_model_len,
+        "max_model_len": TrainingShape.from_config(cfg).max_model_len,
         "max_num_seqs": vllm.max_num_seqs,
         "enforce_eager": vllm.enforce_eager,
         "enable_chunked_prefill": vllm.enable_chunked_prefill,
@@ -104,7 +104,7 @@ def typed_defaults(cfg: ArcticRLConfig) -> dict[str, Any]:
     return args
 
 
-def arctic_injections(cfg: ArcticRLConfig) -> dict[str, Any]:
+def arctic_injections(cfg: ArcticRLSettings) -> dict[str, Any]:
     """Engine arguments implied by the Arctic Inference settings (empty when it is off)."""
     ai = cfg.arctic_inference
     injected: dict[str, Any] = {}
@@ -138,7 +138,7 @@ def arctic_injections(cfg: ArcticRLConfig) -> dict[str, Any]:
     return injected
 
 
-def build_engine_args(cfg: ArcticRLConfig) -> EngineArgs:
+def build_engine_args(cfg: ArcticRLSettings) -> EngineArgs:
     defaults = typed_defaults(cfg)
     injected = arctic_injections(cfg)
     base, _ = deep_merge(defaults, injected)

@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from arctic_rl_core.config.schema import ONPREM_BACKENDS, ArcticRLConfig
+from arctic_rl_core.config.run_config import ArcticRLConfig
+from arctic_rl_core.config.schema import ONPREM_BACKENDS
 
 # arctic-platform 0.1.4's ZoRRo train patch (rl/zorro_train/qwen_model_patcher.py): model_type values
 # it patches (with its aliases); any other model fails when the training job loads it.

@@ -425,7 +425,7 @@ def typeable(text: str, knob: Callable[[str], str]) -> str:
     import re
 
     from arctic_rl_core.config.errors import all_leaf_paths
-    from arctic_rl_core.config.schema import ArcticRLConfig
+    from arctic_rl_core.config.run_config import ArcticRLConfig
 
     paths = sorted((p for p in all_leaf_paths(ArcticRLConfig) if "." in p), key=len, reverse=True)
     pattern = re.compile(r"(?<![\w.+/-])(" + "|".join(re.escape(p) for p in paths) + r")(?![\w.])")

@@ -8,13 +8,12 @@ from `client_fields`, and the tests check that the real client produces exactly 
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from arctic_rl_core.config.deepspeed_config import ds_worker_config, log_prob_ds_config, training_ds_config
 from arctic_rl_core.config.engine_args import build_engine_args
-
-if TYPE_CHECKING:
-    from arctic_rl_core.config.schema import ArcticRLConfig
+from arctic_rl_core.config.schema import LEGACY_OPTIMISATIONS, ArcticRLSettings
+from arctic_rl_core.config.shape import TrainingShape
 
 JOB_CREATION_ORDER: tuple[str, ...] = ("sampling", "log_prob", "training")
 
@@ -38,7 +37,7 @@ _NOT_USED_BY_REFERENCE: dict[str, tuple[str, ...] | None] = {
 }
 
 
-def arctic_inference_config(cfg: ArcticRLConfig) -> dict[str, Any] | None:
+def arctic_inference_config(cfg: ArcticRLSettings) -> dict[str, Any] | None:
     """`sampling.arctic_inference_config` in the schema the server reads; None when it is off
     (the server treats any non-empty mapping as "on")."""
     ai = cfg.arctic_inference
@@ -50,19 +49,19 @@ def arctic_inference_config(cfg: ArcticRLConfig) -> dict[str, Any] | None:
     }
 
 
-def sampling_worker_env(cfg: ArcticRLConfig) -> dict[str, str]:
+def sampling_worker_env(cfg: ArcticRLSettings) -> dict[str, str]:
     """Environment the vLLM sampling workers need (Arctic Inference on: the plugin switch)."""
     return {"ARCTIC_INFERENCE_ENABLED": "1"} if cfg.arctic_inference.enable else {}
 
 
-def worker_env(cfg: ArcticRLConfig) -> dict[str, str]:
+def worker_env(cfg: ArcticRLSettings) -> dict[str, str]:
     """Environment every Arctic server worker gets: `backend.worker_env` plus the sampling workers'
     switches. 0.1.4 sets ARCTIC_INFERENCE_ENABLED itself only on its colocated branch; without it
     arctic-inference drops FCA and Arctic speculative decoding, so it is set for every run."""
     return {**cfg.backend.worker_env, **sampling_worker_env(cfg)}
 
 
-def worker_env_delivery(cfg: ArcticRLConfig) -> str:
+def worker_env_delivery(cfg: ArcticRLSettings) -> str:
     """How `worker_env` reaches the server's workers for this backend."""
     backend = cfg.backend
     if backend.kind == "cortex":
@@ -78,7 +77,7 @@ def worker_env_delivery(cfg: ArcticRLConfig) -> str:
     )
 
 
-def _backend_fields(cfg: ArcticRLConfig) -> dict[str, Any]:
+def _backend_fields(cfg: ArcticRLSettings) -> dict[str, Any]:
     backend = cfg.backend
     if backend.kind == "cortex":
         cortex = backend.cortex
@@ -110,9 +109,9 @@ def _backend_fields(cfg: ArcticRLConfig) -> dict[str, Any]:
     return fields
 
 
-def client_fields(cfg: ArcticRLConfig) -> dict[str, Any]:
+def client_fields(cfg: ArcticRLSettings) -> dict[str, Any]:
     """Keyword arguments of `ArcticClientConfig` as plain data (no secret, only its env name)."""
-    shape = cfg.shape
+    shape = TrainingShape.from_config(cfg)
     place = cfg.placement
     return {
         "model_name": cfg.model.name,
@@ -171,7 +170,7 @@ def initialize_bodies(fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return bodies
 
 
-def _explicit_fields(cfg: ArcticRLConfig, group: str, names: tuple[str, ...] | None) -> list[str]:
+def _explicit_fields(cfg: ArcticRLSettings, group: str, names: tuple[str, ...] | None) -> list[str]:
     settings = getattr(cfg, group)
     chosen = sorted(settings.model_fields_set)
     if names is not None:
@@ -179,10 +178,9 @@ def _explicit_fields(cfg: ArcticRLConfig, group: str, names: tuple[str, ...] | N
     return [f"{group}.{name}" for name in chosen]
 
 
-def build_plan(cfg: ArcticRLConfig) -> dict[str, Any]:
-    from arctic_rl_core.config.schema import LEGACY_OPTIMISATIONS
+def build_plan(cfg: ArcticRLSettings) -> dict[str, Any]:
 
-    shape = cfg.shape.as_dict()
+    shape = TrainingShape.from_config(cfg).as_dict()
     if cfg.backend.kind == "reference":
         not_applied: list[str] = []
         for group, names in _NOT_USED_BY_REFERENCE.items():

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from arctic_rl_core.config.schema import ArcticRLConfig
+from arctic_rl_core.config.run_config import ArcticRLConfig
 
 START_MARKER = "<!-- config-reference:start -->"
 END_MARKER = "<!-- config-reference:end -->"

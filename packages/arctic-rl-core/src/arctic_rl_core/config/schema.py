@@ -1,24 +1,21 @@
-"""The typed, framework-neutral configuration of an Arctic RL run.
+"""The fields of an Arctic RL run's configuration: `ArcticRLSettings`, its groups and their own validators.
 
-Both adapters map their framework's config into `ArcticRLConfig`; `plan()` and
-`to_client_config()` translate it into what the Arctic stack receives. Every group forbids
-unknown keys and every field is documented (the README's configuration reference is generated
-from these descriptions). Cross-field rules live in `arctic_rl_core.config.validation`.
+Every group forbids unknown keys and every field is documented (the README's configuration reference
+is generated from these descriptions). This module is the bottom of the config package: it imports
+none of the modules that read a configuration. `ArcticRLConfig` (`run_config`), the class users and
+adapters hold, adds the cross-field rules (`validation`) and the derived views (`shape`, `plan()`,
+`to_client_config()`) on top of these fields.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from arctic_rl_losses.names import SERVER_LOSS_FN
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
-from arctic_rl_core.config.errors import ConfigError, issues_from_validation_error
+from arctic_rl_core.config.loss_selection import server_can_import_core
 from arctic_rl_core.config.reference_model import ReferenceModelConfig
-
-if TYPE_CHECKING:
-    from arctic_platform.client import ArcticClientConfig
-
-    from arctic_rl_core.config.shape import TrainingShape
 
 BackendKind = Literal["ray", "http", "cortex", "reference"]
 ARCTIC_BACKENDS: tuple[str, ...] = ("ray", "http", "cortex")
@@ -711,20 +708,6 @@ class AsyncSettings(_Group):
     )
 
 
-def _without_paths(data: Any, paths: set[str]) -> Any:
-    """A copy of nested `data` without the dotted `paths` (those that exist)."""
-    if not isinstance(data, dict):
-        return data
-    copy: dict[str, Any] = {}
-    for key, value in data.items():
-        key_path = str(key)
-        if key_path in paths:
-            continue
-        inner = {p[len(key_path) + 1 :] for p in paths if p.startswith(key_path + ".")}
-        copy[key] = _without_paths(value, inner) if inner else value
-    return copy
-
-
 # The legacy integrations' optimisations: on by default with the Arctic backends, off on the reference
 # backend, where they have no CPU meaning (`plan()` lists them there).
 LEGACY_OPTIMISATIONS: tuple[str, ...] = (
@@ -736,39 +719,9 @@ LEGACY_OPTIMISATIONS: tuple[str, ...] = (
 )
 
 
-def _set_resolved(cfg: BaseModel, group: str, values: dict[str, Any]) -> None:
-    """Fill null ("backend default") fields of a frozen group without marking them as set by the user."""
-    settings = getattr(cfg, group).model_copy()
-    for name, value in values.items():
-        if getattr(settings, name) is None:
-            object.__setattr__(settings, name, value)
-    object.__setattr__(cfg, group, settings)
-
-
-def _resolve_backend_defaults(cfg: ArcticRLConfig) -> None:
-    """Null knobs take the backend's default: the legacy integrations' optimisations on the Arctic backends (ZoRRo
-    with memory-lean logits and micro-batches of whole prompt groups, Liger, Arctic Inference with
-    FCA), all off on the reference backend. Cortex takes Liger (its `model_provider`) but neither ZoRRo
-    nor Arctic Inference: its forward-backward body and 0.1.4's create-job body have no place for them.
-    An explicit value always wins."""
-    arctic = cfg.backend.kind in ARCTIC_BACKENDS
-    onprem = cfg.backend.kind in ONPREM_BACKENDS
-    zorro_on = cfg.zorro.enable if cfg.zorro.enable is not None else onprem
-    ai_on = cfg.arctic_inference.enable if cfg.arctic_inference.enable is not None else onprem
-    group = cfg.zorro.max_rollouts or cfg.batch.rollouts_per_prompt
-    _set_resolved(cfg, "zorro", {"enable": zorro_on, "logits_optimization": "memory" if zorro_on else "none"})
-    _set_resolved(cfg, "kernels", {"use_liger": arctic})
-    _set_resolved(cfg, "arctic_inference", {"enable": ai_on, "fca": ai_on})
-    _set_resolved(cfg, "batch", {"micro_batch_size_per_gpu": group if zorro_on else 1})
-    # fp32 log-probs unless flash-attn's fused cross-entropy (fp32 inside) runs; torch AdamW unless the
-    # optimizer is offloaded (FusedAdam JIT-compiles with nvcc; the CPU Adam needs only a host compiler)
-    fused_ce = cfg.kernels.attn_implementation == "flash_attention_2"
-    _set_resolved(cfg, "zorro", {"logits_compute_in_fp32": onprem and not fused_ce})
-    _set_resolved(cfg, "optimizer", {"torch_adam": onprem and not cfg.deepspeed.offload_optimizer})
-
-
-class _ArcticRLConfigGroups(BaseModel):
-    """One Arctic RL run. Build it with `load_config` (YAML/TOML + overrides) or `from_dict`."""
+class _ArcticRLSettingsGroups(BaseModel):
+    """The fields of one Arctic RL run, each group checked on its own (the cross-field rules are
+    `ArcticRLConfig`'s)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -819,69 +772,6 @@ class _ArcticRLConfigGroups(BaseModel):
         description="LoRA adapters instead of full-weight training (cortex and reference backends).",
     )
 
-    @model_validator(mode="after")
-    def _cross_field_rules(self) -> _ArcticRLConfigGroups:
-        from arctic_rl_core.config.validation import check
-
-        _resolve_backend_defaults(self)
-        issues = check(self)
-        if issues:
-            raise ConfigError(issues)
-        return self
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str | None = None) -> ArcticRLConfig:
-        """Validate plain data; every problem is raised at once as a `ConfigError`.
-
-        Before the schema: the data's bounds (`input_bounds`: size, depth, cycles, non-finite
-        numbers; nothing else is checked past one of those) and the coercions pydantic would make
-        silently (`strict_types`: `true` or `"2"` for a number)."""
-        from arctic_rl_core.config.input_bounds import bounded_issues
-        from arctic_rl_core.config.strict_types import coercion_issues
-
-        bounded = bounded_issues(data)
-        if bounded:
-            raise ConfigError(bounded, source=source)
-        coerced = coercion_issues(cls, data)
-        if not coerced:
-            return cls._validate_all(data, source)
-        bad = {issue.path.split("[", 1)[0] for issue in coerced}
-        try:
-            cls._validate_all(_without_paths(data, bad), source)
-        except ConfigError as error:
-            coerced += [
-                issue
-                for issue in error.issues
-                if not any(path in f"{issue.path} {issue.problem}" for path in bad)
-            ]
-        raise ConfigError(coerced, source=source) from None
-
-    @classmethod
-    def _validate_all(cls, data: dict[str, Any], source: str | None) -> ArcticRLConfig:
-        from pydantic import ValidationError
-
-        try:
-            return cls.model_validate(data)
-        except ValidationError as error:
-            issues = issues_from_validation_error(cls, error)
-            cross_field = any(
-                isinstance((item.get("ctx") or {}).get("error"), ConfigError) for item in error.errors()
-            )
-        if cross_field:  # all fields were valid: the report is complete
-            raise ConfigError(issues, source=source) from None
-        # Field errors stop pydantic before the cross-field rules; run those rules once more on
-        # the data without the bad fields, so one report still lists every problem.
-        bad = {issue.path for issue in issues}
-        try:
-            cls.model_validate(_without_paths(data, bad))
-        except ValidationError as error:
-            issues += [
-                issue
-                for issue in issues_from_validation_error(cls, error)
-                if not any(path in f"{issue.path} {issue.problem}" for path in bad)  # not about a bad field
-            ]
-        raise ConfigError(issues, source=source) from None
-
     @property
     def async_settings(self) -> AsyncSettings:
         """The `async` group (`async` is a Python keyword, so it is no attribute name)."""
@@ -897,45 +787,22 @@ class _ArcticRLConfigGroups(BaseModel):
         """Whether the training server can import arctic_rl_core (loss.loss_fn=arctic_rl_core): the
         reference engine and the Ray backend (same locked environment) always, an HTTP server when
         `backend.server_has_arctic_rl_core`, Cortex never."""
-        from arctic_rl_core.config.loss_selection import server_can_import_core
-
         return server_can_import_core(self.backend.model_dump())
 
     @property
     def server_loss_fn(self) -> str:
         """`processing.loss_fn` of the training payloads: a registered server name, or the dotted path
         of `arctic_rl_losses` for loss_fn=arctic_rl_core."""
-        from arctic_rl_losses.names import SERVER_LOSS_FN
-
         return SERVER_LOSS_FN if self.loss.loss_fn == "arctic_rl_core" else self.loss.loss_fn
-
-    @property
-    def shape(self) -> TrainingShape:
-        """Derived batch/parallelism numbers (batch identity, horizon, engines, lengths)."""
-        from arctic_rl_core.config.shape import TrainingShape
-
-        return TrainingShape.from_config(self)
-
-    def plan(self) -> dict[str, Any]:
-        """What the Arctic stack receives, as plain data (no arctic-platform needed)."""
-        from arctic_rl_core.config.plan import build_plan
-
-        return build_plan(self)
-
-    def to_client_config(self) -> ArcticClientConfig:
-        """The real `arctic_platform.client.ArcticClientConfig` (arctic-platform 0.1.4)."""
-        from arctic_rl_core.config.client_config import to_client_config
-
-        return to_client_config(self)
 
 
 # `async` is a Python keyword: the group is added by name, so the key in files, overrides, errors,
 # `model_dump()` and the README reference is `async` like every other group's.
-ArcticRLConfig = create_model(
-    "ArcticRLConfig",
-    __base__=_ArcticRLConfigGroups,
+ArcticRLSettings = create_model(
+    "ArcticRLSettings",
+    __base__=_ArcticRLSettingsGroups,
     __module__=__name__,
-    __doc__=_ArcticRLConfigGroups.__doc__,
+    __doc__=_ArcticRLSettingsGroups.__doc__,
     **{
         "async": (
             AsyncSettings,

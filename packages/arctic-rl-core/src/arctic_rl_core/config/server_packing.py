@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 from arctic_rl_core.config.schema import ONPREM_BACKENDS
 
 if TYPE_CHECKING:
-    from arctic_rl_core.config.schema import ArcticRLConfig
+    from arctic_rl_core.config.schema import ArcticRLSettings
 
 FLASH_ATTENTIONS: tuple[str, ...] = ("flash_attention_2", "flash_attention_3")
 
 
-def server_packs_rows_across_attention(cfg: ArcticRLConfig) -> bool:
+def server_packs_rows_across_attention(cfg: ArcticRLSettings) -> bool:
     """True when arctic-platform 0.1.4 would pack a micro-batch's rows into one sequence that its
     attention does not separate: an on-prem server (ray/http), ZoRRo off (ZoRRo packs by itself, with
     flash attention), and an attention other than flash attention (whose varlen kernel splits the

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from arctic_rl_core.config.framework_fields import NotAppliedSetting
-    from arctic_rl_core.config.schema import ArcticRLConfig
+    from arctic_rl_core.config.run_config import ArcticRLConfig
 
 _BACKEND_WHERE = {
     "ray": "the Arctic server's jobs on the local Ray cluster",

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from arctic_rl_core.config.schema import ArcticRLConfig
+    from arctic_rl_core.config.schema import ArcticRLSettings
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class TrainingShape:
     max_token_len_per_gpu: int
 
     @classmethod
-    def from_config(cls, cfg: ArcticRLConfig) -> TrainingShape:
+    def from_config(cls, cfg: ArcticRLSettings) -> TrainingShape:
         batch = cfg.batch
         dp = cfg.placement.data_parallel_size
         mini_prompts = batch.mini_batch_prompts or batch.prompts_per_step

@@ -8,7 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from arctic_rl_core.config.schema import ArcticRLConfig
+    from arctic_rl_core.config.run_config import ArcticRLConfig
 
 
 def config_document(cfg: ArcticRLConfig) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import yaml
 from arctic_rl_core.config.errors import ConfigError, ConfigIssue
 from arctic_rl_core.config.input_bounds import MAX_FILE_BYTES, MAX_OVERRIDE_CHARS
 from arctic_rl_core.config.override_values import base_60_value
-from arctic_rl_core.config.schema import ArcticRLConfig
+from arctic_rl_core.config.run_config import ArcticRLConfig
 
 
 class _YamlLoader(yaml.SafeLoader):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from arctic_rl_core.config.engine_args import logprobs_mode
 from arctic_rl_core.config.errors import ConfigIssue
-from arctic_rl_core.config.schema import ArcticRLConfig
+from arctic_rl_core.config.run_config import ArcticRLConfig
 
 
 def truncates(top_p: float | None, top_k: int | None) -> bool:

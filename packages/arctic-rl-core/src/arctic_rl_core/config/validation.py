@@ -1,4 +1,4 @@
-"""Cross-field rules of `ArcticRLConfig`. Every rule reports, none stops the others: a config is
+"""Cross-field rules of `ArcticRLConfig`, on its fields (`ArcticRLSettings`). Every rule reports, none stops the others: a config is
 checked completely and all problems come back together, each naming field, value and fix.
 
 A rule exists where the Arctic stack would fail late (DeepSpeed at engine build, vLLM at launch,
@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from arctic_rl_core.config.errors import ConfigIssue
+from arctic_rl_core.config.schema import ARCTIC_SERVER_CLIP_RATIOS, FAMILY_KNOB_FAMILIES, ArcticRLSettings
 from arctic_rl_core.config.server_packing import server_packs_rows_across_attention
 
-if TYPE_CHECKING:
-    from arctic_rl_core.config.schema import ArcticRLConfig
-
-Rule = Callable[["ArcticRLConfig"], Iterable[ConfigIssue]]
+Rule = Callable[["ArcticRLSettings"], Iterable[ConfigIssue]]
 
 # vLLM engine arguments owned by a typed knob (or set by the server itself).
 VLLM_OWNED_KEYS: dict[str, str] = {
@@ -68,7 +66,7 @@ def _explicit(group: Any, name: str) -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
-def _backend_fields_match_kind(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _backend_fields_match_kind(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     backend = cfg.backend
     kind = backend.kind
     if kind != "http":
@@ -108,7 +106,7 @@ def _backend_fields_match_kind(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _worker_env_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _worker_env_rules(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     env = cfg.backend.worker_env
     if env and not cfg.is_arctic:
         yield _issue(
@@ -145,7 +143,7 @@ def _worker_env_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
         )
 
 
-def _arctic_needs_model_and_checkpoint(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _arctic_needs_model_and_checkpoint(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     if not cfg.is_arctic:
         return
     if not cfg.model.name:
@@ -171,7 +169,7 @@ def _arctic_needs_model_and_checkpoint(cfg: ArcticRLConfig) -> Iterable[ConfigIs
         )
 
 
-def _cortex_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _cortex_rules(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     """What Cortex cannot serve through the 0.1.4 client (`backends.cortex_limits`). Several epochs or
     mini-batches per rollout batch are fine: the old log-probs are the sampler's, not recomputed."""
     from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS
@@ -264,7 +262,7 @@ def _cortex_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
 # ----------------------------------------------------------------------------------------------
 
 
-def _placement_divisibility(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _placement_divisibility(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     place = cfg.placement
     if place.sampling_gpus % place.sampling_tensor_parallel_size:
         yield _issue(
@@ -291,7 +289,7 @@ def _placement_divisibility(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
         )
 
 
-def _sequence_parallel_unsupported(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _sequence_parallel_unsupported(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     """0.1.4's batch splitter (`common/utils/batch.py:_split_batch`) raises for sp_size > 1 on
     every forward and forward-backward: such a run would start, allocate its GPUs, then fail its
     first data call."""
@@ -307,7 +305,7 @@ def _sequence_parallel_unsupported(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]
         )
 
 
-def _batch_divisibility(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _batch_divisibility(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     batch = cfg.batch
     mini = batch.mini_batch_prompts or batch.prompts_per_step
     if batch.mini_batch_prompts is not None and batch.prompts_per_step % batch.mini_batch_prompts:
@@ -335,7 +333,7 @@ def _batch_divisibility(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
         )
 
 
-def _lengths(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _lengths(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     batch = cfg.batch
     needed = batch.max_prompt_length + batch.max_response_length
     max_len = cfg.vllm.max_model_len
@@ -357,7 +355,7 @@ def _lengths(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
             )
 
 
-def _log_prob_job(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _log_prob_job(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     if not cfg.is_arctic or cfg.backend.kind == "cortex":
         return
     place = cfg.placement
@@ -386,7 +384,7 @@ def _log_prob_job(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
 # ----------------------------------------------------------------------------------------------
 
 
-def _schedule(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _schedule(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     opt = cfg.optimizer
     needs_horizon = opt.scheduler == "cosine" or opt.warmup_ratio > 0
     if needs_horizon and opt.total_training_steps is None:
@@ -419,8 +417,7 @@ def _schedule(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
             )
 
 
-def _loss_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
-    from arctic_rl_core.config.schema import FAMILY_KNOB_FAMILIES
+def _loss_rules(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
 
     loss = cfg.loss
     if loss.loss_fn == "verl_grpo":
@@ -457,9 +454,8 @@ def _loss_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
         )
 
 
-def _builtin_verl_grpo_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _builtin_verl_grpo_rules(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     """What the server's built-in `verl_grpo` (arctic-platform 0.1.4) cannot honour."""
-    from arctic_rl_core.config.schema import ARCTIC_SERVER_CLIP_RATIOS
 
     loss = cfg.loss
     fix = "set loss.loss_fn=arctic_rl_core (computed exactly, imported by the server)"
@@ -502,7 +498,7 @@ def _builtin_verl_grpo_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
         )
 
 
-def _packed_rows_attend_across(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _packed_rows_attend_across(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     """0.1.4 packs a micro-batch's rows into one sequence; without flash attention's varlen kernel they
     attend to each other. Forward payloads (and the arctic_rl_core loss) ask the server not to pack
     (`PayloadSpec.rows_unpacked`); the built-in verl_grpo reads the packed layout, so its micro-batches
@@ -527,7 +523,7 @@ def _packed_rows_attend_across(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
 # ----------------------------------------------------------------------------------------------
 
 
-def _deepspeed_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _deepspeed_rules(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     ds = cfg.deepspeed
     if ds.zero_stage == 0 and ds.bf16 and ds.grad_accum_dtype == "fp32":
         yield _issue(
@@ -600,7 +596,7 @@ def _owned_keys(
                     )
 
 
-def _weight_sync_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _weight_sync_rules(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     sync = cfg.weight_sync
     if sync.cuda_ipc and not cfg.placement.colocate:
         yield _issue(
@@ -630,7 +626,7 @@ def _weight_sync_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
 # ----------------------------------------------------------------------------------------------
 
 
-def _async_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _async_rules(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     settings = cfg.async_settings
     k = settings.max_staleness
     if k == 0:
@@ -665,7 +661,7 @@ def _async_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
 # ----------------------------------------------------------------------------------------------
 
 
-def _zorro_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _zorro_rules(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     zorro = cfg.zorro
     batch = cfg.batch
     if zorro.logits_optimization == "memory" and not zorro.enable:
@@ -719,7 +715,7 @@ def _zorro_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
             )
 
 
-def _arctic_inference_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _arctic_inference_rules(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     ai = cfg.arctic_inference
     if not ai.enable:
         for name, active in (
@@ -763,7 +759,7 @@ ONPREM_PEFT_REASON = (
 )
 
 
-def _peft_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _peft_rules(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     peft = cfg.peft
     if not peft.enabled:
         for name in ("lora_alpha", "lora_dropout", "target_modules", "exclude_modules", "bias"):
@@ -794,7 +790,7 @@ def _peft_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
             )
 
 
-def _vllm_rules(cfg: ArcticRLConfig) -> Iterable[ConfigIssue]:
+def _vllm_rules(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     yield from _owned_keys("vllm.engine_args", cfg.vllm.engine_args, VLLM_OWNED_KEYS)
     if (
         cfg.backend.kind == "cortex"
@@ -833,7 +829,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def check(cfg: ArcticRLConfig) -> list[ConfigIssue]:
+def check(cfg: ArcticRLSettings) -> list[ConfigIssue]:
     """Every problem of a (field-valid) configuration."""
     issues: list[ConfigIssue] = []
     for rule in RULES:

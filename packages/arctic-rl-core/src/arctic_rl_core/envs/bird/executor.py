@@ -14,11 +14,19 @@ killed, crashed or hung worker is replaced; the other queries of the batch are u
 
 Scheduling: a batch's tasks wait in one queue and each goes to a worker when a slot frees up
 (one task per worker at a time), so no task waits behind a slow query while it could run. There
-are `num_workers` slots; a query that has run for `straggler_after_s` (default a tenth of
-`timeout_s`, within [0.5 s, 1 s]) gives its slot up, and the next task runs on another worker process (an
-idle spare, or a new one: at most `max_workers` processes in all), so runaway queries on a slow
-database hold only their own processes, each until its own time limit. Spares above
-`num_workers` stop after `spare_idle_s` idle.
+are `num_workers` slots; a query that has run past the straggler threshold gives its slot up, and
+the next task runs on another worker process (an idle spare, or a new one: at most `max_workers`
+processes in all), so runaway queries on a slow database hold only their own processes, each
+until its own time limit. The threshold is `straggler_after_s` when set; by default 8x the
+median of the pool's last 64 queries that ended in time, at least 50 ms and at most a tenth of
+`timeout_s` within [0.5 s, 1 s]. With `straggler_nice` > 0 (default 0) a straggling query's
+worker runs that many steps below the executor's priority, so the batch's other queries keep the
+CPU, and leaves the pool when its query ends (an unprivileged process cannot raise its priority
+back): a fresh worker replaces it when the batch ends. Off by default: on a busy CPU a legitimate
+slow query that straggles can then pass its time limit where it would not have. A new
+worker holds a slot but no task while it starts: the next task goes to whichever worker is free
+first. Spares above `num_workers` stop after `spare_idle_s` idle. `SQLExecutor(on_event=...)`
+receives every step of the schedule (`ScheduleEvent`), e.g. for a timeline.
 
 Connections are never leaked: after a successful query a worker may keep the connection for the
 next query on the same file (up to `kept_connections`, least recently used closed first), which
@@ -62,6 +70,11 @@ logger = logging.getLogger(__name__)
 
 _WORKER_SCRIPT = Path(__file__).with_name("sql_worker.py")
 MIN_WORKER_MEMORY_MB = 64
+# The straggler threshold when `straggler_after_s` is None (`SQLExecutor.straggler_after_s`): a query
+# that has run STRAGGLER_FACTOR times longer than the median of the pool's recent queries.
+STRAGGLER_FACTOR = 8.0
+STRAGGLER_FLOOR_S = 0.05
+STRAGGLER_HISTORY = 64
 
 ErrorKind = Literal[
     "timeout",
@@ -89,7 +102,8 @@ class ExecutorSettings(BaseModel):
         default=None,
         gt=0,
         description="a query running this long no longer holds the batch: while tasks wait, a new worker "
-        "starts beside it (up to max_workers); None = timeout_s / 10 within [0.5 s, 1 s]",
+        "starts beside it (up to max_workers); None = 8x the median of the pool's recent queries, at least "
+        "50 ms, at most timeout_s / 10 within [0.5 s, 1 s]",
     )
     max_workers: int | None = Field(
         default=None,
@@ -99,6 +113,15 @@ class ExecutorSettings(BaseModel):
     )
     spare_idle_s: float = Field(
         default=60.0, ge=0, description="an idle worker above num_workers stops after this long"
+    )
+    straggler_nice: int = Field(
+        default=0,
+        ge=0,
+        le=19,
+        description="a straggling query's worker runs this many nice steps below the executor's own priority "
+        "(at most 19), so the batch's other queries keep the CPU; it leaves the pool when its query ends and a "
+        "fresh one replaces it when the batch ends; 0 (the default) = keep its priority and the worker. On a "
+        "busy CPU a legitimate slow query that straggles may then pass its limit where it would not have",
     )
     timeout_s: float = Field(default=30.0, gt=0, description="per-query time limit, seconds")
     kill_grace_s: float = Field(
@@ -208,6 +231,24 @@ def _within_limit(result: ExecutionResult, timeout_s: float) -> ExecutionResult:
     return ExecutionResult.failure("timeout", message, result.seconds)
 
 
+ScheduleEventKind = Literal["batch", "spawned", "sent", "ready", "straggling", "result", "killed"]
+
+
+@dataclass(frozen=True)
+class ScheduleEvent:
+    """One step of a batch's schedule, for a timeline (`SQLExecutor(on_event=...)`): `at` is
+    `time.monotonic()` (for `spawned`, when the process was started: a renewed spare may have
+    started before the run that first takes it); `task` the task index (None for `batch`, the run's
+    start, `spawned` and `ready`); `pid` the worker process; `detail` the result's error kind (or
+    "ok") for `result`."""
+
+    at: float
+    kind: ScheduleEventKind
+    task: int | None = None
+    pid: int | None = None
+    detail: str = ""
+
+
 @dataclass(frozen=True)
 class WorkerStats:
     pid: int
@@ -248,6 +289,7 @@ class _Worker:
         self.idle_since = time.monotonic()
         self.ready = False
         self.started_at = time.monotonic()
+        self.niced = False  # its priority was lowered (for good: an unprivileged process cannot raise it)
 
     @property
     def alive(self) -> bool:
@@ -278,16 +320,24 @@ class SQLExecutor:
     Workers start on first use. Call `close()` (or use it as a context manager) to stop them.
     """
 
-    def __init__(self, settings: ExecutorSettings | None = None) -> None:
+    def __init__(
+        self,
+        settings: ExecutorSettings | None = None,
+        *,
+        on_event: Callable[[ScheduleEvent], None] | None = None,
+    ) -> None:
         self.settings = settings if settings is not None else ExecutorSettings()
+        self.on_event = on_event  # called with each ScheduleEvent of every run (a timeline); None: none
         self._cond = threading.Condition()
         self._idle: list[_Worker] = []
         self._busy = 0
-        self._straggling = 0  # busy workers whose query has run past straggler_after_s
+        self._straggling = 0  # busy workers whose query has run past the straggler threshold
+        self._recent_seconds: deque[float] = deque(maxlen=STRAGGLER_HISTORY)  # queries that ended in time
         self._started = False
         self._closed = False
         self._owner_pid = os.getpid()
-        self.replaced_workers = 0
+        self.replaced_workers = 0  # killed, crashed or hung workers replaced
+        self.renewed_workers = 0  # fresh workers started for niced ones after their straggling query
 
     def __enter__(self) -> SQLExecutor:
         return self
@@ -366,6 +416,27 @@ class SQLExecutor:
             self.replaced_workers += 1
         return worker
 
+    def straggler_after_s(self) -> float:
+        """How long a query runs before it gives its slot up: `settings.straggler_after_s` when set;
+        else STRAGGLER_FACTOR x the median of this pool's last STRAGGLER_HISTORY queries that ended
+        within their limit, at least STRAGGLER_FLOOR_S and at most `timeout_s` / 10 within
+        [0.5 s, 1 s] (that ceiling alone before any query has ended)."""
+        settings = self.settings
+        if settings.straggler_after_s is not None:
+            return settings.straggler_after_s
+        ceiling = settings.effective_straggler_after_s
+        with self._cond:
+            recent = sorted(self._recent_seconds)
+        if not recent:
+            return ceiling
+        typical = recent[len(recent) // 2]
+        return min(ceiling, max(STRAGGLER_FLOOR_S, STRAGGLER_FACTOR * typical))
+
+    def _note_duration(self, seconds: float) -> None:
+        """A query ended within its limit after `seconds` (from sending it to its answer)."""
+        with self._cond:
+            self._recent_seconds.append(seconds)
+
     def _mark_straggling(self, delta: int) -> None:
         """A busy worker's query has run past straggler_after_s (+1), or that query ended (-1)."""
         with self._cond:
@@ -389,6 +460,42 @@ class SQLExecutor:
             worker.stop()
         for spare in stale:
             spare.stop()
+
+    def _lower_priority(self, worker: _Worker) -> None:
+        """A straggling query's worker yields the CPU to the batch's other queries (`straggler_nice`)."""
+        if self.settings.straggler_nice and not worker.niced:
+            nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + self.settings.straggler_nice)
+            try:
+                os.setpriority(os.PRIO_PROCESS, worker.process.pid, nice)
+            except OSError:  # it has just exited: the batch finds out from its socket
+                return
+            worker.niced = True
+
+    def _drop_niced(self, worker: _Worker) -> None:
+        """A niced worker whose query ended leaves the pool (its batch starts a fresh one when it ends,
+        `_add_spares`: no process start inside the batch unless a task needs one)."""
+        worker.destroy()
+        with self._cond:
+            self._busy -= 1
+            self._cond.notify_all()
+
+    def _add_spares(self, count: int) -> None:
+        """Start `count` fresh workers into the pool, as far as max_workers allows (the niced workers a
+        batch dropped, replaced when it ends so that the next straggler finds a warm spare)."""
+        with self._cond:
+            room = self.settings.effective_max_workers - len(self._idle) - self._busy
+            count = 0 if self._closed else max(0, min(count, room))
+            self._busy += count  # held while they start
+            self.renewed_workers += count
+        for started in range(count):
+            try:
+                worker = _Worker(self.settings)
+            except BaseException:
+                with self._cond:
+                    self._busy -= count - started
+                    self._cond.notify_all()
+                raise
+            self._checkin(worker)
 
     def _retire(self, worker: _Worker) -> None:
         """Kill a dead, hung or killed worker; start one in its place if the pool is short."""
@@ -460,9 +567,11 @@ class SQLExecutor:
 
 class _BatchRun:
     """One `SQLExecutor.run`: hands each task to a worker as a slot frees up (one task per worker at
-    a time, so nothing waits in a busy worker's queue), marks a query past `straggler_after_s` as
-    straggling (its slot goes to the next task, on another worker), and kills the worker of a query
-    past its hard limit."""
+    a time, so nothing waits in a busy worker's queue), marks a query past the straggler threshold
+    as straggling (its slot goes to the next task, on another worker), and kills the worker of a
+    query past its hard limit. A worker that is still starting holds a slot but no task: the next
+    task goes to whichever worker is free first, the new one once it says hello or one that has
+    just answered, so no task waits for a process to start while another worker could take it."""
 
     def __init__(
         self,
@@ -473,15 +582,27 @@ class _BatchRun:
         self.pool, self.tasks, self.on_result = pool, tasks, on_result
         self.settings = pool.settings
         self.hard_limit_s = self.settings.timeout_s + self.settings.kill_grace_s
-        self.straggler_after_s = self.settings.effective_straggler_after_s
         self.results: list[ExecutionResult | None] = [None] * len(tasks)
         self.pending: deque[int] = deque()
-        # worker -> [task index, when it was sent (or the worker said hello), deadline, straggling]:
-        # the deadline is the hard-kill time, or the startup deadline until the worker says hello
+        # worker -> [task index, when it was sent, hard-kill deadline, straggling]
         self.running: dict[_Worker, list] = {}
+        # workers checked out for this run that have not said hello yet -> their startup deadline
+        self.starting: dict[_Worker, float] = {}
         self.send_failures: dict[int, int] = {}
+        self.dropped_niced = 0  # niced workers whose query ended: replaced when the run ends
+        self.on_event = pool.on_event
+
+    def event(
+        self, kind: ScheduleEventKind, task: int | None, worker: _Worker | None, detail: str = ""
+    ) -> None:
+        if self.on_event is not None:
+            at = worker.started_at if kind == "spawned" and worker is not None else time.monotonic()
+            self.on_event(
+                ScheduleEvent(at, kind, task, None if worker is None else worker.process.pid, detail)
+            )
 
     def run(self) -> list[ExecutionResult]:
+        self.event("batch", None, None)
         exists: dict[str, bool] = {}
         for index, task in enumerate(self.tasks):
             if task.db_path not in exists:
@@ -495,15 +616,21 @@ class _BatchRun:
         try:
             while self.pending or self.running:
                 self.hand_out()
-                if self.running:
-                    self.wait_for_replies()
+                if self.running or self.starting:
+                    straggler_after_s = self.pool.straggler_after_s()
+                    self.wait_for_replies(straggler_after_s)
                     self.kill_overdue()
-                    self.mark_stragglers()
+                    self.mark_stragglers(straggler_after_s)
         finally:
             # Only reached with work in flight if this thread was interrupted: those workers are
             # in an unknown state, so they are replaced, never reused.
             for worker in list(self.running):
                 self.retire(worker)
+            # a worker still starting has no task: it joins the pool (it says hello there)
+            for worker in list(self.starting):
+                del self.starting[worker]
+                self.pool._checkin(worker)
+            self.pool._add_spares(self.dropped_niced)
         missing = [index for index, result in enumerate(self.results) if result is None]
         if missing:
             raise RuntimeError(f"SQLExecutor: no result for task(s) {missing[:10]}")
@@ -529,14 +656,24 @@ class _BatchRun:
             index = self.done_with(worker)[0]
             if result is not None:
                 self.finish(index, result)
+        self.starting.pop(worker, None)
         self.pool._retire(worker)
 
-    def mark_stragglers(self) -> None:
+    def start_failed(self, worker: _Worker, message: str) -> None:
+        """A worker of this run did not start: the oldest waiting task gets the failure (so a pool
+        whose workers cannot start ends the run), and the pool replaces the worker."""
+        if self.pending:
+            self.finish(self.pending.popleft(), ExecutionResult.failure("worker_start_failed", message))
+        self.retire(worker)
+
+    def mark_stragglers(self, straggler_after_s: float) -> None:
         now = time.monotonic()
         for worker, entry in self.running.items():
-            if worker.ready and not entry[3] and now - entry[1] >= self.straggler_after_s:
+            if not entry[3] and now - entry[1] >= straggler_after_s:
                 entry[3] = True
                 self.pool._mark_straggling(+1)
+                self.pool._lower_priority(worker)
+                self.event("straggling", entry[0], worker)
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -557,8 +694,8 @@ class _BatchRun:
         except OSError:
             return False
         now = time.monotonic()
-        deadline = now + self.hard_limit_s if worker.ready else worker.started_at + settings.startup_timeout_s
-        self.running[worker] = [index, now, deadline, False]
+        self.running[worker] = [index, now, now + self.hard_limit_s, False]
+        self.event("sent", index, worker)
         return True
 
     def send_or_retry(self, worker: _Worker, index: int) -> None:
@@ -567,66 +704,83 @@ class _BatchRun:
         if self.send(worker, index):
             return
         code = worker.process.poll()
-        kind: ErrorKind = "worker_crashed" if worker.ready else "worker_start_failed"
         self.send_failures[index] = self.send_failures.get(index, 0) + 1
         if self.send_failures[index] >= 2:
-            self.finish(index, ExecutionResult.failure(kind, f"sql worker exited (code {code})"))
+            self.finish(index, ExecutionResult.failure("worker_crashed", f"sql worker exited (code {code})"))
         else:
             self.pending.appendleft(index)
         self.retire(worker)
 
     def hand_out(self) -> None:
-        while self.pending:
+        # each starting worker will take one waiting task: check out more only for the others
+        while len(self.pending) > len(self.starting):
             # block only when nothing of this run is in flight (else a reply may free a slot)
-            worker = self.pool._checkout(block=not self.running)
+            worker = self.pool._checkout(block=not (self.running or self.starting))
             if worker is None:
                 return
-            self.send_or_retry(worker, self.pending.popleft())
+            if worker.ready:
+                self.send_or_retry(worker, self.pending.popleft())
+            else:
+                self.starting[worker] = worker.started_at + self.settings.startup_timeout_s
+                self.event("spawned", None, worker)
 
-    def wait_for_replies(self) -> None:
+    def wait_for_replies(self, straggler_after_s: float) -> None:
         now = time.monotonic()
-        wake = min(entry[2] for entry in self.running.values())
+        wake = min([entry[2] for entry in self.running.values()] + list(self.starting.values()))
         if self.pending:  # a query turning straggler frees a slot for the waiting tasks
-            young = [e[1] + self.straggler_after_s for w, e in self.running.items() if w.ready and not e[3]]
+            young = [entry[1] + straggler_after_s for entry in self.running.values() if not entry[3]]
             if young:
                 wake = min(wake, min(young))
-        by_channel = {worker.channel: worker for worker in self.running}
+        by_channel = {worker.channel: worker for worker in (*self.running, *self.starting)}
         for channel in wait(list(by_channel), timeout=max(0.0, wake - now)):
             worker = by_channel[channel]
             try:
                 reply = channel.recv()
             except (EOFError, OSError):
                 code = worker.process.poll()
-                kind: ErrorKind = "worker_crashed" if worker.ready else "worker_start_failed"
-                self.retire(worker, ExecutionResult.failure(kind, f"sql worker exited (code {code})"))
+                message = f"sql worker exited (code {code})"
+                if worker in self.starting:
+                    self.start_failed(worker, message)
+                else:
+                    self.retire(worker, ExecutionResult.failure("worker_crashed", message))
                 continue
-            entry = self.running[worker]
             if reply[0] == "hello":
                 worker.ready = True
-                entry[1] = time.monotonic()
-                entry[2] = entry[1] + self.hard_limit_s
+                del self.starting[worker]
+                self.event("ready", None, worker)
+                self.next_task_or_checkin(worker)
                 continue
+            entry = self.running[worker]
             _, reply_index, outcome = reply
             if reply_index != entry[0]:
                 raise RuntimeError(f"sql worker answered task {reply_index}, expected {entry[0]}")
             self.done_with(worker)
-            self.finish(
-                entry[0], _within_limit(ExecutionResult.from_outcome(outcome), self.settings.timeout_s)
-            )
+            result = _within_limit(ExecutionResult.from_outcome(outcome), self.settings.timeout_s)
+            if result.error_kind != "timeout":
+                self.pool._note_duration(time.monotonic() - entry[1])
+            self.event("result", entry[0], worker, result.error_kind or "ok")
+            self.finish(entry[0], result)
             # the next task goes to this worker now, unless its slot went to another worker meanwhile
-            if self.pending and self.pool._keep():
-                self.send_or_retry(worker, self.pending.popleft())
-            else:
-                self.pool._checkin(worker)
+            self.next_task_or_checkin(worker)
+
+    def next_task_or_checkin(self, worker: _Worker) -> None:
+        if worker.niced:
+            self.pool._drop_niced(worker)
+            self.dropped_niced += 1
+        elif self.pending and self.pool._keep():
+            self.send_or_retry(worker, self.pending.popleft())
+        else:
+            self.pool._checkin(worker)
 
     def kill_overdue(self) -> None:
         now = time.monotonic()
         for worker, entry in list(self.running.items()):
-            if now < entry[2]:
-                continue
-            if worker.ready:
+            if now >= entry[2]:
+                self.event("killed", entry[0], worker)
                 message = f"killed after {self.hard_limit_s:.2f} s (did not yield to the time limit)"
                 self.retire(worker, ExecutionResult.failure("timeout", message, now - entry[1]))
-            else:
-                message = f"sql worker did not start within {self.settings.startup_timeout_s} s"
-                self.retire(worker, ExecutionResult.failure("worker_start_failed", message))
+        for worker, deadline in list(self.starting.items()):
+            if now >= deadline:
+                self.start_failed(
+                    worker, f"sql worker did not start within {self.settings.startup_timeout_s} s"
+                )
