@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from arctic_rl_core.async_grpo.is_weights import combined_is_stats
 from arctic_rl_core.backends.old_logprobs import from_sampler, sampler_logprobs
 from arctic_rl_core.checkpoint_folder import backend_checkpoint_root
+from arctic_rl_core.checkpoint_manifest import backend_save
 from arctic_rl_core.dispatch import run
 from arctic_rl_core.weight_sync import prepare_for_training, sync_after_step
 from arctic_rl_core.wire import build_forward_payload, build_train_payload, response_logprobs
@@ -362,14 +363,15 @@ class ArcticWorkerDispatch(WorkerDispatch):
         # checkpoint.save_total_limit of them (mapped from trainer.max_ckpts_to_keep; SkyRL's own
         # cleanup keeps as many global_step folders, each with its marker).
         backend_root = os.path.abspath(backend_checkpoint_root(ckpt_dir))
-        saved = self._run(
-            self.backend.save_checkpoint(
-                backend_root,
-                self.optimizer_steps,
-                export_hf=bool(self.checkpoint and self.checkpoint.export_hf),
-                save_total_limit=self.checkpoint.save_total_limit if self.checkpoint else None,
+        with backend_save(backend_root, self.optimizer_steps):  # names the step and what a server leaves
+            saved = self._run(
+                self.backend.save_checkpoint(
+                    backend_root,
+                    self.optimizer_steps,
+                    export_hf=bool(self.checkpoint and self.checkpoint.export_hf),
+                    save_total_limit=self.checkpoint.save_total_limit if self.checkpoint else None,
+                )
             )
-        )
         marker = {
             # relative to this folder, so that a run folder moved elsewhere still resumes
             "backend_path": os.path.relpath(backend_root, ckpt_dir),

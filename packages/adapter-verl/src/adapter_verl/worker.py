@@ -32,6 +32,7 @@ from arctic_rl_core.async_grpo.metrics import step_metrics
 from arctic_rl_core.async_grpo.staleness import StalenessGate
 from arctic_rl_core.backends.old_logprobs import from_sampler, sampled_token_entropy, sampler_logprobs
 from arctic_rl_core.checkpoint_folder import backend_checkpoint_root, step_of
+from arctic_rl_core.checkpoint_manifest import backend_save
 from arctic_rl_core.multi_turn.prompt_text import PromptText
 from arctic_rl_core.multi_turn.trajectory_fidelity import DRIFTED_TURNS, drift_metrics, row_fidelity
 from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
@@ -513,14 +514,15 @@ class ArcticActorRolloutRefWorker(Worker):
         root = backend_checkpoint_root(local_path)
         checkpoint = self._arctic_config.checkpoint
         limit = max_ckpt_to_keep if max_ckpt_to_keep is not None and max_ckpt_to_keep > 0 else None
-        saved = self._run(
-            self._backend.save_checkpoint(
-                root,
-                global_step,
-                export_hf=checkpoint.export_hf,
-                save_total_limit=limit if limit is not None else checkpoint.save_total_limit,
+        with backend_save(root, global_step):  # names the step and what a server leaves
+            saved = self._run(
+                self._backend.save_checkpoint(
+                    root,
+                    global_step,
+                    export_hf=checkpoint.export_hf,
+                    save_total_limit=limit if limit is not None else checkpoint.save_total_limit,
+                )
             )
-        )
         self._trace.write(
             {"op": "save_checkpoint", "path": root, "verl_path": local_path, "step": global_step}
         )
