@@ -25,9 +25,21 @@ PROMPTS = (
 )
 
 
+# The multi-turn form (SkyRL's `vowel_turns` environment, tests/shared/skyrl_multi_turn.py; verl's
+# `vowel_turns` agent loop, tests/shared/verl_vowel_turns.py): every turn is answered with this user
+# message until the turn limit, and each turn earns its vowel share / the turn limit (a trajectory's
+# total is its turns' mean vowel share).
+SAY_MORE = "Say more."
+
+
 def vowel_share(text: str) -> float:
     letters = [c for c in text.lower() if c.isalpha() and c.isascii()]
     return sum(c in VOWELS for c in letters) / len(letters) if letters else 0.0
+
+
+def turn_reward(text: str, max_turns: int) -> float:
+    """One turn's reward in the multi-turn form: its vowel share / `max_turns`."""
+    return vowel_share(text) / max_turns
 
 
 def compute_score(

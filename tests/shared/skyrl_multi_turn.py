@@ -278,9 +278,10 @@ VOWEL_TURNS_ENV_ID = "vowel_turns"
 
 
 def register_vowel_turns_env() -> None:
-    """`vowel_turns`: every action is answered "Say more." until SkyRL's max_turns; each turn's reward is
-    its vowel share / max_turns (turn-level rewards: a trajectory's total is its mean vowel share)."""
-    from learnable_reward import vowel_share
+    """`vowel_turns`: every action is answered `SAY_MORE` ("Say more.") until SkyRL's max_turns; each turn's
+    reward is `learnable_reward.turn_reward` (turn-level rewards: a trajectory's total is its mean vowel
+    share)."""
+    from learnable_reward import SAY_MORE, turn_reward
     from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
     from skyrl_gym.envs.registration import register, registry
 
@@ -292,8 +293,8 @@ def register_vowel_turns_env() -> None:
         def step(self, action: str) -> BaseTextEnvStepOutput:
             self.turns += 1
             done = self.turns >= self.max_turns
-            observations = [] if done else [{"role": "user", "content": "Say more."}]
-            reward = vowel_share(action) / self.max_turns
+            observations = [] if done else [{"role": "user", "content": SAY_MORE}]
+            reward = turn_reward(action, self.max_turns)
             return BaseTextEnvStepOutput(observations=observations, reward=reward, done=done, metadata={})
 
         def get_metrics(self) -> dict[str, Any]:

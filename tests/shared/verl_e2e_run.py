@@ -35,7 +35,8 @@ _DATA_ROUTES = {"forward", "forward-backward", "step", "status", "health"}
 TINY_MODEL = {"num_layers": 1, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
 # a random tiny model writes no valid SQL (every BIRD reward is 0, every GRPO advantage 0): the graded
 # vowel-share reward differs within groups, so the policy term has a signal
-LEARNABLE_REWARD = Path(__file__).resolve().parent / "learnable_reward.py"
+SHARED_DIR = Path(__file__).resolve().parent
+LEARNABLE_REWARD = SHARED_DIR / "learnable_reward.py"
 
 
 def prepare_workdir(root: Path, *, model: bool = True) -> Path:
@@ -82,10 +83,16 @@ def run_overrides(
     ]
 
 
-def run_verl_main(root: Path, overrides: list[str], *, log_name: str, timeout: int = 900) -> tuple[int, str]:
+def run_verl_main(
+    root: Path, overrides: list[str], *, log_name: str, timeout: int = 900, shared_on_path: bool = False
+) -> tuple[int, str]:
     """`python -m adapter_verl.main OVERRIDES` in `root` (unbuffered, Ray's logs not deduplicated): its
-    exit code and its output, which is also written to `root/log_name`."""
+    exit code and its output, which is also written to `root/log_name`. `shared_on_path`: tests/shared
+    goes on PYTHONPATH (verl's Ray processes inherit it), for a run whose verl config names a module
+    there (a custom agent loop's `_target_`)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0"}
+    if shared_on_path:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SHARED_DIR), env.get("PYTHONPATH")) if p)
     out = subprocess.run(
         [sys.executable, "-m", "adapter_verl.main", *overrides],
         cwd=root,

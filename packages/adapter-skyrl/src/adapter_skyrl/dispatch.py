@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.checkpoint_folder import backend_checkpoint_root
+from arctic_rl_core.checkpoint_manifest import backend_save
 from skyrl.backends.skyrl_train.distributed.dispatch import WorkerOutput
 from skyrl.backends.skyrl_train.workers.worker_dispatch import WorkerDispatch
 
@@ -365,14 +366,15 @@ class ArcticWorkerDispatch(WorkerDispatch):
         # checkpoint.save_total_limit of them (mapped from trainer.max_ckpts_to_keep; SkyRL's own
         # cleanup keeps as many global_step folders, each with its marker).
         backend_root = os.path.abspath(backend_checkpoint_root(ckpt_dir))
-        saved = self._run(
-            self.backend.save_checkpoint(
-                backend_root,
-                self.optimizer_steps,
-                export_hf=bool(self.checkpoint and self.checkpoint.export_hf),
-                save_total_limit=self.checkpoint.save_total_limit if self.checkpoint else None,
+        with backend_save(backend_root, self.optimizer_steps):  # names the step and what a server leaves
+            saved = self._run(
+                self.backend.save_checkpoint(
+                    backend_root,
+                    self.optimizer_steps,
+                    export_hf=bool(self.checkpoint and self.checkpoint.export_hf),
+                    save_total_limit=self.checkpoint.save_total_limit if self.checkpoint else None,
+                )
             )
-        )
         marker = {
             # relative to this folder, so that a run folder moved elsewhere still resumes
             "backend_path": os.path.relpath(backend_root, ckpt_dir),

@@ -42,6 +42,7 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from adapter_verl.batch_order import DataloaderOrder, restore_dataloader_order
+from adapter_verl.model_overrides import DerivedModel
 from adapter_verl.modes import ASYNC_TRAINER_MODE, TRAINER_MODE, VERL_SEPARATE_ASYNC, VERL_SYNC
 from adapter_verl.verl_internals import (
     ROLLOUT_VERSIONS_KEY,
@@ -237,6 +238,9 @@ class _ArcticForwarding:
         # one writer per checkpoint folder, from before the backend starts (it may clean up jobs a
         # stopped run of this folder left on the server) to the end of `fit`
         self.run_lock = RunFolderLock(self.checkpoint_folder().root).acquire()
+        if self.arctic_settings.derived_model is not None:  # model.override_config, for the Arctic jobs
+            folder = DerivedModel(**self.arctic_settings.derived_model).make()
+            logger.warning("adapter_verl: the Arctic jobs load %s (model.override_config applied)", folder)
         self.arctic_session = start_session(self.arctic_settings)
         forwarder_topology(self.config, self.extra_topology)
         super()._init_resource_pool_mgr()

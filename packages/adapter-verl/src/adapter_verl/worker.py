@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from arctic_rl_core.checkpoint_folder import backend_checkpoint_root, step_of
+from arctic_rl_core.checkpoint_manifest import backend_save
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.utils import tensordict_utils as tu
@@ -518,14 +519,15 @@ class ArcticActorRolloutRefWorker(Worker):
         root = backend_checkpoint_root(local_path)
         checkpoint = self._arctic_config.checkpoint
         limit = max_ckpt_to_keep if max_ckpt_to_keep is not None and max_ckpt_to_keep > 0 else None
-        saved = self._run(
-            self._backend.save_checkpoint(
-                root,
-                global_step,
-                export_hf=checkpoint.export_hf,
-                save_total_limit=limit if limit is not None else checkpoint.save_total_limit,
+        with backend_save(root, global_step):  # names the step and what a server leaves
+            saved = self._run(
+                self._backend.save_checkpoint(
+                    root,
+                    global_step,
+                    export_hf=checkpoint.export_hf,
+                    save_total_limit=limit if limit is not None else checkpoint.save_total_limit,
+                )
             )
-        )
         self._trace.write(
             {"op": "save_checkpoint", "path": root, "verl_path": local_path, "step": global_step}
         )

@@ -117,7 +117,8 @@ class ReferenceBackend(Backend):
             self._add_adapters(self.settings.peft)
         self._sampler_process: SamplerProcess | None = None
         self.vocab_size = int(self._trainer.get_input_embeddings().weight.shape[0])
-        self.max_model_len = int(model_cfg.max_position_embeddings)
+        # the sampler's limit is its model's (a local folder's config.json, else the tiny model's setting)
+        self.max_model_len = int(self._sampler.config.max_position_embeddings)
         self._stop_ids = stop_token_ids(self.tokenizer)
         self._optimizer = self._build_optimizer(self.settings.optimizer)
         self._sampler_rng = torch.Generator().manual_seed(self.settings.seed)
