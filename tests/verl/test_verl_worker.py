@@ -268,8 +268,32 @@ def test_checkpoint_round_trip_through_verl_paths(worker, backend, run_dir):
         worker.load_checkpoint(str(path))
 
 
+def test_rollout_server_module_imports_no_verl_and_its_results_arrive_as_verls_token_output() -> None:
+    # The server actor's process imports only adapter_verl.rollout_server (no verl, no torch: 5.5 s of CPU
+    # at start-up); what its generate returns is rebuilt as verl's TokenOutput where it is unpickled.
+    import pickle
+    import subprocess
+    import sys
+
+    from adapter_verl.rollout_server import RolloutTokens
+    from verl.workers.rollout.replica import TokenOutput
+
+    code = "import sys, adapter_verl.rollout_server; print(sorted(m for m in ('verl', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    tokens = RolloutTokens(
+        token_ids=[5, 6], log_probs=[-0.5, -1.0], stop_reason="completed", extra_fields={"global_steps": 3}
+    )
+    arrived = pickle.loads(pickle.dumps(tokens))  # as Ray sends an actor's return value
+    assert type(arrived) is TokenOutput
+    assert arrived == TokenOutput(
+        token_ids=[5, 6], log_probs=[-0.5, -1.0], stop_reason="completed", extra_fields={"global_steps": 3}
+    )
+    assert type(tokens.as_verl_if_loaded()) is TokenOutput  # in a process with verl loaded: at once
+
+
 def test_rollout_server_reports_weights_version_and_defaults_max_tokens(session, backend, worker):
-    from adapter_verl.replica import ArcticRolloutServer
+    from adapter_verl.rollout_server import ArcticRolloutServer
     from adapter_verl.trace import read_trace
 
     server = ArcticRolloutServer(replica_rank=0, response_length=MAX_RESPONSE)
@@ -298,6 +322,9 @@ def test_rollout_server_reports_weights_version_and_defaults_max_tokens(session,
         return first, version_before, second, state.weights_version, state.trainer_version
 
     first, v0, second, v1, trainer_version = asyncio.run(scenario())
+    from verl.workers.rollout.replica import TokenOutput
+
+    assert type(first) is TokenOutput and type(second) is TokenOutput  # verl is loaded in this process
     assert first.extra_fields["global_steps"] == v0
     assert second.extra_fields["global_steps"] == v1 == trainer_version and v1 > v0
     assert 1 <= len(first.token_ids) <= MAX_RESPONSE and first.log_probs is None
@@ -308,7 +335,7 @@ def test_rollout_server_reports_weights_version_and_defaults_max_tokens(session,
 
 
 def test_sampling_params_the_backend_cannot_honour_are_refused():
-    from adapter_verl.replica import sampling_params_from_verl
+    from adapter_verl.rollout_server import sampling_params_from_verl
 
     params = sampling_params_from_verl({"temperature": 0.5, "top_p": 0.9, "top_k": 0, "max_tokens": 3}, 99)
     assert (params.max_tokens, params.temperature, params.top_p, params.top_k) == (3, 0.5, 0.9, -1)
@@ -322,7 +349,7 @@ def test_max_tokens_follow_verls_vllm_server_over_the_turns_of_a_conversation():
     """verl's vLLM server: unset, min(response_length, prompt_length + response_length - prompt);
     always within [1, max_model_len - prompt]; no room at all is refused. A multi-turn loop relies on it:
     its later turns get what is left of the conversation's budget."""
-    from adapter_verl.replica import TokenBudget, sampling_params_from_verl
+    from adapter_verl.rollout_server import TokenBudget, sampling_params_from_verl
 
     budget = TokenBudget(response_length=100, prompt_length=50)  # max_model_len: 150
     assert [budget.max_tokens(n, None) for n in (10, 50, 70, 149)] == [100, 100, 80, 1]
@@ -389,7 +416,7 @@ def test_rollout_server_sends_text_to_text_only_servers_and_records_what_they_re
     untrained); a server that reads other tokens than the local tokenizer makes of the text is refused."""
     from dataclasses import replace
 
-    from adapter_verl.replica import ArcticRolloutServer
+    from adapter_verl.rollout_server import ArcticRolloutServer
     from adapter_verl.trace import read_trace
     from arctic_rl_core.multi_turn.turn_sampler import TokenizerMismatchError
 
@@ -419,7 +446,7 @@ def test_rollout_server_sends_text_to_text_only_servers_and_records_what_they_re
 
 
 def test_concurrent_requests_share_backend_calls_without_mixing_results(session, backend, arctic_cfg):
-    from adapter_verl.replica import ArcticRolloutServer
+    from adapter_verl.rollout_server import ArcticRolloutServer
 
     prompts = [[11, 12, 13], [21, 22, 23, 24, 25], [31, 32], [41, 42, 43, 44], [51]]
     greedy = {"temperature": 0.0, "max_tokens": 4}

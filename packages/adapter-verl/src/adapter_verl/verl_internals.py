@@ -67,7 +67,7 @@ INTERNALS: tuple[Internal, ...] = (
         "verl.workers.rollout.replica:TokenOutput",
         "extra_fields",
         "instance attribute",
-        "replica.ArcticRolloutServer.generate (WEIGHTS_VERSION_KEY)",
+        "rollout_server.ArcticRolloutServer.generate (WEIGHTS_VERSION_KEY, built in the receiving process)",
         "a public pydantic field, listed because the adapter's weights version travels in it under "
         "an untyped key (next entry)",
     ),
@@ -75,7 +75,7 @@ INTERNALS: tuple[Internal, ...] = (
         "verl.workers.rollout.llm_server",
         WEIGHTS_VERSION_KEY,
         "key",
-        "replica.ArcticRolloutServer.generate",
+        "rollout_server.ArcticRolloutServer.generate",
         "verl's LLM-server client reads a generation's weights version from "
         "`extra_fields['global_steps']`; TokenOutput has no typed field for it",
     ),
