@@ -579,6 +579,9 @@ def test_a_refused_write_in_the_backends_save_fails_verls_step_and_the_resume_ta
     from torchdata.stateful_dataloader import StatefulDataLoader
     from write_limit import file_size_limit
 
+    # verl saves after update_actor, with the devices on training; an earlier test of this module ends
+    # in the colocated sync's sleep-training(all), so put the backend where verl's step leaves it
+    asyncio.run(backend.wake_training())
     checkpoints = run_dir / "refused"
     dataloader = StatefulDataLoader(list(range(8)), batch_size=2)
     batches = iter(dataloader)
