@@ -142,7 +142,7 @@ def test_bird_multi_turn_demo_shows_turns_and_accuracy_before_and_after(tmp_path
             recording = None
 
     monkeypatch.setattr(BirdSQLEpisode, "step", recorded_step)
-    monkeypatch.setattr(evaluation, "evaluate_episodes", recorded_evaluate)
+    monkeypatch.setattr(demo_run, "evaluate_episodes", recorded_evaluate)  # where the driver looks it up
     run_dir = tmp_path / "multi_turn"
     options = tiny_options("skyrl", run_dir, max_turns=2, steps=1, eval_samples=1)
     assert demo_run.run_demo(options) == 0
