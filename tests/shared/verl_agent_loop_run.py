@@ -135,7 +135,7 @@ def run_agent_loops(
     """verl's agent-loop worker over the rows, once through the Arctic replica (ArcticBackend, the real
     client, `server`) and once over `stand_in`."""
     from adapter_verl.config import ArcticVerlSettings
-    from adapter_verl.replica import ArcticRolloutServer
+    from adapter_verl.rollout_server import ArcticRolloutServer
     from adapter_verl.session import SessionInfo
     from arctic_rl_core import dispatch
     from arctic_rl_core.backends.arctic import ArcticBackend

@@ -8,7 +8,8 @@ Runs (one server for the module; each run starts its own jobs, ~20-40 s of worke
 - ZeRO-3, the KL loss with the log-prob job on ZeRO-3 (under ZeRO-1/2 training the client starts it on
   ZeRO-0: tests/verl/test_verl_deepspeed_wire.py runs that), a weight sync from the workers every step, a
   checkpoint each step with an HF export;
-- resumed from step 1 (the DeepSpeed checkpoint loads into fresh workers) for step 2.
+- resumed from step 1 (the DeepSpeed checkpoint loads into fresh workers) for step 2;
+- a save whose writes the workers' kernel refuses (a full disk), then the resume that follows it.
 Not colocated: DeepSpeed offloads a ZeRO-3 job's states (`/sleep-training`) only with its FusedAdam, a
 C++ op it would compile here, and the CPU runs torch's AdamW (`deepspeed_cpu_shims`); the colocated
 family runs on ZeRO-2 in verl's run (tests/verl/test_verl_deepspeed_wire.py).
@@ -22,8 +23,11 @@ layout, which sdpa cannot keep apart). Forwards (old and reference log-probs) go
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
+import resource
 import time
 from pathlib import Path
 
@@ -54,11 +58,11 @@ def model_dir(tmp_path_factory):
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-model"), SEED, **TINY_MODEL)
 
 
-def _run(server, model_dir, learnable_jsonl, root, *extra: str):
+def _run(server, model_dir, learnable_jsonl, root, *extra: str, log=CallLog):
     logs: list[CallLog] = []
 
     def factory(arctic_cfg):
-        logs.append(CallLog(ArcticBackend.from_config(arctic_cfg)))
+        logs.append(log(ArcticBackend.from_config(arctic_cfg)))
         return logs[-1]
 
     start = time.perf_counter()
@@ -180,3 +184,112 @@ def test_resume_from_step_1_trains_step_2_from_the_loaded_workers(
     assert original.keys() == again.keys()
     for name in original:  # the same step from the same state: DeepSpeed on one CPU rank is deterministic
         assert torch.equal(original[name], again[name]), name
+
+
+class CheckpointCalls(CallLog):
+    """The backend, with each save's and load's (path, step) recorded; the `refused_save`-th save (from 1)
+    runs while the server's DeepSpeed worker processes may write at most 64 bytes to any file (RLIMIT_FSIZE
+    through prlimit: their writes fail with EFBIG, as on a full disk; Python ignores SIGXFSZ)."""
+
+    def __init__(self, target, server: WireServer | None = None, refused_save: int | None = None):
+        super().__init__(target)
+        self.server, self.refused_save = server, refused_save
+        self.saves: list[tuple[str, int]] = []
+        self.loads: list[tuple[str, int]] = []
+
+    async def save_checkpoint(self, path, step, **kwargs):
+        self.saves.append((path, step))
+        if len(self.saves) != self.refused_save:
+            return await self.target.save_checkpoint(path, step, **kwargs)
+        with _workers_file_size_limit(self.server, 64):
+            return await self.target.save_checkpoint(path, step, **kwargs)
+
+    async def load_checkpoint(self, path, step):
+        self.loads.append((path, step))
+        return await self.target.load_checkpoint(path, step)
+
+
+@contextlib.contextmanager
+def _workers_file_size_limit(server: WireServer, nbytes: int):
+    import psutil
+
+    workers = [
+        p
+        for p in psutil.Process(server.process.pid).children(recursive=True)
+        if "deepspeed_worker_process" in " ".join(p.cmdline())
+    ]
+    assert workers, "the server runs no DeepSpeed worker process"
+    before = [resource.prlimit(p.pid, resource.RLIMIT_FSIZE) for p in workers]
+    for p, (_, hard) in zip(workers, before, strict=True):
+        resource.prlimit(p.pid, resource.RLIMIT_FSIZE, (nbytes, hard))
+    try:
+        yield
+    finally:
+        for p, limits in zip(workers, before, strict=True):
+            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+                resource.prlimit(p.pid, resource.RLIMIT_FSIZE, limits)
+
+
+def test_a_refused_write_fails_the_save_and_the_resume_loads_the_last_whole_checkpoint(
+    deepspeed_server, model_dir, learnable_jsonl, tmp_path
+):
+    """0.1.4's own save on a full disk at SkyRL's step 2: DeepSpeed's writes fail in the worker, the
+    server answers an error and leaves a partial checkpoint-<its step> (the backend counts optimizer
+    steps: 4 per SkyRL step here). The run stops saying which save failed and why, keeps no
+    global_step_2 (so no marker names the partial folder), and the resume loads step 1's checkpoint,
+    trains step 2 again and saves a whole checkpoint over the partial one."""
+    from arctic_rl_core.checkpoint_manifest import BackendSaveFailed, StepSaveFailed, file_record
+
+    settings = ("trainer.ckpt_interval=1", "trainer.hf_save_interval=-1")
+    refused = functools.partial(CheckpointCalls, server=deepspeed_server, refused_save=2)
+    with pytest.raises(StepSaveFailed) as caught:
+        _run(
+            deepspeed_server,
+            model_dir,
+            learnable_jsonl,
+            tmp_path,
+            *settings,
+            "trainer.resume_mode=none",
+            log=refused,
+        )
+    ckpt = tmp_path / "ckpt"
+    failed = caught.value
+    assert isinstance(failed.cause, BackendSaveFailed)
+    partial, whole = failed.cause.folder, failed.cause.folder.parent / "checkpoint-4"
+    assert partial.name == "checkpoint-8"  # SkyRL's step 2: the backend's optimizer step 8
+    said = str(failed)
+    assert said.startswith(
+        f"saving the checkpoint {ckpt / 'global_step_2'} failed: BackendSaveFailed: the backend's save of "
+        f"{partial} failed (ArcticServerError: "
+    )
+    assert "failed with HTTP 500: Internal Server Error" in said  # 0.1.4: its worker's exception, unhandled
+    assert "The server may have left that folder partial on its disk" in said
+    assert not (ckpt / "global_step_2").exists() and (ckpt / "latest_ckpt_global_step.txt").read_text() == "1"
+    # what the server left: the folder begun, without DeepSpeed's own pointer to a whole tag folder
+    assert partial.is_dir() and not (partial / "latest").exists()
+    assert (partial.parent / "latest").read_text() == "4"  # 0.1.4's pointer is written after a save only
+
+    resumed, calls, _ = _run(
+        deepspeed_server,
+        model_dir,
+        learnable_jsonl,
+        tmp_path,
+        *settings,
+        "trainer.resume_mode=latest",
+        log=CheckpointCalls,
+    )
+    assert calls.loads == [(str(partial.parent), 4)] and calls.saves == [(str(partial.parent), 8)]
+    assert calls.calls.index("load_checkpoint") < calls.calls.index("forward_backward")
+    assert sorted(logged_steps(resumed)) == [2]
+    assert (ckpt / "latest_ckpt_global_step.txt").read_text() == "2"
+    # the partial folder is whole now: DeepSpeed's pointer, the same files as step 1's checkpoint (none
+    # left truncated by the refused writes), and other states (ZeRO-3 keeps the weights with the optimizer)
+    files = {}
+    for folder in (whole, partial):
+        tag = folder / (folder / "latest").read_text().strip()
+        files[folder] = {p.name: file_record(p) for p in tag.iterdir()}
+    assert files[partial].keys() == files[whole].keys() and any(
+        n.endswith("optim_states.pt") for n in files[whole]
+    )
+    assert all(record["bytes"] > 64 for record in files[partial].values())
+    assert all(files[partial][n]["sha256"] != files[whole][n]["sha256"] for n in files[whole])

@@ -131,9 +131,18 @@ def _dumped(directory: Path, step: int) -> list[dict]:
     return [json.loads(line) for line in (directory / f"{step}.jsonl").read_text().splitlines()]
 
 
+# verl's Hugging Face config overrides (adapter_verl.model_overrides): the Arctic jobs load a model folder
+# made at start-up; the sampler's max_model_len above the tiny model's max_position_embeddings (4096) is
+# accepted by the reference server only from a model whose config has the override
+OVERRIDDEN = (
+    "+actor_rollout_ref.model.override_config.max_position_embeddings=8192",
+    "actor_rollout_ref.rollout.max_model_len=8192",
+)
+
+
 @pytest.fixture(scope="module")
 def colocated(wire_server, workdir):
-    return _run(workdir, wire_server, "colocated", colocate=True, steps=2, validate=True)
+    return _run(workdir, wire_server, "colocated", colocate=True, steps=2, validate=True, extra=OVERRIDDEN)
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +158,18 @@ def resumed(wire_server, workdir, colocated):
         validate=False,
         extra=("actor_rollout_ref.actor.policy_loss.loss_mode=gspo",),
     )
+
+
+def test_the_arctic_jobs_load_the_model_folder_with_verls_overrides(workdir, colocated):
+    log, requests = colocated
+    folder = workdir / "ckpt" / "arctic_model"
+    assert f"the Arctic jobs load {folder} (made at start-up" in log
+    assert json.loads((folder / "config.json").read_text())["max_position_embeddings"] == 8192
+    assert json.loads((workdir / "model" / "config.json").read_text())["max_position_embeddings"] == 4096
+    assert (folder / "model.safetensors").is_symlink()
+    created = [r for r in requests if r["route"] == "/initialize"]
+    assert sorted(r["job_type"] for r in created) == ["log_prob", "sampling", "training"]
+    assert all(r["status"] == 200 for r in created)
 
 
 def test_colocated_sleeps_and_wakes_every_step_in_the_policy_order(wire, colocated):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -267,8 +268,32 @@ def test_checkpoint_round_trip_through_verl_paths(worker, backend, run_dir):
         worker.load_checkpoint(str(path))
 
 
+def test_rollout_server_module_imports_no_verl_and_its_results_arrive_as_verls_token_output() -> None:
+    # The server actor's process imports only adapter_verl.rollout_server (no verl, no torch: 5.5 s of CPU
+    # at start-up); what its generate returns is rebuilt as verl's TokenOutput where it is unpickled.
+    import pickle
+    import subprocess
+    import sys
+
+    from adapter_verl.rollout_server import RolloutTokens
+    from verl.workers.rollout.replica import TokenOutput
+
+    code = "import sys, adapter_verl.rollout_server; print(sorted(m for m in ('verl', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    tokens = RolloutTokens(
+        token_ids=[5, 6], log_probs=[-0.5, -1.0], stop_reason="completed", extra_fields={"global_steps": 3}
+    )
+    arrived = pickle.loads(pickle.dumps(tokens))  # as Ray sends an actor's return value
+    assert type(arrived) is TokenOutput
+    assert arrived == TokenOutput(
+        token_ids=[5, 6], log_probs=[-0.5, -1.0], stop_reason="completed", extra_fields={"global_steps": 3}
+    )
+    assert type(tokens.as_verl_if_loaded()) is TokenOutput  # in a process with verl loaded: at once
+
+
 def test_rollout_server_reports_weights_version_and_defaults_max_tokens(session, backend, worker):
-    from adapter_verl.replica import ArcticRolloutServer
+    from adapter_verl.rollout_server import ArcticRolloutServer
     from adapter_verl.trace import read_trace
 
     server = ArcticRolloutServer(replica_rank=0, response_length=MAX_RESPONSE)
@@ -297,6 +322,9 @@ def test_rollout_server_reports_weights_version_and_defaults_max_tokens(session,
         return first, version_before, second, state.weights_version, state.trainer_version
 
     first, v0, second, v1, trainer_version = asyncio.run(scenario())
+    from verl.workers.rollout.replica import TokenOutput
+
+    assert type(first) is TokenOutput and type(second) is TokenOutput  # verl is loaded in this process
     assert first.extra_fields["global_steps"] == v0
     assert second.extra_fields["global_steps"] == v1 == trainer_version and v1 > v0
     assert 1 <= len(first.token_ids) <= MAX_RESPONSE and first.log_probs is None
@@ -307,7 +335,7 @@ def test_rollout_server_reports_weights_version_and_defaults_max_tokens(session,
 
 
 def test_sampling_params_the_backend_cannot_honour_are_refused():
-    from adapter_verl.replica import sampling_params_from_verl
+    from adapter_verl.rollout_server import sampling_params_from_verl
 
     params = sampling_params_from_verl({"temperature": 0.5, "top_p": 0.9, "top_k": 0, "max_tokens": 3}, 99)
     assert (params.max_tokens, params.temperature, params.top_p, params.top_k) == (3, 0.5, 0.9, -1)
@@ -321,7 +349,7 @@ def test_max_tokens_follow_verls_vllm_server_over_the_turns_of_a_conversation():
     """verl's vLLM server: unset, min(response_length, prompt_length + response_length - prompt);
     always within [1, max_model_len - prompt]; no room at all is refused. A multi-turn loop relies on it:
     its later turns get what is left of the conversation's budget."""
-    from adapter_verl.replica import TokenBudget, sampling_params_from_verl
+    from adapter_verl.rollout_server import TokenBudget, sampling_params_from_verl
 
     budget = TokenBudget(response_length=100, prompt_length=50)  # max_model_len: 150
     assert [budget.max_tokens(n, None) for n in (10, 50, 70, 149)] == [100, 100, 80, 1]
@@ -388,7 +416,7 @@ def test_rollout_server_sends_text_to_text_only_servers_and_records_what_they_re
     untrained); a server that reads other tokens than the local tokenizer makes of the text is refused."""
     from dataclasses import replace
 
-    from adapter_verl.replica import ArcticRolloutServer
+    from adapter_verl.rollout_server import ArcticRolloutServer
     from adapter_verl.trace import read_trace
     from arctic_rl_core.multi_turn.turn_sampler import TokenizerMismatchError
 
@@ -418,7 +446,7 @@ def test_rollout_server_sends_text_to_text_only_servers_and_records_what_they_re
 
 
 def test_concurrent_requests_share_backend_calls_without_mixing_results(session, backend, arctic_cfg):
-    from adapter_verl.replica import ArcticRolloutServer
+    from adapter_verl.rollout_server import ArcticRolloutServer
 
     prompts = [[11, 12, 13], [21, 22, 23, 24, 25], [31, 32], [41, 42, 43, 44], [51]]
     greedy = {"temperature": 0.0, "max_tokens": 4}
@@ -505,3 +533,102 @@ def test_without_a_server_forward_old_log_probs_are_the_samplers(worker, backend
         assert out["log_probs"].unbind(0)[b].shape == (p + r,)
         torch.testing.assert_close(sliced[b], rollout[b], rtol=0, atol=0)
         torch.testing.assert_close(entropy[b], -rollout[b], rtol=0, atol=0)
+
+
+def _verl_trainer(worker, checkpoints, dataloader, global_steps: int):
+    """adapter_verl's `ArcticTrainer` holding what verl 0.9.1's own `_save_checkpoint` and
+    `_load_checkpoint` read: the config's checkpoint fields, the dataloader, and as its actor worker group
+    the rank-0 forwarder (a one-rank group's ONE_TO_ALL dispatch calls it with the same arguments); its
+    `__init__` (Ray resource pools, workers, datasets) is skipped."""
+    from adapter_verl.trainer import ArcticTrainer
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
+
+    trainer = object.__new__(ArcticTrainer)
+    trainer.config = OmegaConf.create(
+        {
+            "trainer": {
+                "default_local_dir": str(checkpoints),
+                "default_hdfs_dir": None,
+                "resume_mode": "auto",
+                "resume_from_path": None,
+                "del_local_ckpt_after_load": False,
+                "max_actor_ckpt_to_keep": None,
+            },
+            "actor_rollout_ref": {"actor": {"checkpoint": {}}},
+        }
+    )
+    trainer.checkpoint_callback = build_checkpoint_callback(trainer.config)
+    trainer.use_critic = False
+    trainer.actor_rollout_wg = worker
+    trainer.train_dataloader = dataloader
+    trainer.global_steps = global_steps
+    return trainer
+
+
+def test_a_refused_write_in_the_backends_save_fails_verls_step_and_the_resume_takes_the_last_whole_one(
+    worker, backend, run_dir
+):
+    """verl's save path to the shared guard (`step_save`): verl 0.9.1's `_save_checkpoint` through the
+    adapter's trainer, the forwarder worker's save and the reference engine, whose write the kernel
+    refuses at step 2 (`write_limit`: a full disk's EFBIG), then verl's own data.pt write refused at step 3.
+    The run says which save failed and why, keeps no global_step_2 / 3, and verl's own resume
+    (`resume_mode=auto`) loads step 1's checkpoint and dataloader, never the backend's newer checkpoint-3."""
+    from arctic_rl_core.checkpoint_manifest import BackendSaveFailed, StepSaveFailed
+    from arctic_rl_testbed.reference.checkpoint import CheckpointWriteError
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from write_limit import file_size_limit
+
+    # verl saves after update_actor, with the devices on training; an earlier test of this module ends
+    # in the colocated sync's sleep-training(all), so put the backend where verl's step leaves it
+    asyncio.run(backend.wake_training())
+    checkpoints = run_dir / "refused"
+    dataloader = StatefulDataLoader(list(range(8)), batch_size=2)
+    batches = iter(dataloader)
+    assert next(batches).tolist() == [0, 1]
+    trainer = _verl_trainer(worker, checkpoints, dataloader, global_steps=1)
+    trainer._save_checkpoint()
+    step_1 = backend.global_step
+    assert next(batches).tolist() == [2, 3]
+    worker.update_actor(_train_batch(worker, backend))
+    assert backend.global_step > step_1
+    trainer.global_steps = 2
+    with pytest.raises(StepSaveFailed) as caught, file_size_limit(64):  # the engine's save writes first
+        trainer._save_checkpoint()
+    failed = caught.value
+    assert isinstance(failed.cause, BackendSaveFailed)
+    assert isinstance(failed.cause.__cause__, CheckpointWriteError)  # the engine's own guard kept nothing
+    backend_root = checkpoints / "arctic_backend"
+    assert str(failed).startswith(
+        f"saving the checkpoint {checkpoints / 'global_step_2'} failed: BackendSaveFailed: the backend's save "
+        f"of {backend_root / 'checkpoint-2'} failed (CheckpointWriteError: "
+    )
+    assert not (checkpoints / "global_step_2").exists()
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text() == "1"
+    assert sorted(p.name for p in backend_root.iterdir()) == ["checkpoint-1", "latest"]
+    assert (backend_root / "latest").read_text() == "1"
+    # step 3: the backend's save is whole, verl's own data.pt write is refused: its step folder, begun by
+    # verl, is removed, and the backend's checkpoint-3 is left unnamed by any framework step
+    real_save = torch.save
+
+    def data_refused(obj, f, *args, **kwargs):
+        if not str(f).endswith(str(Path("global_step_3") / "data.pt")):
+            return real_save(obj, f, *args, **kwargs)
+        with file_size_limit(64):
+            return real_save(obj, f, *args, **kwargs)
+
+    trainer.global_steps = 3
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(StepSaveFailed) as caught:
+        patch.setattr(torch, "save", data_refused)
+        trainer._save_checkpoint()
+    assert str(caught.value).startswith(
+        f"saving the checkpoint {checkpoints / 'global_step_3'} failed: RuntimeError"
+    )
+    assert not (checkpoints / "global_step_3").exists() and (backend_root / "checkpoint-3").is_dir()
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text() == "1"
+
+    resumed_loader = StatefulDataLoader(list(range(8)), batch_size=2)
+    resumed = _verl_trainer(worker, checkpoints, resumed_loader, global_steps=0)
+    resumed._load_checkpoint()
+    assert resumed.global_steps == 1 and backend.global_step == step_1
+    assert next(iter(resumed_loader)).tolist() == [2, 3]  # the dataloader where step 1 left it

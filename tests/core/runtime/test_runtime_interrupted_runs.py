@@ -405,3 +405,49 @@ def test_a_failed_save_removes_its_step_folder_and_says_whether_the_disk_was_ful
         with pytest.raises(comes_out), step_save(folder, unfinished):  # the adapters' saves
             raise raised
         assert not unfinished.exists() and whole.is_dir()
+
+
+def test_a_failed_backend_save_names_its_step_and_the_partial_folder_a_server_may_leave(tmp_path):
+    """The backend's own save failing (the server answered 400/500 or went away mid-save): the run says
+    which step and why, that the server may have left a partial checkpoint-<step> it cannot delete, and
+    how to continue, also when the cause is a server call error (which otherwise says "once the server
+    answers again") and after Ray pickled it out of a verl worker."""
+    import pickle
+
+    from arctic_rl_core.backends.arctic_errors import CallContext, connection_error
+    from arctic_rl_core.checkpoint_manifest import BackendSaveFailed, backend_save
+    from arctic_rl_core.failure_messages import explain
+
+    folder = CheckpointFolder(tmp_path / "checkpoints", LATEST)
+    folder.root.mkdir()
+    (folder.root / LATEST).write_text("1")
+    unfinished = folder.step_folder(2)
+    backend_root = folder.root / "arctic_backend"
+    died = connection_error(
+        CallContext("save", "training job 3", "http://127.0.0.1:8000", server_log="its terminal"),
+        ConnectionResetError("reset"),
+    )
+    with pytest.raises(StepSaveFailed) as caught, step_save(folder, unfinished):
+        unfinished.mkdir(parents=True)  # the framework's step folder, begun
+        with backend_save(backend_root, 2):
+            raise died
+    failed = caught.value
+    assert not unfinished.exists() and isinstance(failed.cause, BackendSaveFailed)
+    backend = pickle.loads(pickle.dumps(failed.cause))  # as a Ray worker's error reaches the driver
+    assert (backend.folder, backend.step, str(backend)) == (
+        backend_root / "checkpoint-2",
+        2,
+        str(failed.cause),
+    )
+    partial = backend_root / "checkpoint-2"
+    assert str(backend).startswith(f"the backend's save of {partial} failed ({type(died).__name__}: {died})")
+    assert "The server may have left that folder partial on its disk" in str(backend)
+    assert "a resume loads the last whole checkpoint, and the next save of checkpoint-2 writes" in str(
+        backend
+    )
+    resume = "arctic-rl demo --resume RUN"
+    assert explain(failed, resume=resume) == (
+        f"saving the checkpoint {unfinished} failed: BackendSaveFailed: {backend}. Nothing of global_step_2 was "
+        "kept here (the latest-step file names the last whole checkpoint). Fix: the server's log says why its "
+        f"save failed (a full disk: free space there); then continue with: {resume}"
+    )

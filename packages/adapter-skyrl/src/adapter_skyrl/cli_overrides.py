@@ -18,8 +18,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
 from arctic_rl_core.config import ConfigIssue
 from arctic_rl_core.config.errors import suggest_key_among
+from arctic_rl_core.config.override_values import value_problem
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from skyrl.train.config.sft_config import SFTConfig
+
+from adapter_skyrl.config import (
+    DAPO_ONLY_FIELDS,
+    ArcticSkyRLConfig,
+    skyrl_defaults,
+    strip_override_entrypoint,
+)
+from adapter_skyrl.legacy_keys import LEGACY_SKYRL_KEYS, split_dropped_keys
 
 # skyrl-train 0.4.0 (Hydra, flat generator group) -> SkyRL 0.4.0 (generator.inference_engine.*).
 _ENGINE_FIELDS = (
@@ -230,7 +243,6 @@ def read_overrides(
 
 def _as_written(value: str) -> Any:
     """A CLI value as SkyRL's parser reads it (YAML: 8 is a number), for the message."""
-    import yaml
 
     try:
         return yaml.safe_load(value)
@@ -301,17 +313,6 @@ def parse_overrides(argv: Sequence[str], config_cls: type | None = None) -> Pars
     """The launcher's overrides as SkyRL's config of `config_cls` (default the adapter's; the DAPO entry
     point passes its own), with every problem of the overrides at once: unknown keys are reported and
     left out, and the rest is parsed and checked as usual."""
-    import yaml
-    from omegaconf.errors import OmegaConfBaseException
-    from skyrl.train.config.sft_config import SFTConfig
-
-    from adapter_skyrl.config import (
-        DAPO_ONLY_FIELDS,
-        ArcticSkyRLConfig,
-        skyrl_defaults,
-        strip_override_entrypoint,
-    )
-    from adapter_skyrl.legacy_keys import LEGACY_SKYRL_KEYS, split_dropped_keys
 
     cls = config_cls or ArcticSkyRLConfig
     read = read_overrides(
@@ -362,8 +363,6 @@ def mistyped(arg: str, defaults: Any) -> ConfigIssue | None:
     """The problem of a `key=value` override whose value, as SkyRL's parser (OmegaConf, YAML 1.1) reads
     it, has another type than SkyRL's default for the field (`trainer.epochs=two` stays the text "two"),
     or is written in base 60 (`weight_decay=1:2:3` is read as 3723); None when it is fine."""
-    from arctic_rl_core.config.override_values import value_problem
-    from omegaconf import OmegaConf
 
     key, _, text = arg.partition("=")
     node = defaults

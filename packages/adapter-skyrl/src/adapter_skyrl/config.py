@@ -21,6 +21,7 @@ from arctic_rl_core.config.schema import ONPREM_BACKENDS
 from arctic_rl_core.config.truncated_sampling import truncated_sampling_issues
 from skyrl.train.config import SkyRLTrainConfig, make_config
 from skyrl.train.config.config import TrainerConfig
+from skyrl.train.utils import validate_cfg
 
 from adapter_skyrl import field_table
 from adapter_skyrl.field_transforms import (
@@ -361,7 +362,6 @@ def to_arctic_config(cfg: SkyRLTrainConfig, *, steps_per_epoch: int | None) -> A
 def skyrl_validation_issues(cfg: SkyRLTrainConfig, arctic: ArcticRLConfig | None) -> list[ConfigIssue]:
     """SkyRL's own `validate_cfg` on the config the run uses (aligned with the Arctic run's DP,
     micro-batch and colocation), its first failure as an issue."""
-    from skyrl.train.utils import validate_cfg
 
     view = copy.deepcopy(cfg)
     if arctic is not None:

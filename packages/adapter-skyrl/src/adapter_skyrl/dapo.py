@@ -18,10 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from arctic_rl_core.overlong import punish_overlong
 from skyrl.train.config import AlgorithmConfig, make_config
 
-from adapter_skyrl.config import ArcticTrainerConfig
+from adapter_skyrl.config import ArcticTrainerConfig, parse_cli_with_notices
 from adapter_skyrl.experiment import ArcticPPOExp
+from adapter_skyrl.fully_async import ArcticFullyAsyncPPOTrainer
+from adapter_skyrl.main import run_main
 from adapter_skyrl.trainer import ArcticPPOTrainer
 
 USAGE = """\
@@ -81,8 +84,6 @@ class SoftOverlongPunishment:
         )
 
     def _punish_overlong(self, output: dict[str, Any]) -> None:
-        from arctic_rl_core.overlong import punish_overlong
-
         algo = self.cfg.trainer.algorithm
         output["rewards"] = punish_overlong(
             output["rewards"],
@@ -98,8 +99,6 @@ class ArcticDAPOTrainer(SoftOverlongPunishment, ArcticPPOTrainer):
 
 
 def _fully_async_trainer() -> type:
-    from adapter_skyrl.fully_async import ArcticFullyAsyncPPOTrainer
-
     class ArcticFullyAsyncDAPOTrainer(SoftOverlongPunishment, ArcticFullyAsyncPPOTrainer):
         """SkyRL's fully asynchronous trainer on the Arctic path with DAPO's soft overlong punishment."""
 
@@ -115,14 +114,11 @@ class ArcticDAPOExp(ArcticPPOExp):
 
 def parse_cli(argv: Sequence[str]):
     """SkyRL's strict CLI parse of the DAPO config with the `trainer.arctic_rl.*` extension."""
-    from adapter_skyrl.config import parse_cli_with_notices
 
     return parse_cli_with_notices(argv, config_cls=ArcticDAPOConfig)[0]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from adapter_skyrl.main import run_main
-
     run_main(list(sys.argv[1:] if argv is None else argv), config_cls=ArcticDAPOConfig, exp_cls=ArcticDAPOExp,
              usage=USAGE)  # fmt: skip
 

@@ -7,9 +7,19 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from arctic_rl_core.backends.registry import create_backend
+from arctic_rl_core.checkpoint_manifest import CheckpointFolder
+from arctic_rl_core.envs.bird.multi_turn import STOP_STRINGS
+from loguru import logger
+
+from adapter_skyrl.config import parse_cli, to_arctic_config
+from adapter_skyrl.experiment import ArcticPPOExp
+from adapter_skyrl.trainer import SKYRL_LATEST_FILE
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
@@ -125,7 +135,6 @@ def skyrl_multi_turn_overrides(options: DemoOptions) -> list[str]:
     </solution>, N turns), each turn starting from at most `options.max_input_length` tokens."""
     if options.max_turns == 1:
         return []
-    from arctic_rl_core.envs.bird.multi_turn import STOP_STRINGS
 
     stop = "[" + ",".join(f"'{s}'" for s in STOP_STRINGS) + "]"
     return [
@@ -186,18 +195,10 @@ def run_grpo(
     `on_ready(first_step, overrides, arctic_config)` is called before training (a resumed run
     starts after its latest checkpoint); `on_backend(location)` once the backend is built (where:
     "in process", pid, hostname); `on_step(step, record)` after every step."""
-    import os
 
     from arctic_rl_testbed.reference.ray_actor import process_location
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # the demo shows its own progress
-    from arctic_rl_core.backends.registry import create_backend
-    from arctic_rl_core.checkpoint_manifest import CheckpointFolder
-    from loguru import logger
-
-    from adapter_skyrl.config import parse_cli, to_arctic_config
-    from adapter_skyrl.experiment import ArcticPPOExp
-    from adapter_skyrl.trainer import SKYRL_LATEST_FILE
 
     run_dir = options.run_dir
     log_file = run_dir / "skyrl.log"

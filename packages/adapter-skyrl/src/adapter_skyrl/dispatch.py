@@ -17,7 +17,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_core.async_grpo.is_weights import combined_is_stats
+from arctic_rl_core.backends.old_logprobs import from_sampler, sampler_logprobs
 from arctic_rl_core.checkpoint_folder import backend_checkpoint_root
+from arctic_rl_core.checkpoint_manifest import backend_save
+from arctic_rl_core.dispatch import run
+from arctic_rl_core.weight_sync import prepare_for_training, sync_after_step
+from arctic_rl_core.wire import build_forward_payload, build_train_payload, response_logprobs
 from skyrl.backends.skyrl_train.distributed.dispatch import WorkerOutput
 from skyrl.backends.skyrl_train.workers.worker_dispatch import WorkerDispatch
 
@@ -98,8 +104,6 @@ class ArcticWorkerDispatch(WorkerDispatch):
 
     # -- plumbing -----------------------------------------------------------------------------
     def _run(self, coro: Any) -> Any:
-        from arctic_rl_core.dispatch import run
-
         return run(coro, timeout=self.call_timeout_s)
 
     def _check_model(self, model: str, allowed: tuple[str, ...] = _MODELS) -> None:
@@ -114,7 +118,6 @@ class ArcticWorkerDispatch(WorkerDispatch):
         sampler to sleep, trainer awake; otherwise only checked)."""
         if self._training_ready:
             return
-        from arctic_rl_core.weight_sync import prepare_for_training
 
         self._run(prepare_for_training(self.backend, self.sync_policy))
         self._training_ready = True
@@ -129,7 +132,6 @@ class ArcticWorkerDispatch(WorkerDispatch):
     def pop_is_weight_stats(self) -> ISWeightStats | None:
         """The statistics of every rollout_is_weights sent since the last call (token-weighted), or
         None when none were sent."""
-        from arctic_rl_core.async_grpo.is_weights import combined_is_stats
 
         stats, self._is_stats = self._is_stats, []
         return combined_is_stats(stats)
@@ -165,8 +167,6 @@ class ArcticWorkerDispatch(WorkerDispatch):
         """Log-probs of the batch's responses under the policy (`"policy"`) or the backend's frozen
         reference model (`"ref"`), right-aligned per row as SkyRL's workers return them. On a backend
         without forward (Cortex) the policy's are the sampler's rollout log-probs."""
-        from arctic_rl_core.backends.old_logprobs import from_sampler, sampler_logprobs
-        from arctic_rl_core.wire import build_forward_payload, response_logprobs
 
         self._check_model(model)
         self._reject_extras("forward", loss_fn, loss_fn_config, model_id, worker_kwargs)
@@ -236,7 +236,6 @@ class ArcticWorkerDispatch(WorkerDispatch):
         **worker_kwargs: Any,
     ) -> WorkerOutput:
         """One mini-batch through the Arctic loss; gradients accumulate until `optim_step`."""
-        from arctic_rl_core.wire import build_train_payload
 
         self._check_model(model, ("policy",))
         self._reject_extras("forward_backward", loss_fn, loss_fn_config, model_id, worker_kwargs)
@@ -324,7 +323,6 @@ class ArcticWorkerDispatch(WorkerDispatch):
 
     async def save_weights_for_sampler(self, model_id: str | None = None) -> None:
         """Trainer weights -> sampler through the core weight-sync policy (wake, sync, reset...)."""
-        from arctic_rl_core.weight_sync import sync_after_step
 
         self._reject_extras("save_weights_for_sampler", None, None, model_id, {})
         start = time.perf_counter()
@@ -365,14 +363,15 @@ class ArcticWorkerDispatch(WorkerDispatch):
         # checkpoint.save_total_limit of them (mapped from trainer.max_ckpts_to_keep; SkyRL's own
         # cleanup keeps as many global_step folders, each with its marker).
         backend_root = os.path.abspath(backend_checkpoint_root(ckpt_dir))
-        saved = self._run(
-            self.backend.save_checkpoint(
-                backend_root,
-                self.optimizer_steps,
-                export_hf=bool(self.checkpoint and self.checkpoint.export_hf),
-                save_total_limit=self.checkpoint.save_total_limit if self.checkpoint else None,
+        with backend_save(backend_root, self.optimizer_steps):  # names the step and what a server leaves
+            saved = self._run(
+                self.backend.save_checkpoint(
+                    backend_root,
+                    self.optimizer_steps,
+                    export_hf=bool(self.checkpoint and self.checkpoint.export_hf),
+                    save_total_limit=self.checkpoint.save_total_limit if self.checkpoint else None,
+                )
             )
-        )
         marker = {
             # relative to this folder, so that a run folder moved elsewhere still resumes
             "backend_path": os.path.relpath(backend_root, ckpt_dir),

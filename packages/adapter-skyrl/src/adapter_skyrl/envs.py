@@ -21,7 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from arctic_rl_core.envs import bird, gsm8k
+from arctic_rl_core.envs.bird.multi_turn import BirdSQLEpisode
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+from skyrl_gym.envs.registration import register, registry
 
 BIRD_ENV_IDS = ("bird", "bird_sql")
 GSM8K_ENV_ID = "gsm8k_arctic"
@@ -83,9 +86,7 @@ class BirdSQLEnv(_CoreScoredEnv):
     default_data_source = "bird"
 
     def _score(self, action: str) -> dict[str, Any]:
-        from arctic_rl_core.envs.bird import compute_score
-
-        return dict(compute_score(self.data_source, action, self.ground_truth, self.extra_info))
+        return dict(bird.compute_score(self.data_source, action, self.ground_truth, self.extra_info))
 
 
 class GSM8KArcticEnv(_CoreScoredEnv):
@@ -95,9 +96,7 @@ class GSM8KArcticEnv(_CoreScoredEnv):
     default_data_source = "gsm8k"
 
     def _score(self, action: str) -> dict[str, Any]:
-        from arctic_rl_core.envs.gsm8k import compute_score
-
-        verdict = compute_score(self.data_source, action, self.ground_truth, self.extra_info)
+        verdict = gsm8k.compute_score(self.data_source, action, self.ground_truth, self.extra_info)
         return dict(verdict) if isinstance(verdict, Mapping) else {"score": float(verdict)}
 
 
@@ -107,7 +106,6 @@ class BirdMultiTurnEnv(BaseTextEnv):
 
     def __init__(self, env_config: Any = None, extras: Mapping[str, Any] | None = None):
         super().__init__()
-        from arctic_rl_core.envs.bird.multi_turn import BirdSQLEpisode
 
         self.episode = BirdSQLEpisode.from_row(dict(extras or {}), env_config)
         self.max_turns = self.episode.max_turns
@@ -126,7 +124,6 @@ class BirdMultiTurnEnv(BaseTextEnv):
 
 def register_environments() -> None:
     """Register the Arctic environments with skyrl-gym once per process (duplicates raise there)."""
-    from skyrl_gym.envs.registration import register, registry
 
     entries = {
         **dict.fromkeys(BIRD_ENV_IDS, BirdSQLEnv),

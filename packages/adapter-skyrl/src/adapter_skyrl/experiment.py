@@ -10,26 +10,33 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_core.async_grpo.sync_gate import GenerationSyncGate
 from arctic_rl_core.backends.registry import create_backend
+from arctic_rl_core.config.schema import BackendSettings
+from arctic_rl_core.config.settings_table import render_settings_table
+from arctic_rl_core.dispatch import run as run_coroutine
 from arctic_rl_core.run_lock import RunFolderLock
+from arctic_rl_core.weight_sync import WeightSyncPolicy
+from arctic_rl_core.wire import PayloadSpec
 from loguru import logger
 from skyrl.train.dataset import PromptDataset
 from skyrl.train.entrypoints.main_base import BasePPOExp
+from skyrl.utils.tok import get_tokenizer
 
 from adapter_skyrl.config import DEFAULT_BACKEND, align_with_arctic, translate
 from adapter_skyrl.dispatch import ArcticWorkerDispatch
+from adapter_skyrl.field_table import FRAMEWORK
 from adapter_skyrl.fully_async import ArcticFullyAsyncPPOTrainer
 from adapter_skyrl.generator import ArcticGenerator
 from adapter_skyrl.inference_client import ArcticInferenceClient
 from adapter_skyrl.skyrl_internals import no_inference_servers
+from adapter_skyrl.trace import PayloadTrace
 from adapter_skyrl.trainer import ArcticPPOTrainer
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
     from arctic_rl_core.config import ArcticRLConfig
     from skyrl.train.config import SkyRLTrainConfig
-
-    from adapter_skyrl.trace import PayloadTrace
 
 
 class ArcticPPOExp(BasePPOExp):
@@ -59,8 +66,6 @@ class ArcticPPOExp(BasePPOExp):
         # Fully async: generate calls and weight syncs through one gate (arctic_rl_core.async_grpo.sync_gate)
         self.sync_gate = None
         if cfg.trainer.fully_async.enabled:
-            from arctic_rl_core.async_grpo.sync_gate import GenerationSyncGate
-
             self.sync_gate = GenerationSyncGate()
         # The schedule horizon needs the dataloader length: recompute with the real one.
         steps_per_epoch = len(self.train_dataset) // cfg.trainer.train_batch_size
@@ -69,9 +74,6 @@ class ArcticPPOExp(BasePPOExp):
         self.translation = translation
         # SkyRL's view of the run is the Arctic run's (DP, micro-batch; no SkyRL engines to colocate).
         align_with_arctic(cfg, self.arctic_cfg)
-        from arctic_rl_core.config.settings_table import render_settings_table
-
-        from adapter_skyrl.field_table import FRAMEWORK
 
         logger.info(
             "\n"
@@ -93,8 +95,6 @@ class ArcticPPOExp(BasePPOExp):
         self._owns_backend = backend is None  # a backend passed in stays the caller's to shut down
         trace_path = getattr(cfg.trainer, "arctic_trace_path", None)
         if trace is None and trace_path:
-            from adapter_skyrl.trace import PayloadTrace
-
             trace = PayloadTrace(trace_path)
         self.trace = trace
 
@@ -106,8 +106,6 @@ class ArcticPPOExp(BasePPOExp):
         finally:
             try:
                 if self._owns_backend:
-                    from arctic_rl_core.dispatch import run as run_coroutine
-
                     run_coroutine(self.backend.shutdown())
             finally:
                 self.run_lock.release()
@@ -119,8 +117,6 @@ class ArcticPPOExp(BasePPOExp):
 
             tokenizer = build_tokenizer(self.backend_settings.reference.tokenizer_path)
         else:
-            from skyrl.utils.tok import get_tokenizer
-
             tokenizer = get_tokenizer(
                 self.cfg.trainer.policy.model.path,
                 trust_remote_code=True,
@@ -200,9 +196,6 @@ class ArcticPPOExp(BasePPOExp):
         return dispatch.weights_version if isinstance(dispatch, ArcticWorkerDispatch) else None
 
     def build_dispatch(self) -> ArcticWorkerDispatch:
-        from arctic_rl_core.weight_sync import WeightSyncPolicy
-        from arctic_rl_core.wire import PayloadSpec
-
         spec = PayloadSpec.from_config(self.arctic_cfg, pad_token_id=int(self.tokenizer.pad_token_id))
         return ArcticWorkerDispatch(
             self.cfg,
@@ -252,7 +245,6 @@ class ArcticPPOExp(BasePPOExp):
 
 def backend_settings(cfg: SkyRLTrainConfig) -> Any:
     """The validated `backend` group of `trainer.arctic_rl` (needed before the dataset exists)."""
-    from arctic_rl_core.config.schema import BackendSettings
 
     backend = dict(dict(cfg.trainer.arctic_rl or {}).get("backend") or {})
     backend.setdefault("kind", DEFAULT_BACKEND)

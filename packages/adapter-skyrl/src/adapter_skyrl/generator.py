@@ -34,11 +34,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_core.backends.old_logprobs import from_sampler
 from arctic_rl_core.multi_turn.trajectory_fidelity import (
     TrajectoryFidelity,
     drift_metrics,
     trajectory_fidelity,
 )
+from arctic_rl_core.weight_sync import require_fresh_weights
 from loguru import logger
 from skyrl.train.generators.base import GeneratorInput, GeneratorOutput
 from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator, StepWiseOutput, TrajectoryOutput
@@ -195,7 +197,6 @@ class ArcticGenerator(SkyRLGymGenerator):
 
     def _with_sampler_logprobs(self, input_batch: GeneratorInput) -> GeneratorInput:
         """Without a server forward (Cortex) the old log-probs are the sampler's: SkyRL must keep them."""
-        from arctic_rl_core.backends.old_logprobs import from_sampler
 
         params = input_batch.get("sampling_params")
         if from_sampler(self.backend) and params is not None and params.get("logprobs") is None:
@@ -345,8 +346,6 @@ class ArcticGenerator(SkyRLGymGenerator):
         self.weights_versions.append(oldest)
         expected = self.expected_weights_version() if self.expected_weights_version is not None else None
         if expected is not None:
-            from arctic_rl_core.weight_sync import require_fresh_weights
-
             for version in sorted(set(versions)):
                 require_fresh_weights(version, expected=expected)
         output[WEIGHTS_VERSION_KEY] = versions

@@ -22,13 +22,17 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_core.backends.old_logprobs import sampling_params_for
+from arctic_rl_core.backends.protocol import Backend, SamplingParams
+from arctic_rl_core.dispatch import run
+from arctic_rl_core.generate_batcher import GenerateBatcher
+from arctic_rl_core.multi_turn.turn_sampler import TurnSampler
 from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInterface
 
 from adapter_skyrl.loop_bridge import on_backend_loop
 
 if TYPE_CHECKING:
     from arctic_rl_core.async_grpo.sync_gate import GenerationSyncGate
-    from arctic_rl_core.backends.protocol import Backend, SamplingParams
     from arctic_rl_core.multi_turn.turn_sampler import SampledTurn
 
 # vLLM sampling keys SkyRL always sends whose values the Arctic path already gives.
@@ -49,7 +53,6 @@ _NOT_SERVED = (
 
 def to_sampling_params(params: Mapping[str, Any]) -> SamplingParams:
     """SkyRL's vLLM sampling dict -> the backend's `SamplingParams`; anything else is an error."""
-    from arctic_rl_core.backends.protocol import SamplingParams
 
     unknown = sorted(set(params) - SAMPLING_KEYS)
     if unknown:
@@ -100,9 +103,6 @@ class ArcticInferenceClient(InferenceEngineInterface):
         sync_gate: GenerationSyncGate | None = None,
         call_timeout_s: float | None = None,
     ) -> None:
-        from arctic_rl_core.generate_batcher import GenerateBatcher
-        from arctic_rl_core.multi_turn.turn_sampler import TurnSampler
-
         self.backend = backend
         # every trajectory's turn is a request; concurrent ones share a backend call (up to max_batch)
         self.batcher = GenerateBatcher(
@@ -149,14 +149,11 @@ class ArcticInferenceClient(InferenceEngineInterface):
         }
 
     def _params(self, asked: Mapping[str, Any]) -> SamplingParams:
-        from arctic_rl_core.backends.old_logprobs import sampling_params_for
-
         # without a server forward (Cortex) the old-log-prob pass serves the sampler's log-probs
         return sampling_params_for(self.backend, to_sampling_params(asked))
 
     def queue_metrics(self) -> dict[str, float]:
         """The sampler's queue since the previous call (`sampler_queue/*`, as verl's adapter logs it)."""
-        from arctic_rl_core.dispatch import run
 
         return run(self._take_queue_stats())
 

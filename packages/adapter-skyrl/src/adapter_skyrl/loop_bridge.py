@@ -11,10 +11,10 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
+from arctic_rl_core.dispatch import background_loop
+
 
 async def on_backend_loop[T](coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-    from arctic_rl_core.dispatch import background_loop
-
     loop = background_loop()
     try:
         running = asyncio.get_running_loop()

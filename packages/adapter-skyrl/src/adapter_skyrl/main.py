@@ -8,6 +8,7 @@ default, the reference engine when named) does the GPU work, so SkyRL needs no R
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,8 +42,8 @@ def _count_rows(files: Sequence[str]) -> int | None:
         if not path.is_file():
             return None
         if path.suffix == ".parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
+            import pyarrow as pa  # noqa: PLC0415 - CLI start-up
+            import pyarrow.parquet as pq  # noqa: PLC0415 - CLI start-up
 
             try:
                 total += pq.ParquetFile(path).metadata.num_rows
@@ -71,10 +72,10 @@ class Checked:
 def check(argv: Sequence[str], config_cls: type | None = None, *, read_data: bool = True) -> Checked:
     """`read_data`: count the training rows for the LR horizon when the files are readable here (the
     dry run); the run leaves that to SkyRL's trainer. Never needed to check the settings."""
-    from arctic_rl_core.config import ConfigError
+    from arctic_rl_core.config import ConfigError  # noqa: PLC0415 - CLI start-up
 
-    from adapter_skyrl.cli_overrides import parse_overrides
-    from adapter_skyrl.config import translate
+    from adapter_skyrl.cli_overrides import parse_overrides  # noqa: PLC0415 - CLI start-up
+    from adapter_skyrl.config import translate  # noqa: PLC0415 - CLI start-up
 
     parsed = parse_overrides(argv, config_cls)
     checked = Checked(parsed.cfg, None, list(parsed.issues), list(parsed.notices))
@@ -129,9 +130,8 @@ _AS_FIXED = {
 def _validate_cfg_issues(cfg: Any, arctic: Any, reported: Sequence[Any]) -> list[Any]:
     """SkyRL's own `validate_cfg` on the run's config with the refused settings as their fix names
     them, unless its first failure names a setting already reported (the same problem, said once)."""
-    import copy
 
-    from adapter_skyrl.config import skyrl_validation_issues
+    from adapter_skyrl.config import skyrl_validation_issues  # noqa: PLC0415 - CLI start-up
 
     paths = {part.split(" ", 1)[0] for issue in reported for part in issue.path.split(", ")}
     if (
@@ -156,10 +156,10 @@ def dry_run(
 ) -> int:
     """The dry run: 0 with the document and the settings table on `out`, 2 with every problem on `err`.
     `config_cls`: SkyRL's config class to parse with (default the adapter's; `adapter_skyrl.dapo` its DAPO one)."""
-    from arctic_rl_core.config.settings_table import render_settings_table
-    from arctic_rl_core.config.show import render_config_document
+    from arctic_rl_core.config.settings_table import render_settings_table  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_core.config.show import render_config_document  # noqa: PLC0415 - CLI start-up
 
-    from adapter_skyrl.field_table import FRAMEWORK
+    from adapter_skyrl.field_table import FRAMEWORK  # noqa: PLC0415 - CLI start-up
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -201,8 +201,8 @@ def run_main(
     if "--dry-run" in args:
         raise SystemExit(dry_run([a for a in args if a not in FLAGS], config_cls=config_cls, notices=notices))
 
-    from adapter_skyrl.config import UnsupportedSkyRLSettingError
-    from adapter_skyrl.experiment import ArcticPPOExp
+    from adapter_skyrl.config import UnsupportedSkyRLSettingError  # noqa: PLC0415 - CLI start-up
+    from adapter_skyrl.experiment import ArcticPPOExp  # noqa: PLC0415 - CLI start-up
 
     # Every problem SkyRL's settings, the legacy keys, the registries and core validation can show
     # without the data.
@@ -212,7 +212,7 @@ def run_main(
         print(f"notice: {notice}", file=sys.stderr)
     if checked.issues or checked.translation is None or checked.translation.arctic is None:
         raise UnsupportedSkyRLSettingError(checked.issues)
-    from arctic_rl_core.ray_uv_hook import keep_ray_workers_off_uv_run
+    from arctic_rl_core.ray_uv_hook import keep_ray_workers_off_uv_run  # noqa: PLC0415 - CLI start-up
 
     notice = keep_ray_workers_off_uv_run("adapter_skyrl")  # before SkyRL's ray.init
     if notice:
@@ -227,8 +227,8 @@ def cli(entry: Callable[[], None]) -> None:
     """A `python -m` entry point: a refused configuration prints its problems and exits 2; a failure
     a user can cause or meet (a damaged checkpoint, a folder another run holds, the server gone, a
     full disk: `arctic_rl_core.failure_messages`) prints one message and exits 1."""
-    from arctic_rl_core.config import ConfigError
-    from arctic_rl_core.failure_messages import explain
+    from arctic_rl_core.config import ConfigError  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_core.failure_messages import explain  # noqa: PLC0415 - CLI start-up
 
     try:
         entry()

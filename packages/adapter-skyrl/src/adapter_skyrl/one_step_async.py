@@ -14,6 +14,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from adapter_skyrl.main import run_main
+
 SYNCHRONOUS = (
     "SkyRL's one-step off-policy example (examples/train/async, AsyncRayPPOTrainer) runs synchronously here: "
     "generation and training take turns, every rollout sampled with the last sync's weights (no overlap); "
@@ -32,8 +34,6 @@ The entry point to switch SkyRL's one-step off-policy example (examples/train/as
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from adapter_skyrl.main import run_main
-
     run_main(list(sys.argv[1:] if argv is None else argv), usage=USAGE, notices=[SYNCHRONOUS])
 
 

@@ -10,6 +10,9 @@ process registered, so a name missing here is missing at run time too.
 
 from __future__ import annotations
 
+from skyrl.backends.skyrl_train.utils.ppo_utils import AdvantageEstimatorRegistry, PolicyLossRegistry
+from skyrl_gym.envs.registration import registry
+
 # Estimators that need a value model (SkyRL trains a critic for them).
 CRITIC_ESTIMATORS = ("gae",)
 REGISTER_FIX = (
@@ -20,21 +23,13 @@ REGISTER_FIX = (
 
 
 def registered_environments() -> list[str]:
-    import skyrl_gym.envs  # noqa: F401  (registers SkyRL's own environments)
-    from skyrl_gym.envs.registration import registry
-
-    import adapter_skyrl.envs  # noqa: F401  (registers the Arctic environments)
 
     return sorted(registry)
 
 
 def registered_estimators() -> list[str]:
-    from skyrl.backends.skyrl_train.utils.ppo_utils import AdvantageEstimatorRegistry
-
     return sorted(AdvantageEstimatorRegistry.list_available())
 
 
 def registered_policy_losses() -> list[str]:
-    from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
-
     return sorted(PolicyLossRegistry.list_available())

@@ -8,14 +8,20 @@ lists and response-aligned values instead; its log-probs come back response-alig
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
+from arctic_rl_core.async_grpo.is_weights import ISWeightStats
+from arctic_rl_core.wire import RolloutSample
+from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import (
+    compute_off_policy_correction,
+    off_policy_correction_enabled,
+)
+
 if TYPE_CHECKING:
-    import torch
-    from arctic_rl_core.async_grpo.is_weights import ISWeightStats
-    from arctic_rl_core.wire import RolloutSample
     from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
 
 
@@ -42,7 +48,6 @@ def to_rollout_samples(
     is broadcast over each row's response). `old_B_R`: the old log-probs to send (default: the batch's
     `action_log_probs`); `loss_mask_B_R`: the loss mask to send (default: the batch's).
     """
-    from arctic_rl_core.wire import RolloutSample
 
     sequences_B_S = data["sequences"].cpu()
     attention_B_S = data["attention_mask"].cpu().bool()
@@ -103,9 +108,6 @@ def reads_rollout_logprobs(cfg: Any) -> bool:
     """Whether SkyRL's settings build anything from the sampler's log-probs: a rollout-anchored loss,
     the off-policy correction (or the deprecated use_tis), the fully asynchronous trainer. Otherwise
     the old log-probs are the trainer's own forward and the rollout log-probs are never read."""
-    import copy
-
-    from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import off_policy_correction_enabled
 
     algorithm = cfg.trainer.algorithm
     opc = copy.copy(algorithm.off_policy_correction)
@@ -148,12 +150,6 @@ def off_policy_correction(data: TrainingInputBatch, algorithm: Any) -> OffPolicy
     """`trainer.algorithm.off_policy_correction` (or the deprecated `use_tis`, which SkyRL turns into
     token TIS capped at `tis_imp_ratio_cap`) on this batch: pi_old (the trainer's forward) against
     pi_rollout, exactly as SkyRL's losses apply it. Off: nothing to send."""
-    import copy
-
-    from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import (
-        compute_off_policy_correction,
-        off_policy_correction_enabled,
-    )
 
     opc = copy.copy(algorithm.off_policy_correction)
     if opc.tis_ratio_type is None and algorithm.use_tis:
@@ -186,7 +182,6 @@ def off_policy_correction(data: TrainingInputBatch, algorithm: Any) -> OffPolicy
 def is_weight_stats(weights_B_R: torch.Tensor, mask_B_R: torch.Tensor, cap: float) -> ISWeightStats:
     """The core's statistics of SkyRL's TIS weights (`[B, R]`, or `[B, 1]` per sequence) over the
     mask; a weight SkyRL truncated is exactly `cap` (its clamp)."""
-    from arctic_rl_core.async_grpo.is_weights import ISWeightStats
 
     real = mask_B_R > 0
     values = weights_B_R.expand_as(mask_B_R)[real].float()
@@ -223,7 +218,6 @@ def response_lengths(data: TrainingInputBatch) -> list[int]:
 def to_skyrl_rows(values_B_R: torch.Tensor, resp_lens: Sequence[int], width: int) -> list[dict[str, Any]]:
     """Response-aligned core values (response token j at column j) -> SkyRL's per-sample outputs,
     right-aligned in `width` columns with zeros in front (what SkyRL's workers return)."""
-    import torch
 
     out_B_W = torch.zeros((len(resp_lens), width), dtype=torch.float32)
     for row, n in enumerate(resp_lens):

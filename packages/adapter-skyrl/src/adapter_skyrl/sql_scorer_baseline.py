@@ -21,18 +21,16 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from skyrl_gym.envs.sql.utils import calculate_reward_single
+
 
 def score(pool: ThreadPoolExecutor, rollouts: list[list[str]], timeout_s: float) -> tuple[float, list[float]]:
-    from skyrl_gym.envs.sql.utils import calculate_reward_single
-
     start = time.perf_counter()
     rewards = list(pool.map(lambda r: calculate_reward_single(r[0], r[1], r[2], timeout=timeout_s), rollouts))
     return time.perf_counter() - start, [float(reward) for reward in rewards]
 
 
 def main() -> int:
-    import skyrl_gym.envs.sql.utils  # noqa: F401  (imported before any timed batch)
-
     pools: dict[int, ThreadPoolExecutor] = {}  # the generator's pool lives as long as the generator
     try:
         for line in sys.stdin:

@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_core.wire import payload_to_trace_record
+
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import WirePayload
 
@@ -27,8 +29,6 @@ class PayloadTrace:
         self._index = 0
 
     def record(self, op: str, payload: WirePayload, **extra: Any) -> None:
-        from arctic_rl_core.wire import payload_to_trace_record
-
         entry = {"index": self._index, **payload_to_trace_record(op, payload), **extra}
         with self._lock, self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(entry, sort_keys=True) + "\n")

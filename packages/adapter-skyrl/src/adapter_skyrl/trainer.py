@@ -23,11 +23,11 @@ from skyrl.train.utils.trainer_utils import ResumeMode, cleanup_old_checkpoints
 from adapter_skyrl.dispatch import ArcticWorkerDispatch
 from adapter_skyrl.generator import combine_call_metrics
 from adapter_skyrl.inference_client import ArcticInferenceClient
+from adapter_skyrl.loss_reductions import keeps_skyrl_scaling
 
 if TYPE_CHECKING:
     from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
     from skyrl.train.generators.base import GeneratorOutput
-
 
 SKYRL_LATEST_FILE = "latest_ckpt_global_step.txt"  # SkyRL's record of its latest checkpoint
 
@@ -155,7 +155,6 @@ class ArcticPPOTrainer(RayPPOTrainer):
         from `trainer.algorithm.loss_reduction`): pre-scaled advantages would be reduced twice. The
         reductions that depend on SkyRL's own grouping of the rows (token_mean_legacy, prompt_mean)
         keep SkyRL's scaling, computed by SkyRL, and the server sums them (`adapter_skyrl.loss_reductions`)."""
-        from adapter_skyrl.loss_reductions import keeps_skyrl_scaling
 
         if keeps_skyrl_scaling(self.cfg.trainer.algorithm.loss_reduction):
             return super()._normalize_advantages(data, mini_batch_boundaries, prompt_boundaries)

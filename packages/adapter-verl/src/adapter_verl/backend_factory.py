@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from arctic_rl_core import dispatch
 from arctic_rl_core.backends.registry import create_backend
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ def start_backend(settings: ArcticVerlSettings) -> BackendHandle:
 def shutdown_started_backends() -> None:
     """Shut down the backends this process started (last first): an Arctic server's jobs are
     destroyed, so the next run (a resume) can create its own; the reference actor is released."""
-    from arctic_rl_core import dispatch
 
     while _owned:
         dispatch.run(_owned.pop().shutdown())

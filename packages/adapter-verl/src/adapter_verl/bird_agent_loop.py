@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+from arctic_rl_core.envs.bird.multi_turn import STOP_STRINGS, BirdSQLEpisode
+from arctic_rl_core.multi_turn.prompt_text import PromptText
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 from verl.utils.profiler import simple_timer
 
@@ -53,9 +55,6 @@ class BirdSQLAgentLoop(AgentLoopBase):
         self.max_turns = int(max_turns)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        from arctic_rl_core.envs.bird.multi_turn import STOP_STRINGS, BirdSQLEpisode
-        from arctic_rl_core.multi_turn.prompt_text import PromptText
-
         loop = asyncio.get_running_loop()
         row = {key: kwargs.get(key) for key in ("reward_model", "extra_info") if kwargs.get(key) is not None}
         episode = BirdSQLEpisode.from_row(row, max_turns=self.max_turns)

@@ -14,6 +14,8 @@ validation, every problem at once.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +34,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from adapter_verl.compose import default_config, default_leaves, leaves
 from adapter_verl.field_table import CORE_WHEN_VERL_DEFAULT, VERL_FIELDS
 from adapter_verl.field_transforms import CORE_PREFIX, LOSS_MODE, VERL_POLICY_LOSSES, A, M, R, is_bypass_mode
+from adapter_verl.model_overrides import FIELD as OVERRIDE_FIELD
+from adapter_verl.model_overrides import (
+    FOLDER_NAME,
+    DerivedModel,
+    check_overrides,
+    config_overrides,
+    load_base_config,
+    local_model_folder,
+    server_sees_local_paths,
+)
 
 _ABSENT: Any = object()
 
@@ -57,6 +69,10 @@ class ArcticVerlSettings(BaseModel):
     old_logprobs_from_rollout: bool = Field(
         default=False,
         description="algorithm.rollout_correction.bypass_mode: the old log-probs are the rollout's (no IS weights)",
+    )
+    derived_model: dict[str, Any] | None = Field(
+        default=None,
+        description="model.override_config: the model folder the Arctic jobs load, made at start-up (DerivedModel)",
     )
 
     def arctic_config(self) -> ArcticRLConfig:
@@ -238,7 +254,84 @@ def core_data(
     kind = (data.get("backend") or {}).get("kind", "reference")
     if kind != "reference":
         data.setdefault("model", {})["name"] = str(config.actor_rollout_ref.model.path)
+    derived = derived_model(config, data)
+    if derived is not None:  # every Arctic job loads the folder with verl's overrides applied
+        if kind == "reference":
+            data["backend"].setdefault("reference", {})["model_path"] = derived.folder
+        else:
+            data["model"]["name"] = derived.folder
     return data
+
+
+def derived_model(config: DictConfig, data: dict[str, Any]) -> DerivedModel | None:
+    """The model folder the Arctic jobs load when `model.override_config` sets more than
+    `attn_implementation` (adapter_verl.model_overrides); None otherwise, and for the reference engine's
+    tiny model (backend.reference.model_path unset: no folder to derive from)."""
+    read = reader(config)
+    overrides = config_overrides(read(OVERRIDE_FIELD))
+    if not overrides:
+        return None
+    if (data.get("backend") or {}).get("kind", "reference") == "reference":
+        base = read(f"{CORE_PREFIX}.backend.reference.model_path")  # as the user gave it
+    else:
+        base = read(f"{M}.path")
+    if base is None:
+        return None
+    run_folder = os.path.abspath(str(read("trainer.default_local_dir")))
+    return DerivedModel(str(base), overrides, os.path.join(run_folder, FOLDER_NAME))
+
+
+def override_config_check(config: DictConfig, data: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(problems, notices) of `model.override_config` on the Arctic path: the overrides against the
+    model's config.json (when it is on this machine; else checked at start-up), and whether the server
+    can read the derived folder."""
+    override_config = reader(config)(OVERRIDE_FIELD)
+    if not config_overrides(override_config):
+        return [], []
+    backend = data.get("backend") or {}
+    kind = backend.get("kind", "reference")
+    derived = derived_model(config, data)
+    if derived is None:  # the reference engine's tiny model
+        return [], [
+            f"{OVERRIDE_FIELD}: the reference engine builds its tiny model from backend.reference.* and takes no "
+            "Hugging Face overrides (verl's own model config has them): set "
+            f"{CORE_PREFIX}.backend.reference.model_path to a model folder for them to apply"
+        ]
+    host = str(backend.get("host", "localhost"))
+    if not server_sees_local_paths(kind, host, bool(backend.get("launch_local_server"))):
+        where = "Cortex" if kind == "cortex" else f"the HTTP server at {host}"
+        return [
+            f"{OVERRIDE_FIELD}={override_config!r}: the Arctic jobs would load a model folder made on this machine "
+            f"({derived.folder}, the overrides applied), which {where} cannot read: write a model folder the server "
+            "can read with the overrides in its config.json, set actor_rollout_ref.model.path to it and remove the "
+            "overrides"
+        ], []
+    base = local_model_folder(derived.base)
+    if base is None:
+        return [], [
+            f"{OVERRIDE_FIELD}: {derived.base!r} is not on this machine (nor in the local Hugging Face cache): the "
+            "overrides are checked against its config.json at start-up, when the Arctic jobs' model folder is made"
+        ]
+    try:
+        base_config = load_base_config(base)
+    except (OSError, ValueError) as error:
+        return [
+            f"{OVERRIDE_FIELD}={override_config!r}: transformers cannot load {base}/config.json ({error}), so the "
+            "Arctic jobs' model folder cannot be made: give a model folder whose config.json transformers loads"
+        ], []
+    found = check_overrides(base_config, override_config)
+    if found.issues:
+        return [issue.render() for issue in found.issues], []
+    notices = [
+        f"{OVERRIDE_FIELD}: the Arctic jobs load {derived.folder} (made at start-up: {base}'s config.json with "
+        f"{', '.join(sorted(derived.overrides))} applied as verl applies them, every other file linked)"
+    ]
+    if found.new_keys:
+        notices.append(
+            f"{', '.join(found.new_keys)}: not keys of the model's config: set as verl sets them (new attributes in "
+            "config.json that no code of the model reads)"
+        )
+    return [], notices
 
 
 # core fields whose checks depend on which server loss runs (not checked when verl's loss is refused)
@@ -294,6 +387,8 @@ def resolve(config: DictConfig, total_training_steps: int | None) -> Resolution:
     problems.extend(dict.fromkeys(issue.render() for issue in translation.issues))
     cfg = None
     data, fitted = fit_engine(config, core_data(config, translation, total_training_steps))
+    override_problems, override_notices = override_config_check(config, data)
+    problems.extend(override_problems)
     try:
         cfg = ArcticRLConfig.from_dict(data, source="verl config")
     except ConfigError as error:
@@ -317,7 +412,10 @@ def resolve(config: DictConfig, total_training_steps: int | None) -> Resolution:
         ):
             problems.append(issue.render())
     return Resolution(
-        None if problems else cfg, problems, translation.not_applied, [*translation.notices, *fitted]
+        None if problems else cfg,
+        problems,
+        translation.not_applied,
+        [*translation.notices, *fitted, *override_notices],
     )
 
 
@@ -334,12 +432,14 @@ def settings_from_verl(config: DictConfig, total_training_steps: int | None) -> 
     """Check `config` and resolve what the workers and rollout servers need."""
     cfg = arctic_config_from_verl(config, total_training_steps)
     read = reader(config)
+    derived = derived_model(config, cfg.model_dump(mode="json"))
     return ArcticVerlSettings(
         core=cfg.model_dump(mode="json", exclude_unset=True),
         model_path=str(config.actor_rollout_ref.model.path),
         trust_remote_code=bool(read("actor_rollout_ref.model.trust_remote_code") or False),
         trace_dir=read("remote_backend.trace_dir"),
         old_logprobs_from_rollout=bypass_mode(config),
+        derived_model=None if derived is None else dataclasses.asdict(derived),
     )
 
 

@@ -14,6 +14,7 @@ restored from the run's final checkpoint (the trained weights, synced to its sam
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -24,7 +25,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import ray
+from arctic_rl_core.checkpoint_manifest import CheckpointFolder
+from arctic_rl_core.envs import gsm8k
+from arctic_rl_core.envs.bird import preprocess as bird_preprocess
+from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+
+from adapter_verl.config import UnsupportedVerlSettingError, arctic_config_from_verl, check_supported
+from adapter_verl.main import compose, keep_ray_off_uv_run, with_arctic_defaults
 from adapter_verl.modes import ASYNC_TRAINER_MODE
+from adapter_verl.plugin import require_registered
+from adapter_verl.session import lookup_session
+from adapter_verl.worker import backend_checkpoint_root
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
@@ -267,8 +279,6 @@ class _LocationProbe:
         self.found: dict[str, Any] | None = None
 
     def poll(self) -> None:
-        import ray
-
         if self.found is not None or not ray.is_initialized():  # never start a cluster of our own
             return
         try:
@@ -286,7 +296,6 @@ def _backend_location(options: DemoOptions) -> dict[str, Any]:
     if options.server is not None:
         api = "Cortex API" if options.backend == "cortex" else "Arctic on-prem server"
         return {"where": f"{api} at {options.server} (arctic-platform client)"}
-    from adapter_verl.session import lookup_session
 
     handle = lookup_session().handle
     return {"where": "ray actor", **handle.location()}
@@ -294,7 +303,6 @@ def _backend_location(options: DemoOptions) -> dict[str, Any]:
 
 def _first_step(checkpoints: Path) -> int:
     """The step after the run's latest checkpoint, every file of it checked (`CheckpointDamaged`)."""
-    from arctic_rl_core.checkpoint_manifest import CheckpointFolder
 
     return (CheckpointFolder(checkpoints, LATEST_FILE).resume_point() or 0) + 1
 
@@ -314,18 +322,10 @@ def run_grpo(
     `on_ready(first_step, overrides, arctic_config)` is called before training (a resumed run
     starts after its latest checkpoint); `on_backend(location)` once the trainer's backend runs
     (where: "ray actor", pid, hostname, node_id); `on_step(step, record)` after every step."""
-    import asyncio
-
-    from adapter_verl.main import compose, keep_ray_off_uv_run, with_arctic_defaults
 
     notice = keep_ray_off_uv_run()  # `uv run arctic-rl demo` runs this driver under uv run
     if notice:
         print(notice, file=sys.stderr)  # into the run log
-    import ray
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
-
-    from adapter_verl.config import UnsupportedVerlSettingError, arctic_config_from_verl, check_supported
-    from adapter_verl.plugin import require_registered
 
     run_dir = options.run_dir
     data_dir = run_dir / "data"
@@ -374,10 +374,7 @@ def run_grpo(
 
 
 def _write_rows(task: DemoTask, path: Path) -> None:
-    if task.name == "bird":
-        from arctic_rl_core.envs.bird.preprocess import write_parquet
-    else:
-        from arctic_rl_core.envs.gsm8k import write_parquet
+    write_parquet = bird_preprocess.write_parquet if task.name == "bird" else gsm8k.write_parquet
     write_parquet(task.train_rows, path)
 
 
@@ -389,7 +386,6 @@ async def _restored_backend(options: DemoOptions, model_path: Path, checkpoints:
     if step < 1:
         raise RuntimeError(f"verl left no checkpoint in {checkpoints}: the GRPO run did not finish a step")
     backend = reference_backend(options, model_path=model_path, lr=options.lr)
-    from adapter_verl.worker import backend_checkpoint_root
 
     await backend.load_checkpoint(
         backend_checkpoint_root(str(checkpoints / f"global_step_{step}" / "actor")), step

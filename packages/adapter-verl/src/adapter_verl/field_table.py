@@ -106,8 +106,11 @@ ROWS = [
     passed_through(f"{M}.trust_remote_code", "verl's and the adapter's tokenizers (Arctic backends refuse true)"),
     passed_through(f"{M}.custom_chat_template", "verl's dataset applies it to the prompts"),
     passed_through(f"{M}.external_lib", "verl imports it"),
-    rejected(f"{M}.override_config", "set the value in the model's config.json and remove the override (only attn_implementation maps)",
-        "the Arctic jobs load the model's own config.json: arctic-platform 0.1.4 takes no Hugging Face config overrides"),
+    passed_through(f"{M}.override_config", "verl's own model config; the Arctic jobs (training, log-prob, sampler) load "
+        "a model folder made at start-up in the run's folder (<trainer.default_local_dir>/arctic_model: the model's "
+        "config.json with these overrides applied as verl applies them, every other file linked), named as their "
+        "model.name; keys and types checked against the model's config.json (adapter_verl.model_overrides); Cortex and "
+        "an HTTP server on another machine cannot read that folder (refused)"),
     mapped(f"{M}.override_config.attn_implementation", "kernels.attn_implementation", t.unset_if_none, "FA3 included"),
     mapped(f"{M}.enable_gradient_checkpointing", "kernels.gradient_checkpointing", bool),
     not_applicable(f"{M}.enable_activation_offload", "the Arctic training job recomputes activations (gradient checkpointing) "

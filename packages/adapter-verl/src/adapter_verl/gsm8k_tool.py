@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+from arctic_rl_core.envs.gsm8k import ANSWER_MARKER, compute_score
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
@@ -71,7 +72,6 @@ class Gsm8kTool(BaseTool):
 
 def score_answer(answer: str, ground_truth: str) -> float:
     """The core GSM8K reward of `#### <answer>` (an answer given with its marker is kept as is)."""
-    from arctic_rl_core.envs.gsm8k import ANSWER_MARKER, compute_score
 
     text = answer if answer.lstrip().startswith(ANSWER_MARKER) else f"{ANSWER_MARKER} {answer}"
     return float(compute_score("openai/gsm8k", text, ground_truth)["score"])

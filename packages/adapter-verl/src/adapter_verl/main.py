@@ -21,9 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from arctic_rl_core.checkpoint_manifest import CheckpointFolder
 from arctic_rl_core.config.override_values import value_problem
 from arctic_rl_core.config.settings_table import render_settings_table
 from arctic_rl_core.config.show import render_config_document
+from arctic_rl_core.failure_messages import explain
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig
@@ -192,8 +194,8 @@ def override_type_problems(overrides: Sequence[str]) -> list[str]:
 
 def verl_validation_problems(config) -> list[str]:
     """verl's own startup check (`verl.utils.config.validate_config`, as `main_ppo` runs it)."""
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: PLC0415 - CLI start-up
+    from verl.utils.config import validate_config  # noqa: PLC0415 - CLI start-up
 
     try:
         with contextlib.redirect_stdout(sys.stderr):  # verl prints its verdict: keep stdout the document
@@ -324,15 +326,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(0)
 
     print(settings_table(result), file=sys.stderr)
-    from adapter_verl.plugin import require_registered
 
     notice = keep_ray_off_uv_run()
     if notice:
         print(notice, file=sys.stderr)
+    from adapter_verl.plugin import require_registered  # noqa: PLC0415 - CLI start-up (importing it registers with verl)
+
     require_registered()
 
-    from arctic_rl_core.failure_messages import explain
-    from verl.trainer import main_ppo
+    from verl.trainer import main_ppo  # noqa: PLC0415 - CLI start-up
 
     try:
         check_resume_point(result.config)  # before Ray: a damaged checkpoint is named now
@@ -357,9 +359,8 @@ RESUME_HINT = "the same command (trainer.resume_mode=auto, the default, resumes 
 def check_resume_point(config) -> int | None:
     """The step verl would resume after (`trainer.resume_mode=auto`), every file of its checkpoint
     checked (`CheckpointDamaged` names a damaged or missing one); None for a new run or another mode."""
-    from arctic_rl_core.checkpoint_manifest import CheckpointFolder
 
-    from adapter_verl.trainer import VERL_LATEST_FILE
+    from adapter_verl.trainer import VERL_LATEST_FILE  # noqa: PLC0415 - CLI start-up
 
     if config.trainer.get("resume_mode", "auto") != "auto":
         return None

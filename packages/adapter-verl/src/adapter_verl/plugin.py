@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from adapter_verl.modes import ROLLOUT_NAME, TRAINER_MODE
-from adapter_verl.verl_internals import REPLICA_MODULE, TRAINER_PACKAGE
+from adapter_verl.verl_internals import REPLICA_MODULE, TRAINER_PACKAGE, registered_rollout_loader
 
 logger = logging.getLogger("adapter_verl")
 
@@ -45,16 +45,14 @@ def _loud(what: str, error: BaseException) -> None:
 
 
 def _load_replica_class() -> type:
-    from adapter_verl.replica import ArcticRolloutReplica
+    from adapter_verl.replica import ArcticRolloutReplica  # noqa: PLC0415 - verl plugin: imported while verl imports
 
     return ArcticRolloutReplica
 
 
 def register_replica_now() -> None:
     """Register `actor_rollout_ref.rollout.name=arctic` (a loader: the class is imported on use)."""
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
-
-    from adapter_verl.verl_internals import registered_rollout_loader
+    from verl.workers.rollout.replica import RolloutReplicaRegistry  # noqa: PLC0415 - verl plugin: imported while verl imports
 
     existing = registered_rollout_loader(ROLLOUT_NAME)
     if existing is not None and existing is not _load_replica_class:
@@ -75,7 +73,7 @@ def register_trainer_now() -> type | None:
     half_done = sys.modules.get("adapter_verl.trainer")
     if half_done is not None and not hasattr(half_done, "ArcticTrainer"):
         return None
-    from adapter_verl.trainer import ArcticTrainer
+    from adapter_verl.trainer import ArcticTrainer  # noqa: PLC0415 - verl plugin: imported while verl imports
 
     _registered[TRAINER_PACKAGE] = True
     return ArcticTrainer

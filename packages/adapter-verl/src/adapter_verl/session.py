@@ -11,6 +11,10 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import ray
+
+from adapter_verl.backend_factory import start_backend
+
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import BackendHandle
 
@@ -39,9 +43,6 @@ class _SessionStore:
 def start_session(settings: ArcticVerlSettings, handle: BackendHandle | None = None) -> SessionInfo:
     """Start the backend named by the settings (unless `handle` is given) and publish the session.
     A session left by an earlier trainer in the same Ray namespace is replaced."""
-    import ray
-
-    from adapter_verl.backend_factory import start_backend
 
     if handle is None:
         handle = start_backend(settings)
@@ -58,7 +59,6 @@ def start_session(settings: ArcticVerlSettings, handle: BackendHandle | None = N
 
 def lookup_session(timeout_s: float = 60.0) -> SessionInfo:
     """The published session, from any process of the same Ray job."""
-    import ray
 
     try:
         store = ray.get_actor(SESSION_ACTOR_NAME)

@@ -35,14 +35,20 @@ from arctic_rl_core.checkpoint_manifest import (
     verify,
     write_manifest,
 )
+from arctic_rl_core.generate_batcher import SamplerQueueStats
 from arctic_rl_core.run_lock import RunFolderLock
+from omegaconf import OmegaConf, open_dict
 from verl.single_controller.ray import RayResourcePool, ResourcePoolManager
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from adapter_verl.backend_factory import shutdown_started_backends
 from adapter_verl.batch_order import DataloaderOrder, restore_dataloader_order
+from adapter_verl.config import settings_from_verl
+from adapter_verl.model_overrides import DerivedModel
 from adapter_verl.modes import ASYNC_TRAINER_MODE, TRAINER_MODE, VERL_SEPARATE_ASYNC, VERL_SYNC
+from adapter_verl.session import start_session
 from adapter_verl.verl_internals import (
     ROLLOUT_VERSIONS_KEY,
     add_step_metrics,
@@ -51,6 +57,7 @@ from adapter_verl.verl_internals import (
     set_checkpoint_engine_backend,
     tolerate_flush_in_separate_async_log,
 )
+from adapter_verl.worker import ArcticActorRolloutRefWorker
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +118,6 @@ STANDALONE_ROLLOUT_TOPOLOGY: dict[str, int] = {
 def custom_replay_buffer(config) -> bool:
     """Whether `trainer.v1.sampler.custom_sampler` names a replay buffer class (path and name), as
     verl's `_build_replay_buffer` decides it."""
-    from omegaconf import OmegaConf
 
     custom = OmegaConf.select(config, "trainer.v1.sampler.custom_sampler")
     return bool(custom is not None and custom.get("path") and custom.get("name"))
@@ -120,7 +126,6 @@ def custom_replay_buffer(config) -> bool:
 def forwarder_topology(config, extra: dict[str, int] | None = None) -> dict[str, tuple[object, int]]:
     """Rewrite verl's placement fields in `config` to the forwarder topology (after the core
     config has read them), plus `extra`; returns what changed, field -> (was, now), and logs it."""
-    from omegaconf import OmegaConf, open_dict
 
     changed: dict[str, tuple[object, int]] = {}
     with open_dict(config):
@@ -148,7 +153,6 @@ class _ArcticForwarding:
     def fit(self, *args, **kwargs):
         """verl's training loop, then release the backend `_init_resource_pool_mgr` started: the
         Arctic server holds one job per type, so jobs left behind would refuse the next run's."""
-        from adapter_verl.backend_factory import shutdown_started_backends
 
         try:
             return super().fit(*args, **kwargs)
@@ -193,7 +197,6 @@ class _ArcticForwarding:
         `arctic/optimizer_steps`, `arctic/sync_time_s`, the update's `token_drift/turns` (worker.py); and
         the sampler's queue since the previous step's end (`sampler_queue/*`,
         `arctic_rl_core.generate_batcher`, over every replica)."""
-        from arctic_rl_core.generate_batcher import SamplerQueueStats
 
         super().on_step_end()
         reported = {}
@@ -228,15 +231,15 @@ class _ArcticForwarding:
         """Runs in `_setup` after the dataloader (so the step count is known) and before any
         worker: resolve the settings, start the backend, publish the session; then swap in the
         forwarder worker class and the CPU pool manager."""
-        from adapter_verl.config import settings_from_verl
-        from adapter_verl.session import start_session
-        from adapter_verl.worker import ArcticActorRolloutRefWorker
 
         self.dataloader_order = None if custom_replay_buffer(self.config) else DataloaderOrder()
         self.arctic_settings = settings_from_verl(self.config, self.total_training_steps)
         # one writer per checkpoint folder, from before the backend starts (it may clean up jobs a
         # stopped run of this folder left on the server) to the end of `fit`
         self.run_lock = RunFolderLock(self.checkpoint_folder().root).acquire()
+        if self.arctic_settings.derived_model is not None:  # model.override_config, for the Arctic jobs
+            folder = DerivedModel(**self.arctic_settings.derived_model).make()
+            logger.warning("adapter_verl: the Arctic jobs load %s (model.override_config applied)", folder)
         self.arctic_session = start_session(self.arctic_settings)
         forwarder_topology(self.config, self.extra_topology)
         super()._init_resource_pool_mgr()

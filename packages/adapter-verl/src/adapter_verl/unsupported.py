@@ -12,9 +12,13 @@ rows for them are then not reported a second time)."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from arctic_rl_core.config.model_type import model_type_of
+from omegaconf import OmegaConf
 
 from adapter_verl.command_line import override_key
 
@@ -31,8 +35,6 @@ class Refusals:
 
 
 def _get(config: Any, dotted: str) -> Any:
-    from omegaconf import OmegaConf
-
     return OmegaConf.select(config, dotted, default=None)
 
 
@@ -58,8 +60,6 @@ def critic(config: Any) -> str | None:
 
 def vision(config: Any, overrides: Sequence[str]) -> tuple[str, str] | None:
     """(field, problem) when the run feeds images or video to the policy."""
-    from arctic_rl_core.config.model_type import model_type_of
-
     why = (
         "the arctic rollout takes token prompts only: the adapter's rollout replica refuses image and video "
         "data, and arctic-platform 0.1.4's sampler and training wire carry none"
@@ -109,9 +109,7 @@ def refusals(config: Any, overrides: Sequence[str]) -> Refusals:
 
 def estimator_problem(config: Any) -> str | None:
     """`algorithm.adv_estimator` must be one of verl's registered estimators (what verl's trainer looks up)."""
-    import difflib
-
-    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY  # noqa: PLC0415 - CLI start-up
 
     name = _get(config, "algorithm.adv_estimator")
     if name is None or str(name) in ADV_ESTIMATOR_REGISTRY:

@@ -13,11 +13,14 @@ forwarder pool) by `ray.available_resources()`.
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 from arctic_rl_core.framework_internals import Internal
+from omegaconf import OmegaConf, open_dict
 
 # verl modules whose import triggers a registration (plugin.py's import hook): verl registers V1
 # trainer modes with a decorator in this package, and rollout replicas in this module.
@@ -64,7 +67,7 @@ INTERNALS: tuple[Internal, ...] = (
         "verl.workers.rollout.replica:TokenOutput",
         "extra_fields",
         "instance attribute",
-        "replica.ArcticRolloutServer.generate (WEIGHTS_VERSION_KEY)",
+        "rollout_server.ArcticRolloutServer.generate (WEIGHTS_VERSION_KEY, built in the receiving process)",
         "a public pydantic field, listed because the adapter's weights version travels in it under "
         "an untyped key (next entry)",
     ),
@@ -72,7 +75,7 @@ INTERNALS: tuple[Internal, ...] = (
         "verl.workers.rollout.llm_server",
         WEIGHTS_VERSION_KEY,
         "key",
-        "replica.ArcticRolloutServer.generate",
+        "rollout_server.ArcticRolloutServer.generate",
         "verl's LLM-server client reads a generation's weights version from "
         "`extra_fields['global_steps']`; TokenOutput has no typed field for it",
     ),
@@ -221,7 +224,7 @@ INTERNALS: tuple[Internal, ...] = (
 
 def registered_rollout_loader(name: str) -> Any:
     """The loader verl holds for rollout `name`, or None."""
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
+    from verl.workers.rollout.replica import RolloutReplicaRegistry  # noqa: PLC0415 - verl plugin: imported while verl imports
 
     return RolloutReplicaRegistry._registry.get(name)
 
@@ -255,14 +258,12 @@ def add_step_metrics(trainer: Any, metrics: dict[str, Any]) -> None:
 
 def checkpoint_engine_backend(config: Any) -> Any:
     """verl's `actor_rollout_ref.rollout.checkpoint_engine.backend` in `config`."""
-    from omegaconf import OmegaConf
 
     return OmegaConf.select(config, CHECKPOINT_ENGINE_BACKEND)
 
 
 def set_checkpoint_engine_backend(config: Any, backend: str) -> None:
     """Set verl's checkpoint-engine backend in `config` (read when `_setup` builds its managers)."""
-    from omegaconf import OmegaConf, open_dict
 
     with open_dict(config):
         OmegaConf.update(config, CHECKPOINT_ENGINE_BACKEND, backend, merge=False)
@@ -278,7 +279,6 @@ class _LoggerWithoutFlush(logging.LoggerAdapter):
 
 def tolerate_flush_in_separate_async_log() -> None:
     """Let verl's separate-async module log its hybrid_engine=false line (see INTERNALS). Idempotent."""
-    import importlib
 
     module = importlib.import_module(SEPARATE_ASYNC_MODULE)
     if not isinstance(module.logger, _LoggerWithoutFlush):
@@ -287,7 +287,6 @@ def tolerate_flush_in_separate_async_log() -> None:
 
 def turn_off_ray_uv_hook_constant() -> None:
     """Ray already imported: its uv-run hook flag was read from the environment; set it off."""
-    import sys
 
     constants = sys.modules.get(RAY_CONSTANTS_MODULE)
     if constants is not None:

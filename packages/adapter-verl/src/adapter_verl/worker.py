@@ -22,21 +22,40 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
+from arctic_rl_core import dispatch
+from arctic_rl_core.async_grpo.is_weights import combined_is_stats, truncated_is_weights, weights_per_sample
+from arctic_rl_core.async_grpo.metrics import step_metrics
+from arctic_rl_core.async_grpo.staleness import StalenessGate
+from arctic_rl_core.backends.old_logprobs import from_sampler, sampled_token_entropy, sampler_logprobs
 from arctic_rl_core.checkpoint_folder import backend_checkpoint_root, step_of
+from arctic_rl_core.checkpoint_manifest import backend_save
+from arctic_rl_core.multi_turn.prompt_text import PromptText
+from arctic_rl_core.multi_turn.trajectory_fidelity import DRIFTED_TURNS, drift_metrics, row_fidelity
+from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
+from arctic_rl_core.wire import (
+    PayloadSpec,
+    RolloutSample,
+    build_forward_payload,
+    build_train_payload,
+    payload_to_trace_record,
+    response_logprobs,
+)
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
+from verl.utils import hf_tokenizer
 from verl.utils import tensordict_utils as tu
 
+from adapter_verl.session import lookup_session
 from adapter_verl.trace import TraceWriter
 from adapter_verl.verl_internals import ROLLOUT_VERSIONS_KEY, collect_on_rank0
 
 if TYPE_CHECKING:
     from arctic_rl_core.async_grpo.is_weights import ISWeightStats
     from arctic_rl_core.backends.protocol import Backend
-    from arctic_rl_core.wire import PayloadSpec, RolloutSample
     from tensordict import TensorDict
 
     from adapter_verl.config import ArcticVerlSettings
@@ -62,7 +81,6 @@ def _rows(data: TensorDict, key: str) -> list[torch.Tensor] | None:
 
 def samples_from_tensordict(data: TensorDict, *, with_training_fields: bool) -> list[RolloutSample]:
     """verl's jagged rows -> core samples (response-aligned per-token values)."""
-    from arctic_rl_core.wire import RolloutSample
 
     prompts = _rows(data, "prompts")
     responses = _rows(data, "responses")
@@ -102,7 +120,6 @@ def _row_key(sample: RolloutSample) -> tuple:
 
 def _with_mask(sample: RolloutSample, masks: dict[tuple, tuple[int, ...]]) -> RolloutSample:
     """`sample` with its row's trained mask (`_trained_masks`)."""
-    from dataclasses import replace
 
     return replace(sample, response_mask=list(masks[_row_key(sample)]))
 
@@ -112,9 +129,6 @@ def truncated_is_samples(
 ) -> tuple[list[RolloutSample], ISWeightStats]:
     """Each sample with the core's truncated IS weights (`arctic_rl_core.async_grpo.is_weights`) from its
     old and rollout log-probs, and their statistics over the masked-in response tokens."""
-    from dataclasses import replace
-
-    from arctic_rl_core.async_grpo.is_weights import truncated_is_weights, weights_per_sample
 
     lengths = [len(sample.response_ids) for sample in samples]
     width = max(lengths, default=0)
@@ -169,13 +183,11 @@ class ArcticActorRolloutRefWorker(Worker):
         collect_on_rank0(self, MESHES)
         if self.rank != 0:
             return
-        from adapter_verl.session import lookup_session
 
         self.attach(lookup_session())
 
     def attach(self, info: SessionInfo) -> None:
         """Bind this worker to the run's backend and settings (`init_model` does it on rank 0)."""
-        from arctic_rl_core.wire import PayloadSpec
 
         self._settings = info.settings
         self._backend = info.handle.connect()
@@ -184,8 +196,6 @@ class ArcticActorRolloutRefWorker(Worker):
         self._trace = TraceWriter(info.settings.trace_dir, f"worker{self.rank}")
 
     def _pad_token_id(self) -> int:
-        from verl.utils import hf_tokenizer
-
         tokenizer = hf_tokenizer(
             self.config.model.path, trust_remote_code=bool(self.config.model.get("trust_remote_code", False))
         )
@@ -196,21 +206,15 @@ class ArcticActorRolloutRefWorker(Worker):
         return int(pad)
 
     def _run(self, coro: Any) -> Any:
-        from arctic_rl_core import dispatch
-
         return dispatch.run(coro)
 
     # -- log-probs ------------------------------------------------------------------------------
     def _forward(self, data: TensorDict, *, reference_model: bool) -> TensorDict | None:
         if self.rank != 0:
             return None
-        from arctic_rl_core.backends.old_logprobs import from_sampler
 
         if not reference_model and from_sampler(self._backend):
             return self._sampler_logprobs(data)
-        from dataclasses import replace
-
-        from arctic_rl_core.wire import build_forward_payload, payload_to_trace_record, response_logprobs
 
         calculate_entropy = bool(tu.get(data, "calculate_entropy", default=False)) and not reference_model
         # forward payloads carry no loss settings: the entropy bonus only matters in training
@@ -239,7 +243,6 @@ class ArcticActorRolloutRefWorker(Worker):
     def _sampler_logprobs(self, data: TensorDict) -> TensorDict:
         """The old-log-prob pass without a server forward (Cortex): the sampler's rollout log-probs
         (every generation asks for them there), and as entropy their sampled-token estimate."""
-        from arctic_rl_core.backends.old_logprobs import sampled_token_entropy, sampler_logprobs
 
         start = time.perf_counter()
         samples = samples_from_tensordict(data, with_training_fields=False)
@@ -281,7 +284,6 @@ class ArcticActorRolloutRefWorker(Worker):
         forward-backward of the whole mini-batch and one optimizer step each."""
         if self.rank != 0:
             return None
-        from arctic_rl_core.wire import build_train_payload, payload_to_trace_record
 
         mini_batch_size = tu.pop(data, key="mini_batch_size", default=None)
         epochs = tu.pop(data, key="epochs", default=1)
@@ -359,8 +361,6 @@ class ArcticActorRolloutRefWorker(Worker):
         """The core's `async/*` step metrics over the trained rows (verl logs them as `actor/async/*`), less
         the group counts: verl's replay buffer drops stale groups and counts them itself
         (`<partition>/off_policy/evicted_samples`)."""
-        from arctic_rl_core.async_grpo.is_weights import combined_is_stats
-        from arctic_rl_core.async_grpo.metrics import step_metrics
 
         out = step_metrics(
             max_staleness=self._arctic_config.async_settings.max_staleness,
@@ -380,7 +380,6 @@ class ArcticActorRolloutRefWorker(Worker):
         if 0 <= s - v <= k (`StalenessGate.assert_within`). verl's replay buffer drops (or waits for) older
         groups first, so a failure here means its bound and the core's disagree. Returns the trained rows'
         staleness."""
-        from arctic_rl_core.async_grpo.staleness import StalenessGate
 
         if len(versions) != rows:
             raise ValueError(
@@ -431,7 +430,6 @@ class ArcticActorRolloutRefWorker(Worker):
             )
         if self.rank != 0:
             return {}
-        from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
 
         start = time.perf_counter()
         policy = WeightSyncPolicy.from_config(self._arctic_config)
@@ -467,12 +465,10 @@ class ArcticActorRolloutRefWorker(Worker):
         """Over a text-only sampler: each row's mask with the turns the sampler read other ids for left
         out (`trajectory_fidelity.row_fidelity`), by (prompt, response) ids; None over a backend that
         takes ids (the sampler read the row's ids). Sets this step's `token_drift/turns`."""
-        from arctic_rl_core.multi_turn.trajectory_fidelity import DRIFTED_TURNS, drift_metrics, row_fidelity
 
         if self._backend.accepts_token_ids:
             self._drift_metrics = {DRIFTED_TURNS: 0.0}
             return None
-        from arctic_rl_core.multi_turn.prompt_text import PromptText
 
         text = PromptText(self._tokenizer)
         masks: dict[tuple, tuple[int, ...]] = {}
@@ -518,14 +514,15 @@ class ArcticActorRolloutRefWorker(Worker):
         root = backend_checkpoint_root(local_path)
         checkpoint = self._arctic_config.checkpoint
         limit = max_ckpt_to_keep if max_ckpt_to_keep is not None and max_ckpt_to_keep > 0 else None
-        saved = self._run(
-            self._backend.save_checkpoint(
-                root,
-                global_step,
-                export_hf=checkpoint.export_hf,
-                save_total_limit=limit if limit is not None else checkpoint.save_total_limit,
+        with backend_save(root, global_step):  # names the step and what a server leaves
+            saved = self._run(
+                self._backend.save_checkpoint(
+                    root,
+                    global_step,
+                    export_hf=checkpoint.export_hf,
+                    save_total_limit=limit if limit is not None else checkpoint.save_total_limit,
+                )
             )
-        )
         self._trace.write(
             {"op": "save_checkpoint", "path": root, "verl_path": local_path, "step": global_step}
         )

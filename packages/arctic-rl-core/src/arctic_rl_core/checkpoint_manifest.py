@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MANIFEST = "arctic_manifest.json"
 STEP_PREFIX = "global_step_"
@@ -247,6 +248,44 @@ def disk_full(error: BaseException, folder: Path) -> bool:
     return stats is not None and stats.f_bavail * stats.f_frsize < (1 << 20)
 
 
+class BackendSaveFailed(RuntimeError):
+    """The backend's own save of a step (the Arctic server's `/save`) failed. A server's failed save may
+    leave a partial `checkpoint-<step>` on its disk (arctic-platform 0.1.4's does: DeepSpeed's files as far
+    as they got, and a 400/500), which this client cannot delete there: no marker or latest-step file
+    names that step, so a resume loads the last whole step's checkpoint, and saving the step again
+    writes over it. `folder` is that `checkpoint-<step>`; pickles whole (a Ray worker raises it)."""
+
+    def __init__(self, message: str, folder: str | Path, step: int) -> None:
+        super().__init__(message)
+        self.folder, self.step = Path(folder), int(step)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), str(self.folder), self.step))
+
+    @classmethod
+    def of(cls, root: str | Path, step: int, cause: BaseException) -> BackendSaveFailed:
+        """`step`: the backend's own step count (its optimizer steps), which names its checkpoint folder."""
+        folder = Path(root) / f"checkpoint-{int(step)}"
+        return cls(
+            f"the backend's save of {folder} failed ({type(cause).__name__}: {cause}). The server may have left "
+            f"that folder partial on its disk, which this client cannot delete there: no checkpoint marker names "
+            f"it, a resume loads the last whole checkpoint, and the next save of checkpoint-{int(step)} writes "
+            "over it",
+            folder,
+            step,
+        )
+
+
+@contextmanager
+def backend_save(root: str | Path, step: int) -> Iterator[None]:
+    """Around an adapter's call of the backend's `save_checkpoint(root, step)`: an Exception comes out
+    as `BackendSaveFailed` naming the folder the server may have left partial."""
+    try:
+        yield
+    except Exception as error:
+        raise BackendSaveFailed.of(root, step, error) from error
+
+
 class StepSaveFailed(RuntimeError):
     """A framework's save of a step folder failed; nothing of it was kept. The message names the
     folder, the cause and the fix (`failure_messages` adds the command that continues the run)."""
@@ -258,9 +297,13 @@ class StepSaveFailed(RuntimeError):
             if full
             else "if the disk is full or over its quota, free space; then continue"
         )
+        kept = "Nothing of it was kept"
+        if isinstance(cause, BackendSaveFailed):  # (a Ray worker's error is also an instance of its cause)
+            kept = f"Nothing of {folder.name} was kept here"
+            fix = "the server's log says why its save failed (a full disk: free space there); then continue"
         super().__init__(
-            f"saving the checkpoint {folder} failed: {reason}. Nothing of it was kept (the latest-step file "
-            f"names the last whole checkpoint). Fix: {fix}"
+            f"saving the checkpoint {folder} failed: {reason}. {kept} (the latest-step file names the last "
+            f"whole checkpoint). Fix: {fix}"
         )
         self.folder, self.cause, self.disk_full = folder, cause, full
 

@@ -4,7 +4,8 @@ the traceback goes to a log).
 
 `explain(error, resume=...)` knows: a damaged or missing checkpoint file, a run folder another run
 holds, another run's jobs on the server, the server gone, timing out or failing mid-run, a full
-disk, a refused configuration, a framework's save that failed otherwise. It looks through the causes a framework wraps
+disk, a refused configuration, a framework's save that failed otherwise (also the backend's save of the step,
+before the server error it carries). It looks through the causes a framework wraps
 an error in (Ray's `RayTaskError.cause`, `raise ... from`); None for anything else (a bug: the
 traceback is shown). `resume` is the command that continues the run, for the messages that end
 with it.
@@ -15,6 +16,12 @@ from __future__ import annotations
 import errno
 from collections.abc import Iterator
 from pathlib import Path
+
+from arctic_rl_core.backends.arctic_errors import ArcticCallError
+from arctic_rl_core.backends.arctic_leftovers import ArcticServerBusy
+from arctic_rl_core.checkpoint_manifest import BackendSaveFailed, CheckpointDamaged, StepSaveFailed
+from arctic_rl_core.config.errors import ConfigError
+from arctic_rl_core.run_lock import RunFolderBusy
 
 
 def _causes(error: BaseException) -> Iterator[BaseException]:
@@ -31,16 +38,13 @@ def _causes(error: BaseException) -> Iterator[BaseException]:
 
 def explain(error: BaseException, *, resume: str, run_dir: Path | None = None) -> str | None:
     """The one message for `error`, or None when it is not a failure this module explains."""
-    from arctic_rl_core.backends.arctic_errors import ArcticCallError
-    from arctic_rl_core.backends.arctic_leftovers import ArcticServerBusy
-    from arctic_rl_core.checkpoint_manifest import CheckpointDamaged, StepSaveFailed
-    from arctic_rl_core.config.errors import ConfigError
-    from arctic_rl_core.run_lock import RunFolderBusy
 
     folder = f" {run_dir}" if run_dir is not None else ""
     for cause in _causes(error):
         if isinstance(cause, CheckpointDamaged):
             return f"cannot resume{folder}: {cause}"
+        if isinstance(cause, StepSaveFailed) and isinstance(cause.cause, BackendSaveFailed):
+            return f"{cause} with: {resume}"  # the server's answer, the step and its partial folder
         if isinstance(cause, (RunFolderBusy, ArcticServerBusy, ConfigError)):
             return str(cause)
         if isinstance(cause, ArcticCallError):

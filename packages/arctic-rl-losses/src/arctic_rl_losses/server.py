@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from arctic_rl_losses import __version__
 from arctic_rl_losses.policy import GlobalCounts, actor_loss
 from arctic_rl_losses.settings import LossSettings
 
@@ -114,7 +115,6 @@ def import_probe(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """A no-op loss for the startup probe (sent in a no-grad forward): proves the server's worker
     imported `arctic_rl_losses` and reports the version it found."""
-    from arctic_rl_losses import __version__
 
     logprobs = model_outputs["logprobs"]
     major, minor = (int(p) if p.isdigit() else 0 for p in [*__version__.split("."), "0", "0"][:2])

@@ -22,8 +22,18 @@ from arctic_rl_core.async_grpo.staleness import StalenessGate
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
     from arctic_rl_core.config import ArcticRLConfig
-    from arctic_rl_core.weight_sync import WeightSyncPolicy
-    from arctic_rl_core.wire import PayloadSpec, RolloutSample
+import dataclasses
+
+from arctic_rl_core.advantages import grpo_outcome_advantages
+from arctic_rl_core.backends.protocol import SamplingParams
+from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
+from arctic_rl_core.wire import (
+    PayloadSpec,
+    RolloutSample,
+    build_forward_payload,
+    build_train_payload,
+    response_logprobs,
+)
 
 Prompt = tuple[int, ...]
 
@@ -49,9 +59,6 @@ class TokenTask:
     def create(
         cls, cfg: ArcticRLConfig, backend: Backend, *, pad_token_id: int, vocab_size: int, prompt_len: int
     ) -> TokenTask:
-        from arctic_rl_core.weight_sync import WeightSyncPolicy
-        from arctic_rl_core.wire import PayloadSpec
-
         if prompt_len > cfg.batch.max_prompt_length:
             raise ValueError(
                 f"prompt_len={prompt_len} exceeds batch.max_prompt_length={cfg.batch.max_prompt_length}"
@@ -81,7 +88,6 @@ class TokenTask:
 
     async def generate(self, prompts: Sequence[Prompt]) -> list[RolloutGroup[Prompt]]:
         """One generate call for all groups (each prompt repeated rollouts_per_prompt times)."""
-        from arctic_rl_core.backends.protocol import SamplingParams
 
         n = self.cfg.batch.rollouts_per_prompt
         params = SamplingParams(
@@ -102,9 +108,6 @@ class TokenTask:
     def _samples(self, groups: Sequence[RolloutGroup[Prompt]]) -> list[RolloutSample]:
         import torch
 
-        from arctic_rl_core.advantages import grpo_outcome_advantages
-        from arctic_rl_core.wire import RolloutSample
-
         completions = [(gi, c) for gi, g in enumerate(groups) for c in g.completions]
         scores = torch.tensor([even_token_reward(c.token_ids) for _, c in completions], dtype=torch.float32)
         advantages = grpo_outcome_advantages(scores, [gi for gi, _ in completions])
@@ -119,12 +122,7 @@ class TokenTask:
         ]
 
     async def train(self, trainer_version: int, groups: list[RolloutGroup[Prompt]]) -> TrainResult:
-        import dataclasses
-
         import torch
-
-        from arctic_rl_core.weight_sync import sync_after_step
-        from arctic_rl_core.wire import build_forward_payload, build_train_payload, response_logprobs
 
         samples = self._samples(groups)
         forward_payload = build_forward_payload(samples, self.spec)

@@ -64,6 +64,10 @@ from arctic_rl_core.weight_sync import TRAINING_SLEEP_DEPTH, WeightSyncError
 
 if TYPE_CHECKING:
     from arctic_rl_core.config import ArcticRLConfig
+from arctic_rl_core import dispatch
+from arctic_rl_core.backends.cortex_body import forward_backward_body, step_result
+from arctic_rl_core.config.plan import worker_env
+from arctic_rl_core.wire import validate_payload
 
 _TRAINING_SLEEP_MODES = ("non_lp", "lp_params", "all")
 _WAKE_TAGS = ("weights", "kv_cache")
@@ -137,15 +141,12 @@ class ArcticBackend(Backend):
         server's workers inherit it (`arctic_compat.apply_worker_env`). With
         loss.loss_fn=arctic_rl_core on an HTTP server, one probe call then checks that the server can
         import the loss (`loss_probe`) and fails fast, naming the fix."""
-        from arctic_rl_core.config.plan import worker_env
 
         client_config = cfg.to_client_config()
         arctic_compat.require_attention_kernel(client_config, cfg.kernels.attn_implementation)
         arctic_compat.apply_worker_env(client_config, worker_env(cfg))
         backend = cls.create(client_config, state_ledger=state_ledger)
         if cfg.backend.kind == "http" and cfg.loss.loss_fn == "arctic_rl_core":
-            from arctic_rl_core import dispatch
-
             try:
                 dispatch.run(check_server_imports_losses(backend.forward_no_grad_raw, cfg))
             except BaseException:
@@ -283,8 +284,6 @@ class ArcticBackend(Backend):
                 f"forward_backward() while training is {training.value}: wake_training() first"
             )
         if self._cortex:
-            from arctic_rl_core.backends.cortex_body import forward_backward_body
-
             request = self._client.fwd_bwd(forward_backward_body(payload))
         else:
             body = {"batch": payload.batch, "meta": payload.meta}
@@ -301,8 +300,6 @@ class ArcticBackend(Backend):
             out = await self._call("step", self._client.step(learning_rate))
             record = await self._ledger.record(Transition("step"))
         if self._cortex:  # {"global_steps", "last_lr"}: no metrics dict, no gradient norm
-            from arctic_rl_core.backends.cortex_body import step_result
-
             lr, _server_steps, extras = step_result(out)
             return StepOutput(
                 grad_norm=math.nan, learning_rate=lr, step=record.trainer_version, metrics=extras
@@ -562,7 +559,6 @@ def _tensor_bytes(value: Any) -> int:
 
 def _prepared(payload: WirePayload) -> WirePayload:
     """numpy -> torch / Python (the wire codec takes torch tensors only), then the contract check."""
-    from arctic_rl_core.wire import validate_payload
 
     if not isinstance(payload, WirePayload):
         raise TypeError(f"expected a WirePayload, got {type(payload).__name__}")

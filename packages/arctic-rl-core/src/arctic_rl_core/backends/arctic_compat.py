@@ -43,12 +43,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib.util
 import inspect
+import logging
+import os
+import threading
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from arctic_rl_core.backends.arctic_errors import ArcticServerError, CallContext, unreachable_error
+from arctic_rl_core.backends.arctic_errors import (
+    ArcticServerError,
+    ArcticTimeoutError,
+    CallContext,
+    unreachable_error,
+)
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.1.4",)
 INSTALL_HINT = "pip install 'arctic-rl-core[transport]' (arctic-platform[transport]==0.1.4)"
@@ -157,8 +166,6 @@ def apply_worker_env(config: Any, env: dict[str, str], environ: Any = None) -> s
     get it through `os.environ`; a remote server and a running Ray cluster need it exported on
     every node before `ray start` (recipes/worker-env.sh). A variable this process already has
     with another value is an error (which one would the workers see?). Returns what was done."""
-    import logging
-    import os
 
     environ = os.environ if environ is None else environ
     backend = config.backend
@@ -221,8 +228,6 @@ def require_attention_kernel(client_config: Any, attn_implementation: str) -> No
     )
     if not local or attn_implementation not in ATTENTION_KERNEL_PACKAGES:
         return
-    import importlib.util
-    from importlib.metadata import PackageNotFoundError
 
     kind, name = ATTENTION_KERNEL_PACKAGES[attn_implementation]
     if kind == "module":
@@ -246,9 +251,6 @@ def bounded_construction(construct: Any, config: Any) -> Any:
     `job_ready_timeout` per job it creates, plus `startup_timeout` when it launches a server; on
     expiry the construction thread is abandoned (a daemon) and `ArcticTimeoutError` names what
     hung. HTTP polls within the same bound itself."""
-    import threading
-
-    from arctic_rl_core.backends.arctic_errors import ArcticTimeoutError
 
     handles = load_client_api().job_handles.from_config(config)
     creating = [t for t in ("sampling", "log_prob", "training") if getattr(config, f"{t}_gpus", 0) > 0]
@@ -419,8 +421,6 @@ def ray_job_master_port(state: Any, job_type: str | None) -> int | None:
         return None
     port = shared + (LOG_PROB_PORT_OFFSET if job_type == "log_prob" else 0)
     if job_type == "log_prob":
-        import logging
-
         logging.getLogger(__name__).warning(
             "MASTER_PORT=%s reaches the Arctic Ray server: arctic-platform 0.1.4 would give the training and "
             "the log-prob job that one rendezvous port; the log-prob job gets %s",
@@ -432,7 +432,6 @@ def ray_job_master_port(state: Any, job_type: str | None) -> int | None:
 
 def _shared_master_port(state: Any) -> int | None:
     """(In the server-state actor.) The port 0.1.4 would give every DeepSpeed job, if one is set."""
-    import os
 
     if getattr(state, "_arctic_rl_shared_port", None) is not None:
         return state._arctic_rl_shared_port
@@ -453,8 +452,6 @@ def distinct_master_ports(config: Any) -> Any:
     """While a client launches a local HTTP server that will run both DeepSpeed jobs: without
     MASTER_PORT in this process's environment (the server copies it, and would give both jobs that
     port; without it they get 29500 / 29501). Restored afterwards."""
-    import logging
-    import os
 
     backend = config.backend
     launches = getattr(backend, "protocol", None) == "http" and getattr(backend, "launch_local_server", False)

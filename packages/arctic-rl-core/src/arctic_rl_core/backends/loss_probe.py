@@ -17,6 +17,9 @@ from arctic_rl_losses.names import IMPORT_PROBE_FN
 
 if TYPE_CHECKING:
     from arctic_rl_core.config import ArcticRLConfig
+from arctic_rl_losses import __version__
+
+from arctic_rl_core.backends.arctic_errors import ArcticServerError
 
 # The backend's no-grad forward on the training job: (body, processing) -> the server's answer.
 NoGradForward = Callable[[dict[str, Any], dict[str, Any]], Awaitable[Any]]
@@ -44,8 +47,6 @@ def probe_payload(rows: int) -> dict[str, Any]:
 
 
 def fix_text(cfg: ArcticRLConfig) -> str:
-    from arctic_rl_losses import __version__
-
     return (
         f"install arctic-rl-losses=={__version__} (this driver's version) into the Python environment of the "
         f"Arctic server at {cfg.backend.host}:{cfg.backend.port} and restart it; or set "
@@ -59,9 +60,6 @@ async def check_server_imports_losses(
 ) -> dict[str, float]:
     """Send the probe through the backend's no-grad forward (`ArcticBackend.forward_no_grad_raw`);
     raise `ServerLossImportError` naming the fix."""
-    from arctic_rl_losses import __version__
-
-    from arctic_rl_core.backends.arctic_errors import ArcticServerError
 
     body = probe_payload(cfg.shape.data_parallel_size * cfg.shape.gradient_accumulation_steps)
     processing = body.pop("processing")

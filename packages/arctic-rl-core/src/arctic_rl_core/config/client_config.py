@@ -13,13 +13,13 @@ if TYPE_CHECKING:
     from arctic_platform.client import ArcticClientConfig
 
     from arctic_rl_core.config.schema import ArcticRLSettings
+from pydantic import SecretStr
 
 INSTALL_HINT = "install arctic-rl-core[transport] (arctic-platform[transport]==0.1.4)"
 
 
 def _cortex_backend(fields: dict[str, Any]) -> Any:
     from arctic_platform.client import CortexConfig
-    from pydantic import SecretStr
 
     data = dict(fields)
     token_env = data.pop("pat_from_env", None)

@@ -24,6 +24,7 @@ value), a reader of the framework's defaults and the list of leaf paths.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from arctic_rl_core.config.errors import ConfigIssue
+from arctic_rl_core.config.errors import ConfigIssue, all_leaf_paths
+from arctic_rl_core.config.run_config import ArcticRLConfig
 
 Reader = Callable[[str], Any]
 """Reads one framework field by its dotted path."""
@@ -422,10 +424,6 @@ class FieldTable:
 
 def typeable(text: str, knob: Callable[[str], str]) -> str:
     """`text` with each core field it names (`deepspeed.zero_stage`) replaced by `knob(field)`."""
-    import re
-
-    from arctic_rl_core.config.errors import all_leaf_paths
-    from arctic_rl_core.config.run_config import ArcticRLConfig
 
     paths = sorted((p for p in all_leaf_paths(ArcticRLConfig) if "." in p), key=len, reverse=True)
     pattern = re.compile(r"(?<![\w.+/-])(" + "|".join(re.escape(p) for p in paths) + r")(?![\w.])")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from arctic_rl_core.config.framework_fields import NotAppliedSetting
     from arctic_rl_core.config.run_config import ArcticRLConfig
+from arctic_rl_core.config.deepspeed_config import log_prob_zero_stage
 
 _BACKEND_WHERE = {
     "ray": "the Arctic server's jobs on the local Ray cluster",
@@ -105,8 +106,6 @@ def _optimizer_line(cfg: ArcticRLConfig) -> str:
 
 
 def _log_prob_line(cfg: ArcticRLConfig) -> str:
-    from arctic_rl_core.config.deepspeed_config import log_prob_zero_stage
-
     stage = log_prob_zero_stage(cfg)
     if stage == cfg.deepspeed.zero_stage:
         return f"ZeRO-{stage}, forward only (no optimizer)"

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from arctic_rl_core.config.run_config import ArcticRLConfig
+import yaml
 
 
 def config_document(cfg: ArcticRLConfig) -> dict[str, Any]:
@@ -19,7 +20,6 @@ def dump_document(data: object, as_json: bool = False) -> str:
     """YAML (no anchors, keys in schema order) or indented JSON, ending in a newline."""
     if as_json:
         return json.dumps(data, indent=2) + "\n"
-    import yaml
 
     class _NoAliases(yaml.SafeDumper):
         def ignore_aliases(self, data: object) -> bool:

@@ -16,6 +16,7 @@ cycles, non-finite numbers) are `input_bounds`'.
 
 from __future__ import annotations
 
+import copy
 import re
 import tomllib
 from collections.abc import Sequence
@@ -343,7 +344,6 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
 def _apply_each(data: dict[str, Any], overrides: Sequence[str]) -> tuple[dict[str, Any], list[ConfigIssue]]:
     """A copy of `data` with every well-formed override applied, and the issues of the others."""
-    import copy
 
     result = copy.deepcopy(data)
     issues: list[ConfigIssue] = []

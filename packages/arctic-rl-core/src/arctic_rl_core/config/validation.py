@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS
 from arctic_rl_core.config.errors import ConfigIssue
 from arctic_rl_core.config.schema import ARCTIC_SERVER_CLIP_RATIOS, FAMILY_KNOB_FAMILIES, ArcticRLSettings
 from arctic_rl_core.config.server_packing import server_packs_rows_across_attention
@@ -172,7 +173,6 @@ def _arctic_needs_model_and_checkpoint(cfg: ArcticRLSettings) -> Iterable[Config
 def _cortex_rules(cfg: ArcticRLSettings) -> Iterable[ConfigIssue]:
     """What Cortex cannot serve through the 0.1.4 client (`backends.cortex_limits`). Several epochs or
     mini-batches per rollout batch are fine: the old log-probs are the sampler's, not recomputed."""
-    from arctic_rl_core.backends.cortex_limits import CORTEX_LIMITS
 
     if cfg.backend.kind != "cortex":
         return

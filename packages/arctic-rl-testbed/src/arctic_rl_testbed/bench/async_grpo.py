@@ -26,7 +26,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from arctic_rl_core.async_grpo.pipeline import StepRecord
 
-    from arctic_rl_testbed.bench.report import BenchResult
+import statistics
+
+from arctic_rl_testbed.bench.conditions import ParallelConditions
+from arctic_rl_testbed.bench.report import BenchResult
 
 NAME = "async"
 HELP = "Asynchronous GRPO: trained samples/s with async.max_staleness=1 vs 0 on the reference backend."
@@ -79,7 +82,7 @@ class ModeRun:
 
 
 def _config(args: argparse.Namespace, hidden: int, max_staleness: int) -> Any:
-    from arctic_rl_core.config import ArcticRLConfig
+    from arctic_rl_core.config import ArcticRLConfig  # noqa: PLC0415 - CLI start-up
 
     data: dict[str, Any] = {
         "backend": {
@@ -108,10 +111,10 @@ def _config(args: argparse.Namespace, hidden: int, max_staleness: int) -> Any:
 
 
 async def _run_mode(args: argparse.Namespace, hidden: int, max_staleness: int, steps: int) -> ModeRun:
-    from arctic_rl_core.async_grpo.token_task import TokenTask
+    from arctic_rl_core.async_grpo.token_task import TokenTask  # noqa: PLC0415 - CLI start-up
 
-    from arctic_rl_testbed.reference.engine import ReferenceBackend
-    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
+    from arctic_rl_testbed.reference.engine import ReferenceBackend  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings  # noqa: PLC0415 - CLI start-up
 
     cfg = _config(args, hidden, max_staleness)
     settings = ReferenceEngineSettings.from_config(cfg)  # num_threads=1
@@ -136,7 +139,6 @@ async def _run_mode(args: argparse.Namespace, hidden: int, max_staleness: int, s
 
 def _phases(run: ModeRun) -> tuple[float, float]:
     """Median generation and training seconds of a run's steps."""
-    import statistics
 
     gen = statistics.median(r.generation_interval[1] - r.generation_interval[0] for r in run.records)
     train = statistics.median(r.training_interval[1] - r.training_interval[0] for r in run.records)
@@ -161,9 +163,6 @@ def _calibrate(args: argparse.Namespace) -> tuple[int, list[str]]:
 
 def run(args: argparse.Namespace) -> BenchResult:
     import torch
-
-    from arctic_rl_testbed.bench.conditions import ParallelConditions
-    from arctic_rl_testbed.bench.report import BenchResult
 
     if args.steps < 3:
         raise SystemExit("--steps: give at least 3 (the steady state is measured after the first step)")

@@ -29,6 +29,7 @@ checked before and after (`bench.conditions`); without them the command says so 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import random
@@ -40,7 +41,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from arctic_rl_testbed.bench.report import BenchResult
+from arctic_rl_testbed.bench.conditions import ParallelConditions
+from arctic_rl_testbed.bench.report import BenchResult, Comparison
 
 NAME = "bird-scoring"
 HELP = (
@@ -187,7 +189,7 @@ def _layout(sql: str, rng: random.Random) -> str:
 def _responses(sql: str | None, formatted: bool) -> tuple[str, str]:
     """(ours, SkyRL-SQL's): our response, and SkyRL-SQL's with the SQL our extraction takes from it
     in SkyRL-SQL's answer format (the same statement for both to judge)."""
-    from arctic_rl_core.envs.bird.sql_extract import extract_sql
+    from arctic_rl_core.envs.bird.sql_extract import extract_sql  # noqa: PLC0415 - CLI start-up
 
     think = "<think>Use the orders table.</think>\n"
     if sql is None:
@@ -207,7 +209,7 @@ class Batch:
 
 
 def _build_batch(db_path: str, prompts: int, rollouts: int, rng: random.Random) -> Batch:
-    from arctic_rl_core.envs.bird.reward import ScoreRequest
+    from arctic_rl_core.envs.bird.reward import ScoreRequest  # noqa: PLC0415 - CLI start-up
 
     requests, skyrl = [], []
     for k in range(prompts):
@@ -229,7 +231,7 @@ def _runaway(k: int) -> str:
 
 def _hostile(batch: Batch, db_path: str, runaways: int, rng: random.Random) -> Batch:
     """The batch with `runaways` rollouts whose SQL never ends, at random places."""
-    from arctic_rl_core.envs.bird.reward import ScoreRequest
+    from arctic_rl_core.envs.bird.reward import ScoreRequest  # noqa: PLC0415 - CLI start-up
 
     requests, skyrl = list(batch.requests), list(batch.skyrl)
     for k in range(runaways):
@@ -243,14 +245,13 @@ def _hostile(batch: Batch, db_path: str, runaways: int, rng: random.Random) -> B
 
 def skyrl_python(given: str | None) -> str | None:
     """The interpreter of SkyRL's environment (with adapter-skyrl), or None when there is none."""
-    import importlib.util
 
     if given:
         return given
     if importlib.util.find_spec("skyrl_gym") and importlib.util.find_spec("adapter_skyrl"):
         return sys.executable
     try:
-        from arctic_rl_testbed.demo.launch import LaunchError, find_repo_root
+        from arctic_rl_testbed.demo.launch import LaunchError, find_repo_root  # noqa: PLC0415 - CLI start-up
 
         candidate = find_repo_root() / ".venvs" / "skyrl" / "bin" / "python"
     except LaunchError:
@@ -299,7 +300,7 @@ def _recheck(batch: Batch, first: dict, label: str, executor, skyrl: SkyRLScorer
     """Rescore the rollouts whose verdicts differed, alone, with the GRPO batch's limit: a query that
     ran past a short limit on a loaded machine (on either side) then finishes, and both must agree.
     Returns the note saying on which side the verdicts changed; exits when they still differ."""
-    from arctic_rl_core.envs.bird.reward import BirdScorer, GoldCache
+    from arctic_rl_core.envs.bird.reward import BirdScorer, GoldCache  # noqa: PLC0415 - CLI start-up
 
     indices = sorted(first)  # the rollouts that differed, each with our verdict when it first did
     requests = [batch.requests[i] for i in indices]
@@ -320,7 +321,7 @@ def _recheck(batch: Batch, first: dict, label: str, executor, skyrl: SkyRLScorer
 
 
 def _timed_ours(executor, requests):
-    from arctic_rl_core.envs.bird.reward import BirdScorer, GoldCache
+    from arctic_rl_core.envs.bird.reward import BirdScorer, GoldCache  # noqa: PLC0415 - CLI start-up
 
     scorer = BirdScorer(executor=executor, gold_cache=GoldCache())  # a cold gold cache: SkyRL has none
     start = time.perf_counter()
@@ -347,10 +348,7 @@ def hostile_timeline(events: list, straggler_after_s: float) -> str:
 
 
 def run(args: argparse.Namespace) -> BenchResult:
-    from arctic_rl_core.envs.bird.executor import ExecutorSettings, SQLExecutor, SQLTask
-
-    from arctic_rl_testbed.bench.conditions import ParallelConditions
-    from arctic_rl_testbed.bench.report import Comparison
+    from arctic_rl_core.envs.bird.executor import ExecutorSettings, SQLExecutor, SQLTask  # noqa: PLC0415 - CLI start-up
 
     for name in ("prompts", "rollouts", "workers", "orders", "repeats", "runaways"):
         if getattr(args, name) < 1:

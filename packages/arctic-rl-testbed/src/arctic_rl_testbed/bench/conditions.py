@@ -13,6 +13,7 @@ under and needs nothing.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -23,7 +24,6 @@ def two_core_speedup(repeats: int = 25, tries: int = 3) -> float:
     """How much two threads of pure torch kernels (no GIL held) gain over one on this machine right now,
     best of `tries`: about 2 with two free cores, about 1 when other work holds one (then no overlap can
     show, whatever the code does)."""
-    import threading
 
     import torch
 

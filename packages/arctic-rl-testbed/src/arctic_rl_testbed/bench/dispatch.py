@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from arctic_rl_testbed.bench.report import BenchResult
+from arctic_rl_core import dispatch
+
+from arctic_rl_testbed.bench.conditions import serial_conditions
+from arctic_rl_testbed.bench.report import BenchResult, Comparison
 
 NAME = "dispatch"
 HELP = (
@@ -73,8 +77,6 @@ class _PersistentAsyncioLoop:
 
 
 def _bridge_call(i: int) -> int:
-    from arctic_rl_core import dispatch
-
     return dispatch.run(_noop(i))
 
 
@@ -108,8 +110,6 @@ class _PingPong:
 
 
 def _loop_kind() -> str:
-    from arctic_rl_core import dispatch
-
     return type(dispatch.background_loop()).__module__.split(".")[0]
 
 
@@ -122,10 +122,6 @@ def _per_call_seconds(call: Callable[[int], int], calls: int) -> float:
 
 
 def run(args: argparse.Namespace) -> BenchResult:
-    import os
-
-    from arctic_rl_testbed.bench.conditions import serial_conditions
-    from arctic_rl_testbed.bench.report import Comparison
 
     if args.calls < 1 or args.rounds < 1:
         raise ValueError(f"--calls={args.calls} --rounds={args.rounds}: both must be >= 1")

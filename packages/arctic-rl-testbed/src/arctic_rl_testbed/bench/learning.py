@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -33,12 +34,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from arctic_rl_testbed.bench.report import BenchResult
+from arctic_rl_testbed.bench.report import BenchResult
+from arctic_rl_testbed.demo import launch
 
 NAME = "learning"
 HELP = (
@@ -164,7 +166,7 @@ def _wanted(args: argparse.Namespace, seed: int, max_staleness: int) -> dict[str
 def finished_summary(run_dir: Path, wanted: dict[str, Any]) -> dict[str, Any] | None:
     """The run's summary when `run_dir` holds a finished run with `wanted` settings; None when it holds
     no finished run; an error when it holds one with other settings."""
-    import yaml
+    import yaml  # noqa: PLC0415 - CLI start-up
 
     summary_path, config_path = run_dir / "summary.json", run_dir / "config.yaml"
     if not summary_path.is_file():
@@ -182,12 +184,13 @@ def finished_summary(run_dir: Path, wanted: dict[str, Any]) -> dict[str, Any] | 
 def seed_from(sync_dir: Path, async_dir: Path) -> None:
     """Start `async_dir` from `sync_dir`'s warm start: its checkpoint, its warm-start records and its
     accuracy before GRPO (so the demo goes straight to GRPO from the same model)."""
+    from arctic_rl_testbed.demo.run import WARM_START_DIR  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_testbed.demo.run_log import METRICS_FILE  # noqa: PLC0415 - CLI start-up
+
     if not (sync_dir / "summary.json").is_file():
         raise LearningBenchError(
             f"{async_dir.name} starts from {sync_dir}'s warm start, which has no finished run"
         )
-    from arctic_rl_testbed.demo.run import WARM_START_DIR
-    from arctic_rl_testbed.demo.run_log import METRICS_FILE
 
     if async_dir.exists():
         shutil.rmtree(async_dir)  # an unfinished run: start it again
@@ -210,7 +213,6 @@ def demo_command(
 ) -> tuple[list[str], dict[str, str], Path]:
     """The demo's command line and environment: in this interpreter when the framework is importable
     here, else the framework's locked environment through uv (as `arctic-rl demo`)."""
-    from arctic_rl_testbed.demo import launch
 
     extra = {"--seed": seed, "--async": max_staleness, "--threads": args.threads}
     forwarded = launch.driver_args(
@@ -227,7 +229,6 @@ def _held(lock: str | None) -> Iterator[None]:
     if lock is None:
         yield
         return
-    import fcntl
 
     with open(lock, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
@@ -286,8 +287,6 @@ def run(args: argparse.Namespace) -> BenchResult:
         for seed, k in runs:
             summaries[seed, k] = run_one(args, seed, k, out, args.lock)
     else:
-        from concurrent.futures import ThreadPoolExecutor
-
         # waves: the runs with their own warm start, then the runs starting from one of theirs
         first = [r for r in runs if warm_start_source(args, *r, out) is None]
         for wave in (first, [r for r in runs if r not in first]):
@@ -304,8 +303,6 @@ def run(args: argparse.Namespace) -> BenchResult:
 def learning_result(
     args: argparse.Namespace, sync: list[RunScore], fast: list[RunScore], wall_s: float
 ) -> BenchResult:
-    from arctic_rl_testbed.bench.report import BenchResult
-
     k = args.max_staleness
     sync_pct = [r.after_percent for r in sync]
     fast_pct = [r.after_percent for r in fast]

@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend, SamplingParams
     from arctic_rl_core.generate_batcher import SamplerQueueStats
 
-    from arctic_rl_testbed.bench.report import BenchResult
+from arctic_rl_testbed.bench.conditions import ParallelConditions
+from arctic_rl_testbed.bench.report import BenchResult
 
 NAME = "multi-turn"
 HELP = (
@@ -173,7 +174,7 @@ async def run_continuous(
 ) -> ModeRun:
     """Every trajectory its own coroutine; each turn's request goes through the batcher the moment the
     environment step before it returns."""
-    from arctic_rl_core.generate_batcher import GenerateBatcher
+    from arctic_rl_core.generate_batcher import GenerateBatcher  # noqa: PLC0415 - CLI start-up
 
     batcher = GenerateBatcher(
         backend.generate, max_batch=max_batch, max_calls_in_flight=backend.max_generate_calls_in_flight
@@ -196,10 +197,10 @@ async def run_continuous(
 
 
 def _engine(args: argparse.Namespace) -> Any:
-    from arctic_rl_core.config.reference_model import ReferenceModelConfig
+    from arctic_rl_core.config.reference_model import ReferenceModelConfig  # noqa: PLC0415 - CLI start-up
 
-    from arctic_rl_testbed.reference.engine import ReferenceBackend
-    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
+    from arctic_rl_testbed.reference.engine import ReferenceBackend  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings  # noqa: PLC0415 - CLI start-up
 
     longest = args.prompt_len + args.max_turns * (args.response_len + args.observation_len)
     model = ReferenceModelConfig(
@@ -222,7 +223,7 @@ class BothModes:
 
 
 async def _run_both(args: argparse.Namespace) -> BothModes:
-    from arctic_rl_core.backends.protocol import SamplingParams
+    from arctic_rl_core.backends.protocol import SamplingParams  # noqa: PLC0415 - CLI start-up
 
     engine = _engine(args)
     try:
@@ -250,9 +251,6 @@ async def _run_both(args: argparse.Namespace) -> BothModes:
 
 
 def run(args: argparse.Namespace) -> BenchResult:
-    from arctic_rl_testbed.bench.conditions import ParallelConditions
-    from arctic_rl_testbed.bench.report import BenchResult
-
     if args.trajectories < 2 or args.max_turns < 2 or args.repeats < 1:
         raise SystemExit("--trajectories and --max-turns: give at least 2; --repeats at least 1")
     with ParallelConditions() as machine:

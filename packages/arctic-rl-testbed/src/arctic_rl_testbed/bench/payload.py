@@ -23,6 +23,10 @@ from arctic_rl_testbed.bench.report import BenchResult
 if TYPE_CHECKING:
     import torch
     from arctic_rl_core.wire import PayloadSpec, RolloutSample
+import os
+
+from arctic_rl_testbed.bench.conditions import serial_conditions
+from arctic_rl_testbed.bench.report import Comparison
 
 NAME = "payload"
 HELP = "Build time of the B x (P+R) train payload vs a numpy row fill and a per-sample torch loop (B=512, S=8192)."
@@ -39,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def make_samples(batch: int, prompt_len: int, response_len: int, seed: int) -> list[RolloutSample]:
     """Rollouts with uniform random lengths in [1, P] / [1, R], as Python lists."""
     import numpy as np
-    from arctic_rl_core.wire import RolloutSample
+    from arctic_rl_core.wire import RolloutSample  # noqa: PLC0415 - CLI start-up
 
     rng = np.random.default_rng(seed)
     samples = []
@@ -169,12 +173,7 @@ def _same(ours: dict[str, Any], other: dict[str, Any], name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> BenchResult:
-    import os
-
-    from arctic_rl_core.wire import PayloadSpec, build_train_payload
-
-    from arctic_rl_testbed.bench.conditions import serial_conditions
-    from arctic_rl_testbed.bench.report import Comparison
+    from arctic_rl_core.wire import PayloadSpec, build_train_payload  # noqa: PLC0415 - CLI start-up
 
     for name in ("batch", "prompt_len", "response_len", "rounds"):
         if getattr(args, name) < 1:

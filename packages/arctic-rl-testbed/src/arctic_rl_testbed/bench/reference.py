@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from arctic_rl_testbed.bench.report import BenchResult
+from arctic_rl_testbed.bench.conditions import serial_conditions
+from arctic_rl_testbed.bench.report import BenchResult, Comparison
 
 NAME = "reference"
 HELP = (
@@ -39,16 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> BenchResult:
-    import os
-
     import torch
-    from arctic_rl_core.backends.protocol import SamplingParams
-    from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_train_payload
+    from arctic_rl_core.backends.protocol import SamplingParams  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_train_payload  # noqa: PLC0415 - CLI start-up
 
-    from arctic_rl_testbed.bench.conditions import serial_conditions
-    from arctic_rl_testbed.bench.report import BenchResult, Comparison
-    from arctic_rl_testbed.reference.engine import ReferenceBackend
-    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
+    from arctic_rl_testbed.reference.engine import ReferenceBackend  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings  # noqa: PLC0415 - CLI start-up
 
     engine = ReferenceBackend(ReferenceEngineSettings(num_threads=args.num_threads))
     g = torch.Generator().manual_seed(0)

@@ -88,8 +88,8 @@ def _value(value: float, unit: str) -> str:
 
 
 def print_result(result: BenchResult) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # noqa: PLC0415 - CLI start-up
+    from rich.table import Table  # noqa: PLC0415 - CLI start-up
 
     console = Console()
     table = Table(title=result.title)
@@ -122,7 +122,7 @@ def print_result(result: BenchResult) -> None:
 def summary_table(results: list[tuple[str, BenchResult | str]], title: str = "arctic-rl bench"):
     """One row per comparison of every benchmark: (name, result), or (name, why it has no result).
     A benchmark's first row names ours; its later rows give our value only."""
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415 - CLI start-up
 
     table = Table(title=title, show_lines=True)
     for column in ("benchmark", "baseline", "ours", "ratio", "goal", "conditions"):

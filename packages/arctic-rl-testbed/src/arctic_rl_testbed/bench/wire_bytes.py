@@ -39,6 +39,14 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
     from arctic_rl_core.wire import RolloutSample
+import gc
+import json
+import os
+import re
+import subprocess
+import sys
+
+from arctic_rl_testbed.bench.report import Comparison
 
 NAME = "wire-bytes"
 HELP = (
@@ -92,7 +100,7 @@ def draw_lengths(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
 
 def make_samples(args: argparse.Namespace) -> list[RolloutSample]:
     import numpy as np
-    from arctic_rl_core.wire import RolloutSample
+    from arctic_rl_core.wire import RolloutSample  # noqa: PLC0415 - CLI start-up
 
     rng = np.random.default_rng(args.seed + 1)
     prompt_lens, response_lens = draw_lengths(args)
@@ -202,7 +210,7 @@ def previous_builder_payloads(samples: list[RolloutSample], args: argparse.Names
 
 def lean_spec(args: argparse.Namespace) -> Any:
     """The lean builder's `PayloadSpec` for the step's shape."""
-    from arctic_rl_core.wire import PayloadSpec
+    from arctic_rl_core.wire import PayloadSpec  # noqa: PLC0415 - CLI start-up
 
     return PayloadSpec(
         pad_token_id=QWEN3_PAD_TOKEN_ID,
@@ -217,7 +225,7 @@ def lean_spec(args: argparse.Namespace) -> Any:
 
 
 def lean_payloads(samples: list[RolloutSample], args: argparse.Namespace) -> tuple[Any, Any]:
-    from arctic_rl_core.wire import build_forward_payload, build_train_payload
+    from arctic_rl_core.wire import build_forward_payload, build_train_payload  # noqa: PLC0415 - CLI start-up
 
     spec = lean_spec(args)
     return build_forward_payload(samples, spec), build_train_payload(samples, spec)
@@ -283,7 +291,6 @@ def information_bytes(samples: list[RolloutSample], float_fields: int) -> tuple[
 
 def _status_bytes(field: str) -> int:
     """A `/proc/self/status` memory field (VmRSS, VmHWM) in bytes."""
-    import re
 
     with open("/proc/self/status") as status:
         return int(re.search(rf"{field}:\s+(\d+) kB", status.read()).group(1)) * 1024
@@ -294,9 +301,8 @@ def peak_in_this_process(args: argparse.Namespace) -> tuple[int, int] | None:
     payload and encoding it, in this process; None where the peak cannot be reset (Linux
     /proc/self/clear_refs). Meaningful in a fresh process only: one that freed memory before may reuse
     it without a new resident page (`build_and_encode_peak` runs it in one)."""
-    import gc
 
-    from arctic_rl_core.wire import build_train_payload
+    from arctic_rl_core.wire import build_train_payload  # noqa: PLC0415 - CLI start-up
 
     samples, spec = make_samples(args), lean_spec(args)
     warm = build_train_payload(samples[: args.rollouts], spec)  # imports (torch, the codec) before the peak
@@ -316,9 +322,6 @@ def peak_in_this_process(args: argparse.Namespace) -> tuple[int, int] | None:
 
 def build_and_encode_peak(args: argparse.Namespace) -> tuple[int, int] | None:
     """`peak_in_this_process` in a fresh Python process (the same samples: they come from `args`)."""
-    import json
-    import subprocess
-    import sys
 
     code = (
         "import argparse, json, sys\n"
@@ -337,9 +340,6 @@ def build_and_encode_peak(args: argparse.Namespace) -> tuple[int, int] | None:
 
 
 def run(args: argparse.Namespace) -> BenchResult:
-    import os
-
-    from arctic_rl_testbed.bench.report import Comparison
 
     for name in (
         "rows",

@@ -8,6 +8,7 @@ import importlib
 import pkgutil
 
 from arctic_rl_testbed import bench
+from arctic_rl_testbed.bench.report import print_result, summary_table
 
 
 def _benchmark_modules():
@@ -52,8 +53,6 @@ def _add_all_arguments(parser: argparse.ArgumentParser, modules: list) -> None:
 
 def _runner(module):
     def run(args: argparse.Namespace) -> int:
-        from arctic_rl_testbed.bench.report import print_result
-
         print_result(module.run(args))
         return 0
 
@@ -62,9 +61,7 @@ def _runner(module):
 
 def _run_all(modules: list):
     def run(args: argparse.Namespace) -> int:
-        from rich.console import Console
-
-        from arctic_rl_testbed.bench.report import print_result, summary_table
+        from rich.console import Console  # noqa: PLC0415 - CLI start-up
 
         known = {m.NAME for m in modules}
         unknown = sorted((set(args.skip) | set(args.include)) - known)

@@ -10,14 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from arctic_rl_testbed.demo import launch
+from arctic_rl_testbed.demo.arguments import add_arguments
+
 # the flags `launch.driver_args` forwards itself (paths made absolute)
 LAUNCH_FIELDS = ("framework", "task", "steps", "out", "resume")
 
 
 def run(args: argparse.Namespace) -> int:
-    from arctic_rl_testbed.demo import launch
-    from arctic_rl_testbed.demo.run import add_arguments
-
     framework = args.framework or "skyrl"
     # every other flag of the driver, as given (None: not given), in the driver's own order
     extra = {
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         framework=framework, task=args.task, steps=args.steps, out=args.out, resume=args.resume, extra=extra
     )
     if launch.framework_importable(framework):
-        from arctic_rl_testbed.demo.run import main as driver_main
+        from arctic_rl_testbed.demo.run import main as driver_main  # noqa: PLC0415 - CLI start-up
 
         return driver_main(forwarded)
     try:
@@ -44,8 +44,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from arctic_rl_testbed.demo.run import add_arguments
-
     parser = subparsers.add_parser(
         "demo",
         help="Run a real GRPO job of a tiny model on the bundled BIRD sample on CPU (SkyRL or verl, reference backend).",

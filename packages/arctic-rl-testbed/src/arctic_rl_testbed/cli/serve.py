@@ -6,7 +6,12 @@ a non-loopback address needs a bearer token. Files are read and written under --
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import sys
+from pathlib import Path
+
+from pydantic import ValidationError
 
 
 def _port(text: str) -> int:
@@ -161,12 +166,12 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
 
-    from arctic_rl_testbed.reference.file_root import FileRoot
-    from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME, serve
-    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
+    from arctic_rl_testbed.reference.file_root import FileRoot  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME, serve  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_testbed.reference.settings import ReferenceEngineSettings  # noqa: PLC0415 - CLI start-up
 
     if args.config is not None or args.overrides:
-        from arctic_rl_core.config import ConfigError, load_config
+        from arctic_rl_core.config import ConfigError, load_config  # noqa: PLC0415 - CLI start-up
 
         try:
             settings = ReferenceEngineSettings.from_config(load_config(args.config, args.overrides))
@@ -186,7 +191,6 @@ def run(args: argparse.Namespace) -> int:
         update["sampler_process"] = args.sampler_process
     if args.trainer is not None:
         update["trainer"] = args.trainer
-    from pydantic import ValidationError
 
     try:
         settings = ReferenceEngineSettings.model_validate({**settings.model_dump(), **update})
@@ -218,11 +222,8 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    import os
-    from pathlib import Path
-
-    from arctic_rl_testbed.reference.fidelity import Fidelity, ServerProfile
-    from arctic_rl_testbed.reference.http_auth import TOKEN_ENV, BindRefused, check_bind
+    from arctic_rl_testbed.reference.fidelity import Fidelity, ServerProfile  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_testbed.reference.http_auth import TOKEN_ENV, BindRefused, check_bind  # noqa: PLC0415 - CLI start-up
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     try:
@@ -235,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     fidelity = Fidelity(profile=ServerProfile(args.profile), state_guard=args.state_guard)
     fixed_rollouts = None
     if args.fixed_rollouts is not None:
-        from arctic_rl_testbed.reference.fixed_rollouts import FixedRollouts, FixedRolloutsError
+        from arctic_rl_testbed.reference.fixed_rollouts import FixedRollouts, FixedRolloutsError  # noqa: PLC0415 - CLI start-up
 
         try:
             fixed_rollouts = FixedRollouts.load(args.fixed_rollouts)
@@ -264,7 +265,6 @@ def run(args: argparse.Namespace) -> int:
 def _serve_until_stopped(files, server) -> int:
     """Run the `server` coroutine to its end; a temporary file root goes with it (the server removes it
     on a clean stop; this covers a failed start: port in use, ...)."""
-    import asyncio
 
     try:
         asyncio.run(server)
@@ -276,11 +276,10 @@ def _serve_until_stopped(files, server) -> int:
 def _run_cortex(args: argparse.Namespace, settings) -> int:
     """`--api cortex`: the Cortex emulator. The PAT comes from the environment only (a command-line
     value would show in the process list); it is never printed."""
-    import os
 
-    from arctic_rl_testbed.reference.cortex_server import ENDPOINT, PAT_ENV, PREFIX, serve
-    from arctic_rl_testbed.reference.fidelity import Fidelity, ServerProfile
-    from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME
+    from arctic_rl_testbed.reference.cortex_server import ENDPOINT, PAT_ENV, PREFIX, serve  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_testbed.reference.fidelity import Fidelity, ServerProfile  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME  # noqa: PLC0415 - CLI start-up
 
     refused = [
         flag
@@ -308,13 +307,13 @@ def _run_cortex(args: argparse.Namespace, settings) -> int:
         )
         return 2
     settings = settings.model_copy(update={"colocated": False})
-    from arctic_rl_testbed.reference.file_root import FileRoot
+    from arctic_rl_testbed.reference.file_root import FileRoot  # noqa: PLC0415 - CLI start-up
 
     files = FileRoot(args.file_root)
     print(f"arctic-rl Cortex emulator: {files.describe()}", flush=True)
     scheme, ssl_context = "http", None
     if args.tls:
-        from arctic_rl_testbed.reference.cortex_tls import self_signed
+        from arctic_rl_testbed.reference.cortex_tls import self_signed  # noqa: PLC0415 - CLI start-up
 
         tls = self_signed(files.root / "cortex-tls", args.host)
         scheme, ssl_context = "https", tls.server_context()

@@ -8,6 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_core.config.reference_model import ReferenceModelConfig
+from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
+
+from arctic_rl_testbed.demo.options import server_address
+from arctic_rl_testbed.reference.deepspeed_backend import create_reference_backend
+from arctic_rl_testbed.reference.settings import OptimizerSettings, ReferenceEngineSettings
+
 if TYPE_CHECKING:
     from arctic_rl_testbed.demo.options import DemoOptions
     from arctic_rl_testbed.reference.engine import ReferenceBackend
@@ -18,10 +25,6 @@ def reference_backend(options: DemoOptions, *, model_path: Path | None, lr: floa
     pipeline never packs rows, and its `sft` loss is a token mean per micro-batch summed over the
     micro-batches, so a split would scale the gradient (4 rows of 5-40 tokens in 4 micro-batches: grad
     norm 10.8 against 1.9 in one, the same loss)."""
-    from arctic_rl_core.config.reference_model import ReferenceModelConfig
-
-    from arctic_rl_testbed.reference.deepspeed_backend import create_reference_backend
-    from arctic_rl_testbed.reference.settings import OptimizerSettings, ReferenceEngineSettings
 
     model = ReferenceModelConfig(
         **options.model.model_dump(), model_path=None if model_path is None else str(model_path)
@@ -39,7 +42,6 @@ def reference_backend(options: DemoOptions, *, model_path: Path | None, lr: floa
 
 async def synced(backend: ReferenceBackend) -> int:
     """Sync the trained weights to the sampler (the non-colocated policy); returns the version."""
-    from arctic_rl_core.weight_sync import WeightSyncPolicy, sync_after_step
 
     return await sync_after_step(backend, WeightSyncPolicy(colocated=False))
 
@@ -56,7 +58,6 @@ def grpo_backend_settings(options: DemoOptions, *, model_path: Path) -> dict[str
     the run directory, as `arctic-rl serve --reference` on this machine does) and write the
     training job's files under the run directory; with `options.backend == "cortex"` the Cortex API
     there (backend.kind=cortex). `options.colocate`: placement.colocate."""
-    from arctic_rl_testbed.demo.options import server_address
 
     settings: dict[str, Any] = {"placement.colocate": options.colocate}
     if options.server is None:

@@ -18,9 +18,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from arctic_rl_core.checkpoint_manifest import CheckpointFolder
+
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
-    from arctic_rl_core.checkpoint_manifest import CheckpointFolder
 
     from arctic_rl_testbed.demo.options import DemoOptions
     from arctic_rl_testbed.demo.tasks import DemoTask
@@ -84,7 +85,6 @@ def checkpoint_folder(driver: DemoDriver, run_dir: Path) -> CheckpointFolder | N
     """The framework's checkpoint folder of a run, from the driver's declaration
     `run_grpo.checkpoint_layout = (folder under the run directory, the framework's latest-step file)`;
     None when the driver declares none (its resumes are then not checked by the demo)."""
-    from arctic_rl_core.checkpoint_manifest import CheckpointFolder
 
     layout = getattr(driver, CHECKPOINT_LAYOUT_ATTRIBUTE, None)
     if layout is None:

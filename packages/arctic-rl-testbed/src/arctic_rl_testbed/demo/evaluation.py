@@ -5,16 +5,23 @@ episodes (`evaluate_episodes`), with how many turns each took."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from arctic_rl_core.backends.protocol import SamplingParams
+from arctic_rl_core.envs.bird.multi_turn import STOP_STRINGS, BirdSQLEpisode
+from arctic_rl_core.multi_turn.episodes import run_episodes
+from arctic_rl_core.multi_turn.turn_sampler import TurnSampler
+
+from arctic_rl_testbed.demo.prompts import prompt_ids
+from arctic_rl_testbed.demo.tasks import DemoTask, HeldoutScore
 
 # how a multi-turn episode ends (`evaluate_episodes`)
 ENDINGS = ("solution", "max_turns", "context_limit")
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
-
-    from arctic_rl_testbed.demo.tasks import DemoTask, HeldoutScore
 
 
 async def heldout_answers(
@@ -27,7 +34,6 @@ async def heldout_answers(
 ) -> list[str]:
     """One answer per prompt (greedy by default), `batch_size` prompts per generate call. Prompts
     are token ids, or text for a backend that takes only text (the Arctic on-prem server)."""
-    from arctic_rl_core.backends.protocol import SamplingParams
 
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
     texts: list[str] = []
@@ -87,15 +93,6 @@ async def evaluate_episodes(
     episodes took each number of turns, `ended` how many ended with a `<solution>`, hit max_turns without
     one, or were cut at `max_input_length`; `errors` correct / wrong / malformed (no well-formed
     solution); `episodes` each one's turns, ending, reward and responses."""
-    from collections import Counter
-
-    from arctic_rl_core.backends.protocol import SamplingParams
-    from arctic_rl_core.envs.bird.multi_turn import STOP_STRINGS, BirdSQLEpisode
-    from arctic_rl_core.multi_turn.episodes import run_episodes
-    from arctic_rl_core.multi_turn.turn_sampler import TurnSampler
-
-    from arctic_rl_testbed.demo.prompts import prompt_ids
-    from arctic_rl_testbed.demo.tasks import HeldoutScore
 
     repeated = [row for row in rows for _ in range(samples_per_prompt)]
     episodes = [BirdSQLEpisode.from_row(row, max_turns=task.max_turns) for row in repeated]

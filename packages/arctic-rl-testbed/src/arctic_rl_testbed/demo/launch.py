@@ -21,6 +21,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from arctic_rl_testbed.demo.drivers import is_registered
+from arctic_rl_testbed.demo.process_chain import (
+    LAUNCHER_ENV,
+    forward_termination,
+    launcher_identity,
+    watch_parent,
+)
+
 DRIVER_MODULE = "arctic_rl_testbed.demo.run"
 FRAMEWORK_MODULES = {"skyrl": "skyrl", "verl": "verl"}
 ADAPTER_PACKAGES = {"skyrl": "adapter-skyrl", "verl": "adapter-verl"}
@@ -41,7 +49,6 @@ class Launch:
 
 def framework_importable(framework: str) -> bool:
     """The framework and its adapter's demo driver (entry point) are both installed here."""
-    from arctic_rl_testbed.demo.drivers import is_registered
 
     return importlib.util.find_spec(FRAMEWORK_MODULES[framework]) is not None and is_registered(framework)
 
@@ -129,12 +136,6 @@ def run_launch(launch: Launch) -> int:
     """Run the re-exec, forwarding Ctrl-C to it (the driver checkpoints and exits 130), and SIGTERM /
     SIGHUP; when this process's parent dies (the outer `uv run` SIGKILLed) the child is stopped, and
     the driver stops when this process dies (`process_chain`): no driver outlives its launcher."""
-    from arctic_rl_testbed.demo.process_chain import (
-        LAUNCHER_ENV,
-        forward_termination,
-        launcher_identity,
-        watch_parent,
-    )
 
     # the caller's own virtual environment (the root `.venv` of `uv run`) is not the target one
     env = {key: value for key, value in os.environ.items() if key != "VIRTUAL_ENV"} | launch.env

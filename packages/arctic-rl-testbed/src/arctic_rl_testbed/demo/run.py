@@ -13,18 +13,49 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import json
+import logging
 import os
 import sys
 import time
+import traceback
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+from arctic_rl_core.backends.arctic import ArcticBackend
+from arctic_rl_core.backends.forwarding import ForwardingBackend
 from arctic_rl_core.checkpoint_manifest import CheckpointFolder
+from arctic_rl_core.failure_messages import explain
 from arctic_rl_core.run_lock import RunFolderLock
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
 
+from arctic_rl_testbed.demo.arguments import add_arguments
+from arctic_rl_testbed.demo.backend import reference_backend, synced
+from arctic_rl_testbed.demo.drivers import (
+    DriverNotFoundError,
+    checkpoint_folder,
+    load_driver,
+    require_async_support,
+    require_multi_turn_support,
+)
+from arctic_rl_testbed.demo.evaluation import ENDINGS, evaluate_episodes, evaluate_rows, evaluate_sampled
+from arctic_rl_testbed.demo.local_server import local_reference_server
 from arctic_rl_testbed.demo.options import CONFIG_FILE, DemoOptions
+from arctic_rl_testbed.demo.process_chain import stop_on_termination, watch_launcher
+from arctic_rl_testbed.demo.prompts import prompt_ids, prompt_text
 from arctic_rl_testbed.demo.run_log import (
     PLOT_FILE,
     SUMMARY_FILE,
@@ -33,6 +64,8 @@ from arctic_rl_testbed.demo.run_log import (
     step_table,
     write_plot,
 )
+from arctic_rl_testbed.demo.tasks import load_task
+from arctic_rl_testbed.demo.warm_start import warm_start
 
 WARM_START_DIR = "warm_start"
 LOG_FILE = "run.log"
@@ -42,81 +75,6 @@ INTERRUPTED_EXIT = 130
 FAILED_EXIT = 1
 # Flags that a resumed run may change (the rest of a run's settings are fixed by its config.yaml).
 RESUMABLE_FLAGS = ("steps",)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    """The flags shared by `arctic-rl demo` and this driver (None = the default / the resumed run's);
-    returns them, in order, for `arctic-rl demo` to forward every one to the driver."""
-    actions: list[argparse.Action] = []
-
-    def add(*names: str, **kwargs: Any) -> None:
-        actions.append(parser.add_argument(*names, **kwargs))
-
-    add("--framework", choices=("skyrl", "verl"), default=None, help="RL framework (default skyrl)")
-    add("--task", choices=("bird", "gsm8k"), default=None, help="bundled sample (default bird)")
-    add("--steps", type=int, default=None, help="GRPO steps (default 24)")
-    add("--out", default=None, help="run directory (default runs/demo-<UTC timestamp>)")
-    add("--resume", default=None, metavar="DIR", help="continue the run in DIR")
-    add("--seed", type=int, default=None, help="seeds the model, sampling and data order (default 42)")
-    add("--warm-start-steps", type=int, default=None, help="supervised steps (default 80)")
-    add("--prompts-per-step", type=int, default=None, help="prompts per GRPO step (default 4)")
-    add("--rollouts-per-prompt", type=int, default=None, help="GRPO group size (default 8)")
-    add("--lr", type=float, default=None, help="GRPO learning rate (default 1e-4)")
-    add(
-        "--eval-samples",
-        type=int,
-        default=None,
-        help="sampled answers per question in the accuracy (default 8)",
-    )
-    add("--threads", type=int, default=None, help="torch threads (default: torch's own)")
-    add(
-        "--server",
-        default=None,
-        metavar="URL",
-        help="run GRPO against the Arctic on-prem HTTP API at URL (e.g. `arctic-rl serve --reference`'s "
-        "http://127.0.0.1:8000) through the real client (default: the in-process reference engine)",
-    )
-    add(
-        "--backend",
-        choices=("http", "cortex"),
-        default=None,
-        help="the API at --server: the Arctic on-prem HTTP API (default) or Snowflake Cortex's (e.g. "
-        "`arctic-rl serve --reference --api cortex`'s; the token is read from ARCTIC_CORTEX_PAT)",
-    )
-    add(
-        "--colocate",
-        action="store_true",
-        default=None,
-        help="colocated GRPO: training and sampling share the devices, with sleep/wake every step",
-    )
-    add(
-        "--max-turns",
-        type=int,
-        default=None,
-        metavar="N",
-        help="BIRD multi-turn: the model may run SQL against the database (shown as an observation) up to N "
-        "turns before its <solution> (SkyRL-SQL's protocol); the accuracy and the turns taken are shown "
-        "before and after GRPO (default 1: single turn)",
-    )
-    add(
-        "--trainer",
-        choices=("torch", "deepspeed"),
-        default=None,
-        help="who trains: the reference engine's torch trainer (default), or 'deepspeed': arctic-platform "
-        "0.1.4's own server code and DeepSpeedWorker on the CPU (warm start in process; GRPO through a local "
-        "`arctic-rl serve --reference --trainer deepspeed` and the real client); not with --server",
-    )
-    add(
-        "--async",
-        dest="max_staleness",
-        type=int,
-        default=None,
-        metavar="K",
-        help="asynchronous GRPO through the framework's own asynchronous trainer: the next batches are "
-        "generated while the current one trains, no rollout older than K steps is trained "
-        "(async.max_staleness; default 0 = synchronous; not with --colocate)",
-    )
-    return actions
 
 
 def _explicit(args: argparse.Namespace) -> dict[str, Any]:
@@ -149,7 +107,6 @@ def default_out(now: datetime | None = None) -> str:
 def resolve_options(args: argparse.Namespace) -> DemoOptions:
     """New run: defaults + flags. `--resume DIR`: DIR's config.yaml, plus `--steps` (to extend it);
     any other flag that differs from the saved run is an error naming it."""
-    import yaml
 
     explicit = _explicit(args)
     if args.resume is None:
@@ -182,7 +139,6 @@ def _checked_options(
 ) -> DemoOptions:
     """`DemoOptions(**fields)`, or SystemExit naming each bad flag (or field of the resumed run's
     config.yaml), its value and the range it needs (was: pydantic's traceback)."""
-    from pydantic import ValidationError
 
     try:
         return DemoOptions(**fields)
@@ -205,8 +161,6 @@ def _checked_options(
 
 
 def write_config(options: DemoOptions, extra: dict[str, Any] | None = None) -> Path:
-    import yaml
-
     path = options.run_dir / CONFIG_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {"demo": options.model_dump(mode="json"), **(extra or {})}
@@ -235,9 +189,6 @@ def output_to(path: Path) -> Iterator[None]:
 
 
 def run_demo(options: DemoOptions) -> int:
-    from rich.console import Console
-
-    from arctic_rl_testbed.demo.drivers import load_driver, require_async_support, require_multi_turn_support
 
     if options.max_staleness:  # before the warm start: a driver without an asynchronous mode fails now
         require_async_support(load_driver(options.framework), options)
@@ -252,21 +203,6 @@ def run_demo(options: DemoOptions) -> int:
 
 
 def _run_locked(options: DemoOptions, console: Any) -> int:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    from arctic_rl_testbed.demo.backend import reference_backend, synced
-    from arctic_rl_testbed.demo.drivers import checkpoint_folder, load_driver
-    from arctic_rl_testbed.demo.local_server import local_reference_server
-    from arctic_rl_testbed.demo.prompts import prompt_ids, prompt_text
-    from arctic_rl_testbed.demo.tasks import load_task
-    from arctic_rl_testbed.demo.warm_start import warm_start
 
     run_dir = options.run_dir
     log = MetricsLog(run_dir)
@@ -440,7 +376,6 @@ def _run_locked(options: DemoOptions, console: Any) -> int:
         steps, run_dir / PLOT_FILE, f"{options.task} GRPO via {options.framework} ({_grpo_backend(options)})"
     )
     summary = _summary(options, before, after, steps, seconds)
-    import json
 
     (run_dir / SUMMARY_FILE).write_text(
         json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8"
@@ -452,7 +387,6 @@ def _run_locked(options: DemoOptions, console: Any) -> int:
 @contextlib.contextmanager
 def _warnings_on(console: Any, logger_name: str) -> Iterator[None]:
     """Inside the block, the warnings `logger_name` logs in this process are printed on `console`."""
-    import logging
 
     class ToConsole(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
@@ -500,8 +434,6 @@ def _grpo_backend(options: DemoOptions) -> str:
 
 def _takes_text(backend: Any) -> bool:
     """The Arctic on-prem server takes text prompts only (through `ArcticBackend`)."""
-    from arctic_rl_core.backends.arctic import ArcticBackend
-    from arctic_rl_core.backends.forwarding import ForwardingBackend
 
     while isinstance(backend, ForwardingBackend):
         backend = backend.target
@@ -513,7 +445,6 @@ def _evaluate(
 ):
     if task.max_turns > 1:
         return _evaluate_episodes(progress, log, backend, task, phase, options, tokenizer)
-    from arctic_rl_testbed.demo.evaluation import evaluate_rows, evaluate_sampled
 
     bar = progress.add_task(f"accuracy {phase} GRPO", total=len(EVAL_SPLITS), info="")
     results: dict[str, dict[str, Any]] = {}
@@ -559,7 +490,6 @@ def _sampled_too(options: DemoOptions, evaluate: Any) -> dict[str, Any] | None:
 
 def _evaluate_episodes(progress, log: MetricsLog, backend, task, phase: str, options, tokenizer):
     """BIRD multi-turn: greedy episodes (and sampled ones) per split, with the turns they took."""
-    from arctic_rl_testbed.demo.evaluation import evaluate_episodes
 
     bar = progress.add_task(f"accuracy {phase} GRPO", total=len(EVAL_SPLITS), info="")
     results: dict[str, dict[str, Any]] = {}
@@ -614,8 +544,6 @@ def _summary(options: DemoOptions, before, after, steps, seconds) -> dict[str, A
 
 
 def _print_summary(console, summary: dict[str, Any], plot: Path) -> None:
-    from rich.table import Table
-
     def share(score: dict[str, Any] | None) -> str:
         return "-" if score is None else f"{score['correct']}/{score['total']} ({score['percent']:.1f}%)"
 
@@ -664,9 +592,6 @@ def _print_summary(console, summary: dict[str, Any], plot: Path) -> None:
 def _turns_table(summary: dict[str, Any]):
     """Multi-turn: how many episodes took each number of turns and how they ended, with their EX,
     before -> after GRPO."""
-    from rich.table import Table
-
-    from arctic_rl_testbed.demo.evaluation import ENDINGS
 
     turns = range(1, summary["max_turns"] + 1)
     table = Table(
@@ -707,7 +632,6 @@ def _turns_table(summary: dict[str, Any]):
 def main(argv: Sequence[str] | None = None) -> int:
     """The driver: the run, stopped as on Ctrl-C by SIGTERM or when its launcher is gone
     (`process_chain`); a failure a user can cause or meet is one message (`failure_messages`), exit 1."""
-    from arctic_rl_testbed.demo.process_chain import stop_on_termination, watch_launcher
 
     parser = argparse.ArgumentParser(prog="python -m arctic_rl_testbed.demo.run", description=__doc__)
     add_arguments(parser)
@@ -729,11 +653,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _report_failure(error: Exception, run_dir: Path | None) -> int:
     """One message on stderr for a failure `failure_messages.explain` knows (its traceback into the run log);
     anything else is raised on (a bug shows its traceback)."""
-    import traceback
-
-    from arctic_rl_core.failure_messages import explain
-
-    from arctic_rl_testbed.demo.drivers import DriverNotFoundError
 
     resume = f"arctic-rl demo --resume {run_dir}" if run_dir is not None else "arctic-rl demo --resume DIR"
     message = (

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from rich import box
+from rich.table import Table
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "reward_loss.png"
@@ -42,7 +46,6 @@ class MetricsLog:
 
     def append(self, kind: str, **fields: Any) -> dict[str, Any]:
         """Append one record, stamped with the wall-clock time (`time`, Unix seconds)."""
-        import time
 
         record = {"kind": kind, "time": round(time.time(), 3), **fields}
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,8 +92,6 @@ def step_line(step: int, total: int, record: Mapping[str, Any]) -> str:
 
 def step_table(steps: Iterable[Mapping[str, Any]], title: str = STEP_TABLE_TITLE):
     """A rich table with one row per GRPO step (see STEP_COLUMNS)."""
-    from rich import box
-    from rich.table import Table
 
     table = Table(
         title=title, caption=STEP_TABLE_CAPTION, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False

@@ -17,9 +17,24 @@ the real observation; accuracy is the episodes' (`demo.evaluation.evaluate_episo
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from arctic_rl_core.envs.bird import preprocess as bird_preprocess
+from arctic_rl_core.envs.bird.dataset import BirdQuestion, load_split
+from arctic_rl_core.envs.bird.evaluate import Prediction, PredictionFile, evaluate
+from arctic_rl_core.envs.bird.multi_turn import BirdSQLEpisode
+from arctic_rl_core.envs.bird.preprocess import PreprocessOptions
+from arctic_rl_core.envs.bird.sample import sample_dir
+from arctic_rl_core.envs.bird.schema_prompt import SchemaPromptCache, SchemaPromptOptions
+from arctic_rl_core.envs.bird.sql_extract import extract_sql, is_well_formatted
+from arctic_rl_core.envs.gsm8k import build_rows as build_gsm8k_rows
+from arctic_rl_core.envs.gsm8k import compute_score, sample_problems
+
+from arctic_rl_testbed.demo.prompts import prompt_ids, response_ids
 
 GSM8K_HELDOUT = 4
 BIRD_TRAIN_SPLIT, BIRD_HELDOUT_SPLIT = "train", "dev"
@@ -74,7 +89,6 @@ class DemoTask:
         """(prompt ids, answer ids) of the supervised warm start: each training row's reference answer;
         multi-turn BIRD also a first turn that looks at the data and, after its real observation, the
         answer (every other question)."""
-        from arctic_rl_testbed.demo.prompts import prompt_ids, response_ids
 
         prompts = [prompt_ids(tokenizer, row["prompt"]) for row in self.train_rows]
         answers = [response_ids(tokenizer, text) for text in self.train_targets]
@@ -162,8 +176,6 @@ def bird_look(sql: str) -> str:
 
 
 def _observation(row: dict[str, Any], action: str, max_turns: int) -> str:
-    from arctic_rl_core.envs.bird.multi_turn import BirdSQLEpisode
-
     step = BirdSQLEpisode.from_row(row, max_turns=max_turns).step(action)
     if step.observation is None:
         raise ValueError(f"max_turns={max_turns}: a first look needs a second turn to answer in")
@@ -171,11 +183,6 @@ def _observation(row: dict[str, Any], action: str, max_turns: int) -> str:
 
 
 def _bird_task(max_turns: int = 1) -> DemoTask:
-    from arctic_rl_core.envs.bird.dataset import load_split
-    from arctic_rl_core.envs.bird.preprocess import PreprocessOptions, build_rows
-    from arctic_rl_core.envs.bird.sample import sample_dir
-    from arctic_rl_core.envs.bird.schema_prompt import SchemaPromptCache, SchemaPromptOptions
-
     compact = SchemaPromptOptions(
         sample_rows=0, example_values=0, include_descriptions=False, include_foreign_keys=False
     )
@@ -185,7 +192,7 @@ def _bird_task(max_turns: int = 1) -> DemoTask:
     rows: dict[str, list[dict[str, Any]]] = {}
     for split_name in (BIRD_TRAIN_SPLIT, BIRD_HELDOUT_SPLIT):
         split = load_split(root, split_name)
-        rows[split_name], _summary = build_rows(split, cache, options)
+        rows[split_name], _summary = bird_preprocess.build_rows(split, cache, options)
     train = rows[BIRD_TRAIN_SPLIT]
     target = bird_target if max_turns == 1 else bird_solution
     return DemoTask(
@@ -199,12 +206,6 @@ def _bird_task(max_turns: int = 1) -> DemoTask:
 
 def _bird_ex(rows: Sequence[dict[str, Any]], responses: Sequence[str]) -> HeldoutScore:
     """Official EX: every extracted prediction and gold query executed, result sets compared."""
-    from collections import Counter
-    from pathlib import Path
-
-    from arctic_rl_core.envs.bird.dataset import BirdQuestion
-    from arctic_rl_core.envs.bird.evaluate import Prediction, PredictionFile, evaluate
-    from arctic_rl_core.envs.bird.sql_extract import extract_sql, is_well_formatted
 
     questions: list[BirdQuestion] = []
     predictions: dict[int, Prediction] = {}
@@ -242,15 +243,13 @@ def _bird_ex(rows: Sequence[dict[str, Any]], responses: Sequence[str]) -> Heldou
 
 
 def _gsm8k_task() -> DemoTask:
-    from arctic_rl_core.envs.gsm8k import build_rows, sample_problems
-
     problems = sample_problems()
     if len(problems) <= GSM8K_HELDOUT:
         raise ValueError(f"the bundled GSM8K sample has {len(problems)} problems: too few to hold out")
     train_problems, heldout_problems = problems[:-GSM8K_HELDOUT], problems[-GSM8K_HELDOUT:]
     # SkyRL's environment for the core GSM8K reward is registered as `gsm8k_arctic`.
-    train = [dict(row, env_class="gsm8k_arctic") for row in build_rows(train_problems, "train")]
-    heldout = [dict(row, env_class="gsm8k_arctic") for row in build_rows(heldout_problems, "test")]
+    train = [dict(row, env_class="gsm8k_arctic") for row in build_gsm8k_rows(train_problems, "train")]
+    heldout = [dict(row, env_class="gsm8k_arctic") for row in build_gsm8k_rows(heldout_problems, "test")]
     return DemoTask(
         name="gsm8k",
         train_rows=train,
@@ -260,8 +259,6 @@ def _gsm8k_task() -> DemoTask:
 
 
 def _gsm8k_accuracy(rows: Sequence[dict[str, Any]], responses: Sequence[str]) -> HeldoutScore:
-    from arctic_rl_core.envs.gsm8k import compute_score
-
     verdicts = [
         compute_score("gsm8k", response, row["reward_model"]["ground_truth"])
         for row, response in zip(rows, responses, strict=True)

@@ -9,9 +9,12 @@ from rollouts the reward can tell apart.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_sft_payload
 
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend, WirePayload
@@ -35,7 +38,6 @@ def sft_payload(
 ) -> WirePayload:
     """The wire payload of one `sft` forward-backward: the core wire layout of (prompt, response)
     rows plus `labels` = the response tokens at their own positions, -100 elsewhere."""
-    from arctic_rl_core.wire import PayloadSpec, RolloutSample, build_sft_payload
 
     for i, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
         if len(prompt) > max_prompt_len or len(response) > max_response_len:
@@ -72,7 +74,6 @@ async def warm_start(
     on_step: Callable[[WarmStartStep], None] | None = None,
 ) -> list[WarmStartStep]:
     """`steps` optimizer steps over shuffled epochs of the examples (`batch_size` per step)."""
-    import time
 
     if not prompts or len(prompts) != len(responses):
         raise ValueError(f"warm start needs matching prompts and answers ({len(prompts)} / {len(responses)})")

@@ -9,6 +9,7 @@ record: the parity scenario feeds fixed rollouts, and those calls carry no paylo
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +87,6 @@ def row_sums(logprobs_B_S: torch.Tensor) -> list[float]:
 
 def weights_digest(parameters: Mapping[str, torch.Tensor]) -> str:
     """Hex SHA-256 over the parameters in name order: name, dtype, shape and little-endian bytes."""
-    import sys
 
     import torch
 

@@ -20,6 +20,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_core.backends.protocol import SamplingParams
+from arctic_rl_core.dispatch import run
+from arctic_rl_core.envs.bird import compute_score
+from arctic_rl_core.envs.bird.dataset import load_split
+from arctic_rl_core.envs.bird.sample import sample_dir
+
+from arctic_rl_testbed.reference.fixed_rollouts import FORMAT
+
 if TYPE_CHECKING:
     from arctic_rl_core.backends.protocol import Backend
     from arctic_rl_core.envs.bird.dataset import BirdSplit
@@ -227,11 +235,6 @@ def canonical_rollouts(scenario: ParityScenario, backend: Backend) -> list[list[
     """Rows of every step, grouped by prompt (`rollouts_per_prompt` consecutive rows a group).
     Sampled rollouts are drawn in ONE seeded `generate` call before any training, so they do not
     depend on when or how a framework would have asked for them."""
-    from arctic_rl_core.backends.protocol import SamplingParams
-    from arctic_rl_core.dispatch import run
-    from arctic_rl_core.envs.bird import compute_score
-    from arctic_rl_core.envs.bird.dataset import load_split
-    from arctic_rl_core.envs.bird.sample import sample_dir
 
     tokenizer = backend.tokenizer  # the reference engine's
     data = load_split(sample_dir(), "train")
@@ -304,10 +307,6 @@ def fixed_rollouts_document(
     responses of every step it appears in, in step and row order. The server hands them out in
     order of arrival, so over the wire a framework's step s gets the same responses as
     `rollouts[s]`; only which of a group's identical prompts gets which response may differ."""
-    from arctic_rl_core.envs.bird.dataset import load_split
-    from arctic_rl_core.envs.bird.sample import sample_dir
-
-    from arctic_rl_testbed.reference.fixed_rollouts import FORMAT
 
     by_index = {q.index: q for q in load_split(sample_dir(), "train").questions}
     completions: dict[int, list[dict[str, list[int]]]] = {}
@@ -345,8 +344,6 @@ def dataset_rows(scenario: ParityScenario) -> list[dict[str, Any]]:
     """The scenario's prompts in step order, one `dataset_row` per prompt of every step (a question
     used in two steps is two rows). With no shuffling and `prompts_per_step` rows a batch, batch s
     holds step s."""
-    from arctic_rl_core.envs.bird.dataset import load_split
-    from arctic_rl_core.envs.bird.sample import sample_dir
 
     data = load_split(sample_dir(), "train")
     by_index = {q.index: q for q in data.questions}

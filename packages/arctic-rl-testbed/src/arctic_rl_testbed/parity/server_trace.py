@@ -17,13 +17,17 @@ Generation, weight sync, sleep/wake and checkpoints carry no training payload an
 
 from __future__ import annotations
 
+import copy
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from arctic_rl_core.backends.protocol import ForwardOutput, StepOutput, WirePayload
+from arctic_rl_core.backends.protocol import ForwardOutput, StepOutput, WirePayload
 
+from arctic_rl_testbed.parity.recording import row_sums, weights_digest
+from arctic_rl_testbed.parity.trace_file import ParityTraceWriter
+
+if TYPE_CHECKING:
     from arctic_rl_testbed.reference.engine import ReferenceBackend
 
 
@@ -31,9 +35,6 @@ def received_payload(body: dict[str, Any]) -> WirePayload:
     """A copy of the server's decoded forward / forward-backward body, taken before the engine
     runs it (the engine reads and may rewrite parts of the body), as the `WirePayload` the client
     built; an absent meta or processing is empty."""
-    import copy
-
-    from arctic_rl_core.backends.protocol import WirePayload
 
     batch = body.get("batch")
     if isinstance(batch, list):
@@ -51,8 +52,6 @@ class ServerTraceRecorder:
     """Writes one parity trace at `path` from the server's handlers; closed by `finish`."""
 
     def __init__(self, path: str | Path) -> None:
-        from arctic_rl_testbed.parity.trace_file import ParityTraceWriter
-
         self.path = Path(path)
         self._writer = ParityTraceWriter(self.path)
         self._lock = threading.Lock()
@@ -64,8 +63,6 @@ class ServerTraceRecorder:
         return None if self.closed else received_payload(body)
 
     def forward(self, payload: WirePayload | None, out: ForwardOutput, *, reference_model: bool) -> None:
-        from arctic_rl_testbed.parity.recording import row_sums
-
         with self._lock:
             if payload is None or self.closed:
                 return
@@ -93,7 +90,6 @@ class ServerTraceRecorder:
 
     def finish(self, engine: ReferenceBackend) -> Path:
         """The training job ends: record the trainer weights' digest and close the trace."""
-        from arctic_rl_testbed.parity.recording import weights_digest
 
         with self._lock:
             if not self.closed:

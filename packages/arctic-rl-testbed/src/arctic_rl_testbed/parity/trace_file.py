@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from arctic_rl_core.wire import payload_to_trace_record
+
 if TYPE_CHECKING:
     import torch
     from arctic_rl_core.backends.protocol import WirePayload
@@ -44,7 +46,6 @@ class ParityTraceWriter:
 
     def record_payload(self, op: str, payload: WirePayload, **extra: Any) -> int:
         """Record a payload call; returns its index."""
-        from arctic_rl_core.wire import payload_to_trace_record
 
         record = payload_to_trace_record(op, payload)
         batches = payload.batch if isinstance(payload.batch, list) else [payload.batch]

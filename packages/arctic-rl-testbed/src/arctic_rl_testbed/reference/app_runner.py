@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,6 @@ async def serve_application(
 ) -> None:
     """Serve `application` on host:port (port 0: a free one, passed to `on_ready`) until `stop` is
     set, or until SIGINT/SIGTERM when `stop` is None."""
-    import signal
 
     from aiohttp import web
 

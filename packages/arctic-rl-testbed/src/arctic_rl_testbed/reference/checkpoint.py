@@ -31,7 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from arctic_rl_core.checkpoint_manifest import write_text_atomic
+from arctic_rl_core.checkpoint_manifest import (
+    CheckpointDamaged,
+    check_file,
+    file_record,
+    write_errno,
+    write_text_atomic,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -73,7 +79,6 @@ def save_checkpoint(
 ) -> None:
     """Save atomically into `directory` (see the module doc)."""
     import torch
-    from arctic_rl_core.checkpoint_manifest import file_record
     from safetensors.torch import save as safetensors_bytes
 
     created = not directory.exists()
@@ -121,8 +126,6 @@ class CheckpointWriteError(OSError):
     """A save that could not be written (a full disk, most often); nothing of it was kept."""
 
     def __init__(self, directory: Path, cause: BaseException) -> None:
-        from arctic_rl_core.checkpoint_manifest import write_errno
-
         code = write_errno(cause)
         full = code in (errno.ENOSPC, errno.EDQUOT)
         reason = "the disk is full (or over its quota)" if full else f"{type(cause).__name__}: {cause}"
@@ -153,7 +156,6 @@ def write_latest(root: Path, step: int) -> None:
 
 def _check_digests(directory: Path, digests: dict[str, Any], fix: str) -> None:
     """CheckpointDamaged naming the first data file that is not what the save wrote."""
-    from arctic_rl_core.checkpoint_manifest import check_file
 
     for name, saved in digests.items():
         check_file(directory / name, saved, fix, listed_in=f"the checkpoint's {STATE_FILE}")
@@ -197,8 +199,6 @@ def prune_checkpoint_dirs(root: Path, keep: int) -> list[Path]:
 
 
 def _read(path: Path, reader: Any, fix: str) -> Any:
-    from arctic_rl_core.checkpoint_manifest import CheckpointDamaged
-
     if not path.is_file():
         raise CheckpointDamaged(path, f"missing (the checkpoint's {STATE_FILE} names it)", fix)
     try:
@@ -212,7 +212,6 @@ def _read(path: Path, reader: Any, fix: str) -> Any:
 def load_checkpoint(directory: Path, model, optimizer) -> tuple[TrainerState, torch.Tensor, torch.Tensor]:
     """Restore weights and optimizer in place; returns the trainer state and the two RNG states."""
     import torch
-    from arctic_rl_core.checkpoint_manifest import CheckpointDamaged
     from safetensors.torch import load_file
 
     state_path = directory / STATE_FILE

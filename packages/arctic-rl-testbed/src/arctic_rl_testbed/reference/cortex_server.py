@@ -53,15 +53,28 @@ from arctic_rl_testbed.reference.cortex_chunks import (
     ChunkGroups,
     ChunkStoreFull,
 )
+from arctic_rl_testbed.reference.cortex_payload import (
+    CortexBodyError,
+    forward_payload,
+    lower,
+    with_old_logprobs,
+)
+from arctic_rl_testbed.reference.deepspeed_mapping import DeepSpeedConfigError, training_overrides
+from arctic_rl_testbed.reference.engine import ReferenceBackend
 from arctic_rl_testbed.reference.fidelity import Fidelity
 from arctic_rl_testbed.reference.file_root import FileRoot
-from arctic_rl_testbed.reference.http_server import REFERENCE_MODEL_NAME, vllm_sampling
+from arctic_rl_testbed.reference.http_server import (
+    REFERENCE_MODEL_NAME,
+    HTTPError,
+    vllm_logprobs_mode,
+    vllm_sampling,
+)
+from arctic_rl_testbed.reference.lora import SERVER_DEFAULTS, lora_config
 from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
+from arctic_rl_testbed.reference.validation import PayloadError
 
 if TYPE_CHECKING:
     from aiohttp import web
-
-    from arctic_rl_testbed.reference.engine import ReferenceBackend
 
 logger = logging.getLogger(__name__)
 
@@ -450,11 +463,6 @@ class CortexEmulator:
 
     async def _start(self, job: CortexJob) -> None:
         """pending -> initializing -> running (engine built, training configured), or failed."""
-        from arctic_rl_testbed.reference.deepspeed_mapping import (
-            DeepSpeedConfigError,
-            training_overrides,
-        )
-        from arctic_rl_testbed.reference.engine import ReferenceBackend
 
         await asyncio.sleep(0)
         job.set_status("initializing")
@@ -640,8 +648,6 @@ class CortexEmulator:
         return self._maybe_fail(fault, submitted)
 
     def _lower(self, job: CortexJob, body: Any, group_id: str | None) -> Any:
-        from arctic_rl_testbed.reference.cortex_payload import CortexBodyError, lower
-
         assert job.engine is not None
         try:
             return lower(body, pad_token_id=job.engine.pad_token_id, vocab_size=job.engine.vocab_size)
@@ -650,8 +656,6 @@ class CortexEmulator:
             raise CortexError(400, str(err)) from None
 
     async def _train(self, job: CortexJob, lowered: Any) -> dict[str, Any]:
-        from arctic_rl_testbed.reference.cortex_payload import forward_payload, with_old_logprobs
-
         engine = job.engine
         assert engine is not None
         payload = lowered.payload
@@ -689,8 +693,6 @@ class CortexEmulator:
         return submitted
 
     def _generate_args(self, job: CortexJob, body: Any, group_id: str | None) -> tuple[Any, Any, Any, Any]:
-        from arctic_rl_testbed.reference.http_server import HTTPError
-
         try:
             if not isinstance(body, Mapping):
                 raise CortexError(400, "generate body must decode to a dict")
@@ -1091,8 +1093,6 @@ def _delivered(
 
 
 def _failure(err: BaseException) -> str:
-    from arctic_rl_testbed.reference.validation import PayloadError
-
     if isinstance(err, PayloadError | ValueError | RuntimeError | FloatingPointError):
         return str(err)
     logger.error("data-plane op failed: %s: %s", type(err).__name__, err)
@@ -1111,7 +1111,6 @@ def _is_prompt(prompt: Any) -> bool:
 
 def _check_peft(peft: Any, where: str) -> None:
     """A sub-job's peft_config is a PEFT LoraConfig-compatible object (the reference engine builds it)."""
-    from arctic_rl_testbed.reference.lora import lora_config
 
     if not isinstance(peft, Mapping):
         raise CortexError(
@@ -1130,7 +1129,6 @@ PEFT_MATCHED_KEYS = ("r", "lora_alpha", "target_modules")
 def _job_peft(pefts: Mapping[str, Any]) -> dict[str, Any] | None:
     """The job's one LoRA adapter config: both sub-jobs enable it, with the same shape (LoRA sync needs
     LoRA on both sub-jobs at creation; the sampler's r, lora_alpha and target_modules must match)."""
-    from arctic_rl_testbed.reference.lora import SERVER_DEFAULTS
 
     training, sampling = pefts.get("training"), pefts.get("sampling")
     if training is None and sampling is None:
@@ -1164,7 +1162,6 @@ def _job_peft(pefts: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def _sampling_logprobs_mode(inference: Mapping[str, Any], i: int) -> str:
     """vLLM's `logprobs_mode` of the sampling sub-job's engine (`raw_logprobs`, vLLM's default, when unset)."""
-    from arctic_rl_testbed.reference.http_server import HTTPError, vllm_logprobs_mode
 
     try:
         return vllm_logprobs_mode(inference.get("vllm_config"))

@@ -37,13 +37,16 @@ from arctic_rl_core.backends.protocol import (
     WirePayload,
 )
 
+from arctic_rl_testbed.reference.checkpoint import check_save_total_limit
+from arctic_rl_testbed.reference.deepspeed_job_bodies import grad_accum_steps_of, log_prob_body, training_body
+from arctic_rl_testbed.reference.deepspeed_server_jobs import ServerJobs
 from arctic_rl_testbed.reference.engine import ReferenceBackend, SyncReport, TrainResult
 from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
+from arctic_rl_testbed.reference.validation import parse_payload
+from arctic_rl_testbed.reference.weight_transfer import TransferReport
 
 if TYPE_CHECKING:
     import torch
-
-    from arctic_rl_testbed.reference.deepspeed_server_jobs import ServerJobs
 
 SAMPLER_RNG_FILE = "sampler_rng.pt"  # the engine's own state beside a DeepSpeed checkpoint
 
@@ -81,8 +84,6 @@ class DeepSpeedReferenceBackend(ReferenceBackend):
         try:
             self._model_dir = self._initial_model_dir()
             self._round_to_bf16()
-            from arctic_rl_testbed.reference.deepspeed_server_jobs import ServerJobs
-
             self._jobs = ServerJobs(
                 training_gpus=self.settings.dp_size,
                 log_prob_gpus=1,
@@ -128,8 +129,6 @@ class DeepSpeedReferenceBackend(ReferenceBackend):
         return await self._run(self._start_training, dict(body))
 
     def _start_training(self, body: dict[str, Any]) -> dict[str, Any]:
-        from arctic_rl_testbed.reference.deepspeed_job_bodies import grad_accum_steps_of
-
         if self._training_job is not None:
             raise RuntimeError("the DeepSpeed training job is already running")
         body["model_name"] = self._model_dir
@@ -153,16 +152,12 @@ class DeepSpeedReferenceBackend(ReferenceBackend):
 
     def _training(self) -> int:
         if self._training_job is None:
-            from arctic_rl_testbed.reference.deepspeed_job_bodies import training_body
-
             self._start_training(training_body(self.settings, self._model_dir, str(self._scratch / "jobs")))
         assert self._training_job is not None
         return self._training_job
 
     def _log_prob(self) -> int:
         if self._log_prob_job is None:
-            from arctic_rl_testbed.reference.deepspeed_job_bodies import log_prob_body
-
             self._start_log_prob(log_prob_body(self.settings, self._model_dir))
         assert self._log_prob_job is not None
         return self._log_prob_job
@@ -171,7 +166,6 @@ class DeepSpeedReferenceBackend(ReferenceBackend):
     def _parse(self, payload, op: str, *, reference_model: bool = False):
         """The engine's payload checks (the real server has none), for the job's ranks and micro-batches:
         the log-prob job has one rank and no gradient accumulation."""
-        from arctic_rl_testbed.reference.validation import parse_payload
 
         return parse_payload(
             payload,
@@ -229,8 +223,6 @@ class DeepSpeedReferenceBackend(ReferenceBackend):
         return dict(self.server_jobs.export_weights(self._training()))
 
     def _sync(self, cuda_ipc: bool | None, low_memory: bool | None, weight_format: str | None) -> SyncReport:
-        from arctic_rl_testbed.reference.weight_transfer import TransferReport
-
         if weight_format not in (None, "vllm", "hf"):
             raise ValueError(
                 f"weight_format={weight_format!r}: the DeepSpeed trainer syncs full weights ('vllm', 'hf' or None)"
@@ -253,7 +245,6 @@ class DeepSpeedReferenceBackend(ReferenceBackend):
     ) -> str:
         """The 0.1.4 server's `/save` with path, step, export_hf and save_total_limit (its own
         `checkpoint-<step>` folder, `latest` pointer and pruning), plus the sampler's RNG beside it."""
-        from arctic_rl_testbed.reference.checkpoint import check_save_total_limit
 
         check_save_total_limit(save_total_limit)
         request = {
@@ -366,8 +357,6 @@ class DeepSpeedReferenceBackend(ReferenceBackend):
 def _load_into(sampler, weights: list[tuple[str, Any]]):
     """Copy the workers' (name, tensor) pairs into the sampler by name (the receiving side of the sync)."""
     import torch
-
-    from arctic_rl_testbed.reference.weight_transfer import TransferReport
 
     params = dict(sampler.named_parameters())
     names = [name for name, _ in weights]

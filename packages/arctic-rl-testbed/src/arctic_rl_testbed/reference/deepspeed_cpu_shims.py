@@ -51,6 +51,9 @@ check (`make_transport` refuses the on-prem transports without those extras) out
 from __future__ import annotations
 
 import contextlib
+import copy
+import importlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,7 +77,6 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    import importlib
 
     import torch
 
@@ -93,7 +95,6 @@ def install() -> None:
 def cpu_ds_config(ds_config: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[str]]:
     """A copy of `ds_config` with `optimizer.params.torch_adam` set when it is unset (see above), and the
     dotted keys that were added."""
-    import copy
 
     if not ds_config or not isinstance(ds_config.get("optimizer"), dict):
         return ds_config, []
@@ -110,8 +111,6 @@ def extras_gate_open() -> Iterator[None]:
     """`require_any_dep_group` is a no-op inside the block: in `arctic_platform._dependency_groups` and in
     every arctic-platform module already loaded that imported it by name (`client.base` checks it in
     `make_transport`, the server modules at import), restored on the way out."""
-    import importlib
-    import sys
 
     dependency_groups = importlib.import_module("arctic_platform._dependency_groups")
     gate = dependency_groups.require_any_dep_group

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from arctic_rl_core.config.deepspeed_config import scheduler_section
+
 from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 
@@ -19,8 +21,6 @@ def _zero(stage: int, *, offload_optimizer: bool) -> dict[str, Any]:
 
 
 def _scheduler(settings: ReferenceEngineSettings) -> dict[str, Any] | None:
-    from arctic_rl_core.config.deepspeed_config import scheduler_section
-
     schedule = settings.schedule
     return scheduler_section(
         schedule.kind,

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from arctic_rl_testbed.reference.deepspeed_actor_stand_in import WorkerActorClass, WorkerHandle
+from arctic_rl_testbed.reference.deepspeed_cpu_shims import cpu_ds_config, extras_gate_open
 from arctic_rl_testbed.reference.deepspeed_worker_process import WorkerProcess
 
 _APP_LOCK = threading.RLock()
@@ -57,7 +58,6 @@ class ServerRefusal(RuntimeError):
 def server_module() -> Any:
     """`arctic_platform.common.http_server`, imported with its extras gate open (see
     `deepspeed_cpu_shims.extras_gate_open`)."""
-    from arctic_rl_testbed.reference.deepspeed_cpu_shims import extras_gate_open
 
     with extras_gate_open():
         import arctic_platform.common.http_server as server
@@ -111,7 +111,6 @@ class ServerJobs:
         server = self._server
         if self._closed:
             raise RuntimeError("the DeepSpeed server jobs are shut down: create a new engine")
-        from arctic_rl_testbed.reference.deepspeed_cpu_shims import extras_gate_open
 
         with _APP_LOCK, extras_gate_open():  # the routes import arctic_platform.rl lazily (load balancer)
             saved_state = server.app.state
@@ -143,7 +142,6 @@ class ServerJobs:
     def initialize(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST /initialize (training or log_prob job with a ds_config): starts the job's ranks. The
         `ds_config` first goes through `deepspeed_cpu_shims.cpu_ds_config` (what it adds is logged)."""
-        from arctic_rl_testbed.reference.deepspeed_cpu_shims import cpu_ds_config
 
         ds_config, added = cpu_ds_config(body.get("ds_config"))
         if added:

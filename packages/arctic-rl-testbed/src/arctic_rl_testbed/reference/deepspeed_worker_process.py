@@ -29,10 +29,18 @@ import itertools
 import os
 import pickle
 import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 import weakref
 from concurrent.futures import Future
+from multiprocessing.connection import Connection
 from typing import Any
+
+from arctic_rl_testbed.reference import deepspeed_cpu_shims
+from arctic_rl_testbed.reference.deepspeed_cpu_shims import WORKER_ENV
 
 RUNTIME_PROBE = "__runtime__"  # a call answered by the host, not the worker: see `_runtime`
 WATCHDOG_S = 0.5  # how often the child checks that its parent is alive
@@ -47,13 +55,6 @@ class WorkerProcess:
     """A real `DeepSpeedWorker(rank, world_size, master_port)` in a spawned child (module docstring)."""
 
     def __init__(self, rank: int, world_size: int, master_port: int, *, num_threads: int) -> None:
-        import socket
-        import subprocess
-        import sys
-        from multiprocessing.connection import Connection
-
-        from arctic_rl_testbed.reference.deepspeed_cpu_shims import WORKER_ENV
-
         parent_sock, child_sock = socket.socketpair()
         env = {**os.environ, **WORKER_ENV, "OMP_NUM_THREADS": str(num_threads)}
         args = [str(child_sock.fileno()), str(rank), str(world_size), str(master_port), str(num_threads)]
@@ -146,8 +147,6 @@ class WorkerProcess:
 
 
 def _stop_child(conn, process) -> None:
-    import subprocess
-
     with contextlib.suppress(OSError, ValueError):
         conn.send_bytes(pickle.dumps((None, "__close__", ())))
     try:
@@ -176,7 +175,6 @@ def real_worker_class() -> type:
 
 def _serve(conn, rank: int, world_size: int, master_port: int, num_threads: int, parent_pid: int) -> None:
     """The child: shims, the real worker, then answer calls until `__close__`, EOF or the parent's death."""
-    from arctic_rl_testbed.reference import deepspeed_cpu_shims
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
@@ -229,8 +227,6 @@ def _runtime() -> dict[str, Any]:
     """What the worker's process runs on (`WorkerProcess.call(RUNTIME_PROBE)`): DeepSpeed's accelerator,
     the process group's backend, whether DeepSpeed's shared-memory collective kernel was loaded, the
     GPUs torch sees, and the process id."""
-    import sys
-
     import torch
     import torch.distributed as dist
     from deepspeed.accelerator import get_accelerator
@@ -247,8 +243,6 @@ def _runtime() -> dict[str, Any]:
 
 
 def _watch_parent(parent_pid: int) -> None:
-    import time
-
     while os.getppid() == parent_pid:
         time.sleep(WATCHDOG_S)
     with contextlib.suppress(OSError):  # the group this process leads: itself and what it started
@@ -258,7 +252,6 @@ def _watch_parent(parent_pid: int) -> None:
 
 def main(argv: list[str]) -> None:
     """`python -m arctic_rl_testbed.reference.deepspeed_worker_process FD RANK WORLD PORT THREADS PPID`."""
-    from multiprocessing.connection import Connection
 
     fd, rank, world_size, master_port, num_threads, parent_pid = (int(a) for a in argv)
     _serve(Connection(fd), rank, world_size, master_port, num_threads, parent_pid)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import math
 import os
+import shutil
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,18 +44,41 @@ from arctic_rl_core.backends.protocol import (
     WirePayload,
 )
 
+from arctic_rl_testbed.reference.borrowed import BorrowedBackend
+from arctic_rl_testbed.reference.checkpoint import (
+    CheckpointWriteError,
+    check_save_total_limit,
+    load_checkpoint,
+    prune_checkpoint_dirs,
+    save_checkpoint,
+    write_latest,
+)
+from arctic_rl_testbed.reference.lora import is_adapter, with_adapters
+from arctic_rl_testbed.reference.loss import combine_metrics
+from arctic_rl_testbed.reference.model import build_model, load_tokenizer
+from arctic_rl_testbed.reference.pipeline import (
+    call_server_loss,
+    micro_loss,
+    model_logits,
+    run_posts,
+    wire_view,
+)
+from arctic_rl_testbed.reference.sampler import _top_entries, sample, teacher_forced_logprobs
+from arctic_rl_testbed.reference.sampler_process import SamplerProcess
 from arctic_rl_testbed.reference.settings import (
     OptimizerSettings,
     ReferenceEngineSettings,
     ScheduleSettings,
 )
+from arctic_rl_testbed.reference.sleep_state import BackendStateError, SleepStateMachine
+from arctic_rl_testbed.reference.tokenizer import stop_token_ids
+from arctic_rl_testbed.reference.validation import SFT_LOSS_FNS, parse_payload
+from arctic_rl_testbed.reference.weight_transfer import TransferReport, transfer_weights
 
 if TYPE_CHECKING:
     import torch
 
     from arctic_rl_testbed.reference.sampler import SampledSequence
-    from arctic_rl_testbed.reference.sampler_process import SamplerProcess
-    from arctic_rl_testbed.reference.weight_transfer import TransferReport
 
 __all__ = ["ReferenceBackend", "ReferenceEngineSettings", "SyncReport", "TrainResult"]
 
@@ -97,10 +122,6 @@ class ReferenceBackend(Backend):
     def __init__(self, settings: ReferenceEngineSettings | None = None) -> None:
         import torch
 
-        from arctic_rl_testbed.reference.model import build_model, load_tokenizer
-        from arctic_rl_testbed.reference.sleep_state import SleepStateMachine
-        from arctic_rl_testbed.reference.tokenizer import stop_token_ids
-
         self.settings = settings or ReferenceEngineSettings()
         if self.settings.num_threads is not None:
             torch.set_num_threads(self.settings.num_threads)
@@ -117,7 +138,8 @@ class ReferenceBackend(Backend):
             self._add_adapters(self.settings.peft)
         self._sampler_process: SamplerProcess | None = None
         self.vocab_size = int(self._trainer.get_input_embeddings().weight.shape[0])
-        self.max_model_len = int(model_cfg.max_position_embeddings)
+        # the sampler's limit is its model's (a local folder's config.json, else the tiny model's setting)
+        self.max_model_len = int(self._sampler.config.max_position_embeddings)
         self._stop_ids = stop_token_ids(self.tokenizer)
         self._optimizer = self._build_optimizer(self.settings.optimizer)
         self._sampler_rng = torch.Generator().manual_seed(self.settings.seed)
@@ -141,8 +163,6 @@ class ReferenceBackend(Backend):
         )
         self._sampler_lock = threading.Lock()  # held by a generate call, a sync, a load, a sampler sleep/wake
         if self.settings.sampler_process:  # last: nothing after it can fail and leave the child running
-            from arctic_rl_testbed.reference.sampler_process import SamplerProcess
-
             assert self.settings.num_threads is not None  # the settings check it
             self._sampler_process = SamplerProcess(
                 self._sampler, self.tokenizer, seed=self.settings.seed, num_threads=self.settings.num_threads
@@ -155,9 +175,6 @@ class ReferenceBackend(Backend):
         """LoRA (Cortex's peft_config): the trainer trains fresh adapters over its frozen base, the sampler
         serves the same adapter shape (starting from the trainer's adapters), the reference stays the base."""
         import torch
-
-        from arctic_rl_testbed.reference.lora import with_adapters
-        from arctic_rl_testbed.reference.weight_transfer import transfer_weights
 
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.settings.seed + 2)  # the adapters' init, independent of anything before
@@ -290,8 +307,6 @@ class ReferenceBackend(Backend):
         max_len: int | None,
         logprobs_mode: str,
     ) -> tuple[list[SampledSequence], int]:
-        from arctic_rl_testbed.reference.sampler import sample
-
         self._state.check_generate()
         ids = self._prompt_ids(prompts)
         options = dict(
@@ -325,7 +340,6 @@ class ReferenceBackend(Backend):
     ) -> list[tuple[tuple[float, int], ...]]:
         """The sampler's (log-prob, rank) of each completion token after its (text) prompt, as a
         generate would report them had it drawn these tokens (`sampler.teacher_forced_logprobs`)."""
-        from arctic_rl_testbed.reference.sampler import teacher_forced_logprobs
 
         ids = self._prompt_ids(list(prompts))
         mode = logprobs_mode or self.settings.logprobs_mode
@@ -373,15 +387,6 @@ class ReferenceBackend(Backend):
     def _forward(self, payload, reference_model: bool) -> ForwardOutput:
         import torch
 
-        from arctic_rl_testbed.reference.loss import combine_metrics
-        from arctic_rl_testbed.reference.pipeline import (
-            call_server_loss,
-            model_logits,
-            run_posts,
-            wire_view,
-        )
-        from arctic_rl_testbed.reference.validation import parse_payload
-
         if not reference_model:
             self._state.check_trainer_forward()
         parsed = parse_payload(
@@ -428,10 +433,6 @@ class ReferenceBackend(Backend):
     def _train(self, payload) -> TrainResult:
         import torch
 
-        from arctic_rl_testbed.reference.loss import combine_metrics
-        from arctic_rl_testbed.reference.pipeline import micro_loss, wire_view
-        from arctic_rl_testbed.reference.validation import SFT_LOSS_FNS, parse_payload
-
         self._state.check_training("forward_backward")
         parsed = parse_payload(
             payload,
@@ -471,8 +472,6 @@ class ReferenceBackend(Backend):
         return await self._run(self._step, learning_rate)
 
     def _step(self, learning_rate: float | None) -> StepOutput:
-        import math
-
         import torch
 
         self._check_step(learning_rate)
@@ -515,7 +514,6 @@ class ReferenceBackend(Backend):
 
     def _check_step(self, learning_rate: float | None) -> None:
         """What a step refuses before touching the optimizer (shared by every trainer of the engine)."""
-        from arctic_rl_testbed.reference.sleep_state import BackendStateError
 
         if learning_rate is not None:
             raise ValueError(
@@ -578,9 +576,6 @@ class ReferenceBackend(Backend):
         return await self._run(self._with_sampler_lock, self._sync, cuda_ipc, low_memory, weight_format)
 
     def _sync(self, cuda_ipc: bool | None, low_memory: bool | None, weight_format: str | None) -> SyncReport:
-        from arctic_rl_testbed.reference.lora import is_adapter
-        from arctic_rl_testbed.reference.weight_transfer import transfer_weights
-
         if weight_format not in (None, "lora", "vllm", "hf"):
             raise ValueError(f"weight_format={weight_format!r}: use 'lora', 'vllm' or 'hf' (or None)")
         if weight_format == "lora" and not self.trains_adapters:
@@ -594,8 +589,6 @@ class ReferenceBackend(Backend):
         if self._state.inference == InferenceState.ASLEEP:
             # only without the state guard: vLLM restores its pre-sleep weights on wake, so the
             # sync is lost (arctic-platform 0.1.4 checks nothing and reports success)
-            from arctic_rl_testbed.reference.weight_transfer import TransferReport
-
             return SyncReport(self._weights_version, TransferReport(0, 0, 0), ipc, low, fmt)
         bucket_bytes = 1 if low else max(1, int(self.settings.model.weight_sync_bucket_mb * 1024 * 1024))
         report = transfer_weights(
@@ -651,12 +644,6 @@ class ReferenceBackend(Backend):
     async def save_checkpoint(
         self, path: str, step: int, *, export_hf: bool = False, save_total_limit: int | None = None
     ) -> str:
-        from arctic_rl_testbed.reference.checkpoint import (
-            check_save_total_limit,
-            prune_checkpoint_dirs,
-            write_latest,
-        )
-
         check_save_total_limit(save_total_limit)
         directory = Path(path) / f"checkpoint-{int(step)}"
         await self.save_to(directory, export_hf=export_hf)
@@ -675,11 +662,7 @@ class ReferenceBackend(Backend):
         return await self._run(self._with_sampler_lock, self._save, Path(directory), export_hf, extra)
 
     def _save(self, directory: Path, export_hf: bool, extra: dict[str, Any] | None) -> int:
-        import shutil
-
         from safetensors import SafetensorError
-
-        from arctic_rl_testbed.reference.checkpoint import CheckpointWriteError, save_checkpoint
 
         self._state.check_training("save_checkpoint")
         if self._has_grads:
@@ -711,8 +694,6 @@ class ReferenceBackend(Backend):
         return await self._run(self._with_sampler_lock, self._load, Path(directory))
 
     def _load(self, directory: Path) -> int:
-        from arctic_rl_testbed.reference.checkpoint import load_checkpoint
-
         self._state.check_training("load_checkpoint")
         state, trainer_rng, sampler_rng = load_checkpoint(directory, self._trainer, self._optimizer)
         self._trainer_rng = trainer_rng
@@ -750,8 +731,6 @@ class ReferenceBackend(Backend):
 
     def _reference_prompt_logprobs(self, texts: list[str], top_k: int):
         import torch
-
-        from arctic_rl_testbed.reference.sampler import _top_entries
 
         out = []
         for text in texts:
@@ -791,8 +770,6 @@ class InProcessHandle(BackendHandle):
         self.pid = pid
 
     def connect(self) -> Backend:
-        from arctic_rl_testbed.reference.borrowed import BorrowedBackend
-
         if os.getpid() != self.pid:
             raise RuntimeError(
                 "an in-process ReferenceBackend is not reachable from another process: launch it as a Ray actor "

@@ -23,6 +23,7 @@ a non-loopback address; `/status` shows no paths to a request without it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import math
@@ -32,13 +33,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arctic_rl_core.backends.protocol import SamplingParams
+from arctic_rl_core.checkpoint_manifest import CheckpointDamaged
 
+from arctic_rl_testbed.parity.server_trace import ServerTraceRecorder
 from arctic_rl_testbed.reference import http_auth, request_bounds
 from arctic_rl_testbed.reference.app_runner import serve_application
-from arctic_rl_testbed.reference.checkpoint import prune_checkpoint_dirs, write_latest
-from arctic_rl_testbed.reference.deepspeed_backend import DeepSpeedReferenceBackend
+from arctic_rl_testbed.reference.checkpoint import CheckpointWriteError, prune_checkpoint_dirs, write_latest
+from arctic_rl_testbed.reference.deepspeed_backend import DeepSpeedReferenceBackend, create_reference_backend
+from arctic_rl_testbed.reference.deepspeed_mapping import training_overrides
 from arctic_rl_testbed.reference.fidelity import (
     GENERATE_KEYS,
+    INTERNAL_ERROR_BODY,
     LOAD_KEYS,
     SAVE_KEYS,
     STEP_KEYS,
@@ -50,7 +55,10 @@ from arctic_rl_testbed.reference.fidelity import (
 )
 from arctic_rl_testbed.reference.file_root import FileRoot, PathRefused
 from arctic_rl_testbed.reference.fixed_rollouts import FixedRollouts, FixedRolloutsError
+from arctic_rl_testbed.reference.sampler import LOGPROBS_MODES
 from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
+from arctic_rl_testbed.reference.sleep_state import BackendStateError
+from arctic_rl_testbed.reference.tokenizer import stop_token_ids
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -134,8 +142,6 @@ class ReferenceServer:
         # `--parity-trace`: every training payload as decoded here (arctic_rl_testbed.parity.server_trace)
         self.parity = None
         if parity_trace is not None:
-            from arctic_rl_testbed.parity.server_trace import ServerTraceRecorder
-
             self.parity = ServerTraceRecorder(parity_trace)
         # `--fixed-rollouts`: /generate serves these completions instead of sampling (fixed_rollouts.py)
         self.fixed_rollouts = fixed_rollouts
@@ -294,7 +300,6 @@ class ReferenceServer:
                 )
             model = settings.model.model_copy(update={"model_path": model_name})
             settings = settings.model_copy(update={"model": model})
-        from arctic_rl_testbed.reference.deepspeed_backend import create_reference_backend
 
         engine = await asyncio.to_thread(create_reference_backend, settings)
         self.state.engine, self.state.engine_seed, self.state.engine_model = engine, seed, model_name
@@ -303,8 +308,6 @@ class ReferenceServer:
     async def _init_training(
         self, engine: ReferenceBackend, body: Mapping[str, Any], job: Job, info: dict
     ) -> None:
-        from arctic_rl_testbed.reference.deepspeed_mapping import training_overrides
-
         if body.get("checkpoint_path") is None:
             raise HTTPError(400, "checkpoint_path is required for training jobs")
         checkpoint_root = self.files.resolve("checkpoint_path", body["checkpoint_path"])
@@ -562,7 +565,6 @@ class ReferenceServer:
                 f"sampling_params.logprobs={top}: --fixed-rollouts reports the served token's log-prob only "
                 "(logprobs=0), not top-k alternatives",
             )
-        from arctic_rl_testbed.reference.tokenizer import stop_token_ids
 
         version = await self.engine.generate_version()  # the state guard's generate checks
         tokenizer = self.engine.tokenizer
@@ -809,10 +811,6 @@ def _guarded(
     async def route(request: web.Request) -> web.Response:
         from aiohttp import web
         from arctic_platform import wire
-        from arctic_rl_core.checkpoint_manifest import CheckpointDamaged
-
-        from arctic_rl_testbed.reference.checkpoint import CheckpointWriteError
-        from arctic_rl_testbed.reference.sleep_state import BackendStateError
 
         try:
             result = await handler(request)
@@ -857,8 +855,6 @@ def _guarded(
 def _fidelity_response(err: FidelityRefusal | InternalServerError) -> web.Response:
     """The strict profile's refusal (JSON detail), or 0.1.4's bare 500 where its worker fails."""
     from aiohttp import web
-
-    from arctic_rl_testbed.reference.fidelity import INTERNAL_ERROR_BODY
 
     if isinstance(err, FidelityRefusal):
         return web.json_response({"detail": err.detail}, status=err.status)
@@ -984,7 +980,6 @@ def _logprob_entries(entries: Mapping[int, tuple[float, int]]) -> dict[int, dict
 
 def vllm_logprobs_mode(vllm_config: Any) -> str:
     """The sampling engine's vLLM `logprobs_mode` (vLLM's default `raw_logprobs` when not sent)."""
-    from arctic_rl_testbed.reference.sampler import LOGPROBS_MODES
 
     mode = vllm_config.get("logprobs_mode") if isinstance(vllm_config, Mapping) else None
     if mode is None:
@@ -1038,7 +1033,6 @@ ROLLOUT_LOG_KEY = "arctic_rollout_log"  # what a handler adds to its request's l
 def rollout_digest(prompt_ids: Any, response_ids: Any) -> str:
     """A short name for one rollout (its prompt and response token ids), the same at /generate and
     at /forward-backward, so a request log tells which sampled rollout a training step trained."""
-    import hashlib
 
     tokens = [int(t) for t in prompt_ids] + [-1] + [int(t) for t in response_ids]
     return hashlib.sha1(json.dumps(tokens).encode()).hexdigest()[:16]

@@ -8,6 +8,7 @@ the same config); only the adapter tensors train, and a LoRA-format sync sends o
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -61,6 +62,5 @@ def base_parameters(model: Any) -> dict[str, torch.Tensor]:
 def merged_copy(model: Any) -> Any:
     """A plain model with the adapters folded into the base weights (W + B A x alpha / r); `model`
     itself is left as is."""
-    import copy
 
     return copy.deepcopy(model).merge_and_unload()

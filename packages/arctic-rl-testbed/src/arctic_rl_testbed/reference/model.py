@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from arctic_rl_core.config.reference_model import ReferenceModelConfig
 
+from arctic_rl_testbed.reference.tokenizer import build_tokenizer
+
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -33,7 +35,6 @@ def resolve_device(model_cfg: ReferenceModelConfig) -> torch.device:
 
 def load_tokenizer(model_cfg: ReferenceModelConfig) -> PreTrainedTokenizerBase:
     """`tokenizer_path`, else the `model_path` directory when it holds a tokenizer, else the bundled one."""
-    from arctic_rl_testbed.reference.tokenizer import build_tokenizer
 
     if model_cfg.tokenizer_path is not None:
         return build_tokenizer(model_cfg.tokenizer_path)

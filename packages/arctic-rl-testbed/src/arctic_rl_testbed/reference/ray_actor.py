@@ -13,6 +13,9 @@ connected backend's `shutdown()` only detaches. Ray is imported lazily.
 
 from __future__ import annotations
 
+import os
+import socket
+import sys
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +32,7 @@ from arctic_rl_core.backends.protocol import (
     WirePayload,
 )
 
+from arctic_rl_testbed.reference.engine import ReferenceBackend
 from arctic_rl_testbed.reference.settings import ReferenceEngineSettings
 
 DEFAULT_NAMESPACE = "arctic_rl_reference"
@@ -43,8 +47,6 @@ def _actor_class():
 
         class ReferenceEngineActor:
             def __init__(self, settings_json: str) -> None:
-                from arctic_rl_testbed.reference.engine import ReferenceBackend
-
                 self.engine = ReferenceBackend(ReferenceEngineSettings.model_validate_json(settings_json))
 
             def ready(self) -> bool:
@@ -64,9 +66,6 @@ def _actor_class():
 
 def process_location() -> dict[str, Any]:
     """Where the calling process runs: process id, host name and, inside Ray, the node id."""
-    import os
-    import socket
-    import sys
 
     location: dict[str, Any] = {"pid": os.getpid(), "hostname": socket.gethostname(), "node_id": None}
     ray = sys.modules.get("ray")  # never import Ray just to ask

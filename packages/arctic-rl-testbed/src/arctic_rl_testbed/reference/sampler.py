@@ -7,6 +7,7 @@ the temperature-scaled, top-k/top-p-masked logits that are sampled from (tempera
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,7 +17,6 @@ from arctic_rl_core.backends.protocol import FinishReason, SamplingParams
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
 
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
 
@@ -188,7 +188,6 @@ def _processed_logprobs(logits_B_V: torch.Tensor, params: SamplingParams) -> tor
 
 def _cache_argument(model) -> str:
     """The KV-cache keyword of this transformers version (`cache` from 5.2x, `past_key_values` before)."""
-    import inspect
 
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 

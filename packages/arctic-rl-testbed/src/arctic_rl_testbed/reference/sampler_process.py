@@ -30,10 +30,15 @@ instead of overlapping. In a child process the sampler has its own interpreter.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
+import signal
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING, Any
+
+from arctic_rl_testbed.reference.sampler import sample
 
 if TYPE_CHECKING:
     import torch
@@ -60,8 +65,6 @@ class SamplerProcess:
         seed: int,
         num_threads: int,
     ) -> None:
-        import multiprocessing
-
         if next(model.parameters()).device.type != "cpu":
             raise ValueError(
                 "sampler_process=True shares the sampler's weights through CPU shared memory: use "
@@ -145,11 +148,8 @@ def _stop_child(conn, process) -> None:
 
 def _serve(conn, parent_conn, model, tokenizer, seed: int, num_threads: int, parent_pid: int) -> None:
     """The child's loop: answer requests until `close`, EOF or the parent's death."""
-    import signal
 
     import torch
-
-    from arctic_rl_testbed.reference.sampler import sample
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     parent_conn.close()  # the fork's copy of the parent's end
@@ -189,8 +189,6 @@ def _serve(conn, parent_conn, model, tokenizer, seed: int, num_threads: int, par
 
 
 def _watch_parent(parent_pid: int) -> None:
-    import time
-
     while os.getppid() == parent_pid:
         time.sleep(WATCHDOG_S)
     os._exit(0)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Literal
 
+from arctic_rl_core.config import TrainingShape
+from arctic_rl_core.config.engine_args import logprobs_mode
 from arctic_rl_core.config.reference_model import ReferenceModelConfig
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -209,8 +211,6 @@ class ReferenceEngineSettings(BaseModel):
         """Map the project configuration: model from `backend.reference`, topology from the derived
         training shape (data-parallel size, gradient accumulation), optimizer and schedule, seed,
         colocation, weight-sync defaults and vLLM's logprobs_mode."""
-        from arctic_rl_core.config import TrainingShape
-        from arctic_rl_core.config.engine_args import logprobs_mode
 
         shape = TrainingShape.from_config(cfg)
         opt = cfg.optimizer

@@ -11,6 +11,7 @@ together. Each such rule says so in its message.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from arctic_rl_losses.names import SERVER_LOSS_FN
 
 from arctic_rl_testbed.reference.loss import GlobalBatchInfo, GRPOLossConfig
+from arctic_rl_testbed.reference.loss_resolver import resolve_loss_fn
 
 if TYPE_CHECKING:
     import torch
@@ -99,7 +101,6 @@ class ParsedPayload:
 
     def to(self, device: torch.device) -> ParsedPayload:
         """The same payload with every micro-batch tensor on `device`."""
-        import dataclasses
 
         shards = tuple(
             tuple(
@@ -637,8 +638,6 @@ def is_dotted_path(loss_fn: Any) -> bool:
 
 
 def _dotted_loss_settings(loss_fn: str, meta: dict[str, Any], calculate_entropy: bool) -> dict[str, Any]:
-    from arctic_rl_testbed.reference.loss_resolver import resolve_loss_fn
-
     try:
         fn = resolve_loss_fn(loss_fn)
     except (ImportError, AttributeError, ValueError) as err:

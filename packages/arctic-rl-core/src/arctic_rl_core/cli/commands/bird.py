@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
+
+from pydantic import ValidationError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -80,9 +84,7 @@ def _clean_errors(
     """Bad input (missing files, malformed data, invalid settings) ends with its message, not a traceback."""
 
     def wrapped(args: argparse.Namespace) -> int:
-        from pydantic import ValidationError
-
-        from arctic_rl_core.envs.bird.dataset import BirdDataError
+        from arctic_rl_core.envs.bird.dataset import BirdDataError  # noqa: PLC0415 - CLI start-up
 
         try:
             return run(args)
@@ -93,12 +95,12 @@ def _clean_errors(
 
 
 def _preprocess(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # noqa: PLC0415 - CLI start-up
+    from rich.table import Table  # noqa: PLC0415 - CLI start-up
 
-    from arctic_rl_core.envs.bird.dataset import parse_splits
-    from arctic_rl_core.envs.bird.preprocess import PreprocessOptions, preprocess
-    from arctic_rl_core.envs.bird.schema_prompt import SchemaPromptOptions
+    from arctic_rl_core.envs.bird.dataset import parse_splits  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_core.envs.bird.preprocess import PreprocessOptions, preprocess  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_core.envs.bird.schema_prompt import SchemaPromptOptions  # noqa: PLC0415 - CLI start-up
 
     options = PreprocessOptions(
         splits=tuple(parse_splits(args.split)),
@@ -142,14 +144,12 @@ def _preprocess(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    import json
+    from rich.console import Console  # noqa: PLC0415 - CLI start-up
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415 - CLI start-up
 
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from arctic_rl_core.envs.bird.dataset import load_questions
-    from arctic_rl_core.envs.bird.evaluate import evaluate, load_predictions
-    from arctic_rl_core.envs.bird.executor import ExecutorSettings
+    from arctic_rl_core.envs.bird.dataset import load_questions  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_core.envs.bird.evaluate import evaluate, load_predictions  # noqa: PLC0415 - CLI start-up
+    from arctic_rl_core.envs.bird.executor import ExecutorSettings  # noqa: PLC0415 - CLI start-up
 
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     settings = ExecutorSettings(num_workers=workers, timeout_s=args.timeout, max_rows=args.max_rows)
@@ -183,9 +183,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    import shutil
-
-    from arctic_rl_core.envs.bird.sample import sample_dir
+    from arctic_rl_core.envs.bird.sample import sample_dir  # noqa: PLC0415 - CLI start-up
 
     out = Path(args.out)
     if out.exists():

@@ -10,27 +10,27 @@ OVERRIDES_HELP = "Hydra-style overrides: key.sub=value, +key=value, ++key=value,
 
 
 def _load(args: argparse.Namespace):
-    from arctic_rl_core.config import load_config
+    from arctic_rl_core.config import load_config  # noqa: PLC0415 - CLI start-up
 
     return load_config(args.file, args.overrides)
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from arctic_rl_core.config import ConfigError
+    from arctic_rl_core.config import ConfigError  # noqa: PLC0415 - CLI start-up
 
     try:
         cfg = _load(args)
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 1
-    from arctic_rl_core.config.show import render_config_document
+    from arctic_rl_core.config.show import render_config_document  # noqa: PLC0415 - CLI start-up
 
     sys.stdout.write(render_config_document(cfg, args.json))
     return 0
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from arctic_rl_core.config import ConfigError
+    from arctic_rl_core.config import ConfigError  # noqa: PLC0415 - CLI start-up
 
     try:
         cfg = _load(args)
@@ -47,7 +47,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_reference(args: argparse.Namespace) -> int:
-    from arctic_rl_core.config.reference_doc import render_reference
+    from arctic_rl_core.config.reference_doc import render_reference  # noqa: PLC0415 - CLI start-up
 
     sys.stdout.write(render_reference())
     return 0

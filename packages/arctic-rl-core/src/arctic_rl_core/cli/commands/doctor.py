@@ -55,8 +55,6 @@ CORTEX_TRANSPORT = "arctic_platform.client.transports.cortex"
 def cortex_transport_status() -> tuple[bool, str]:
     """Whether arctic-platform's Cortex transport imports here (it needs arctic-platform[cortex]:
     tenacity, requests, urllib3), and why not."""
-    import importlib
-
     try:
         importlib.import_module(CORTEX_TRANSPORT)
     except ImportError as err:
@@ -65,9 +63,9 @@ def cortex_transport_status() -> tuple[bool, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+    from rich.console import Console  # noqa: PLC0415 - CLI start-up
+    from rich.markup import escape  # noqa: PLC0415 - CLI start-up
+    from rich.table import Table  # noqa: PLC0415 - CLI start-up
 
     console = Console()
     console.print(f"Python {sys.version.split()[0]} ({sys.executable})")

@@ -32,6 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arctic_rl_core.envs.bird.executor import SQLTask
+from arctic_rl_core.envs.bird.reward import ScoreRequest, default_scorer
+
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 SQL_OPEN, SQL_CLOSE = "<sql>", "</sql>"
 SOLUTION_OPEN, SOLUTION_CLOSE = "<solution>", "</solution>"
@@ -182,8 +185,6 @@ class BirdSQLEpisode:
     @property
     def scorer(self) -> Any:
         if self._scorer is None:
-            from arctic_rl_core.envs.bird.reward import default_scorer
-
             self._scorer = default_scorer()
         return self._scorer
 
@@ -216,8 +217,6 @@ class BirdSQLEpisode:
         }
 
     def _run(self, sql: str) -> str:
-        from arctic_rl_core.envs.bird.executor import SQLTask
-
         self.sql_calls += 1
         result = self.scorer.executor.run([SQLTask(self.db_path, sql)])[0]
         if result.ok:
@@ -227,8 +226,6 @@ class BirdSQLEpisode:
         return f"Error executing SQL: {result.error_message or result.error_kind}"
 
     def _final_reward(self) -> float:
-        from arctic_rl_core.envs.bird.reward import ScoreRequest
-
         solution = final_solution("".join(self.transcript))
         if solution is None:
             self.verdict = {"well_formed": False, "correct": False, "scoring_error": ""}

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from arctic_rl_core.envs.bird.dataset import BirdSplit, load_split
 from arctic_rl_core.envs.bird.prompt import build_messages, build_multi_turn_messages
@@ -210,7 +211,6 @@ def preprocess(
     bird_dir: str | Path, out_dir: str | Path, options: PreprocessOptions, show_progress: bool = True
 ) -> list[SplitSummary]:
     """Write `<out_dir>/<split>.parquet` for each split; returns one summary per split."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     splits = [load_split(bird_dir, name, skip_missing=options.skip_missing) for name in options.splits]
     counter = PromptTokenCounter(options.tokenizer_path) if options.tokenizer_path is not None else None

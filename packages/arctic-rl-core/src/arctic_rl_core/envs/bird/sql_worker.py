@@ -26,6 +26,7 @@ closed, and every kept one is closed when the worker exits.
 """
 
 import os
+import resource
 import sqlite3
 import sys
 import time
@@ -267,7 +268,6 @@ def cap_memory(limit_bytes: int) -> None:
     Python objects of a result, the interpreter itself), and SQLite's own heap at the same number
     so that SQLite fails first, with "out of memory", where it can. A query that needs more fails
     with `resource_limit` (a MemoryError), and the worker goes on serving."""
-    import resource
 
     probe = sqlite3.connect(":memory:")
     try:
