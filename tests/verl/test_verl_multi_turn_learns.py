@@ -15,12 +15,12 @@ more." between them, each turn rewarded with its vowel share / 2). One run serve
 - verl's reward of each trajectory is the sum of its turns' rewards, recomputed from the sampled ids.
 
 verl's own `tool_agent` runs a second turn only when the model writes a tool call, which an untrained tiny
-model never does: hence a loop of the test's on verl's agent-loop machinery. Three recorded runs (lr 0.05):
-mean reward 0.39 over the first three steps; 1.0 from step 19-20 on in two, 0.67 in the third (the policy
-settled on a token two-thirds vowels; the margin below allows for that). The share of turns left untrained
+model never does: hence a loop of the test's on verl's agent-loop machinery. Four recorded runs (lr 0.05):
+mean reward 0.38-0.39 over the first three steps; 1.0 from step 19-22 on in three, 0.67 in the fourth
+(the policy settled on a token two-thirds vowels; the margin below allows for that). The share of turns left untrained
 was 0.22-0.5 in the first steps and 0 once the policy settled on one token repeated (it survives the round
-trip); in the third run every second turn drifted for ten steps. Cost: one verl start-up plus 24 steps of
-~2.5-5 s: 420-476 s measured under load 12-20 (170 s for a 12-step run at load ~7)."""
+trip); in the fourth run every second turn drifted for ten steps. Cost: one verl start-up plus 24 steps of
+~2.5-5 s: 152 s in a run of the verl suite under load, 420-476 s alone at load 12-20."""
 
 from __future__ import annotations
 
