@@ -152,10 +152,21 @@ def test_each_checkpoint_is_a_deepspeed_checkpoint_with_an_hf_export(kl_run):
         assert (folder / "hf" / "config.json").is_file() and (folder / "hf" / "model.safetensors").is_file()
 
 
-def _module_weights(folder: Path) -> dict[str, torch.Tensor]:
+def _trained_state(folder: Path) -> dict[str, torch.Tensor]:
+    """The weights and optimizer moments a DeepSpeed checkpoint holds. Under ZeRO-3 the model_states file's
+    module tensors are empty placeholders (shape (0,)): the parameters are the optimizer file's fp32 flat
+    partition, beside Adam's moments."""
     tag = (folder / "latest").read_text().strip()
-    (states,) = (folder / tag).glob("*model_states.pt")
-    return torch.load(states, map_location="cpu", weights_only=False)["module"]
+    (states,) = (folder / tag).glob("*optim_states.pt")
+    saved = torch.load(states, map_location="cpu", weights_only=False)["optimizer_state_dict"]
+    assert saved["zero_stage"] == 3
+    found = {f"fp32_flat_group.{i}": t for i, t in enumerate(saved["fp32_flat_groups"])}
+    for group, moments in saved["optimizer_state_dict"]["state"].items():
+        found.update(
+            {f"{group}.{name}": t for name, t in moments.items() if torch.is_tensor(t) and t.numel() > 1}
+        )
+    assert found and all(t.numel() > 0 for t in found.values())
+    return found
 
 
 def test_resume_from_step_1_trains_step_2_from_the_loaded_workers(
@@ -177,13 +188,15 @@ def test_resume_from_step_1_trains_step_2_from_the_loaded_workers(
     assert calls.calls.index("load_checkpoint") < calls.calls.index("forward_backward")
     assert sorted(logged_steps(resumed)) == [2]
     assert resumed.generator.batches[0]["texts"] == exp.generator.batches[1]["texts"]  # the same rollouts
-    original, again = (
-        _module_weights(_checkpoint_folder(root, 2)),
-        _module_weights(_checkpoint_folder(tmp_path, 2)),
+    before, original, again = (
+        _trained_state(_checkpoint_folder(root, 1)),
+        _trained_state(_checkpoint_folder(root, 2)),
+        _trained_state(_checkpoint_folder(tmp_path, 2)),
     )
-    assert original.keys() == again.keys()
+    assert original.keys() == again.keys() == before.keys() and "fp32_flat_group.0" in original
     for name in original:  # the same step from the same state: DeepSpeed on one CPU rank is deterministic
         assert torch.equal(original[name], again[name]), name
+        assert not torch.equal(before[name], original[name]), name  # and step 2 did move every one of them
 
 
 class CheckpointCalls(CallLog):
